@@ -1,0 +1,337 @@
+//! Operator tools: index digest, structural check, verify against a replay
+//! of the log, rebuild, and a readable dump.
+
+use std::path::{Path, PathBuf};
+
+use rocksdb::IteratorMode;
+use sha2::{Digest, Sha256};
+
+use crate::engine::{self, EngineState};
+use crate::error::{Error, Result};
+use crate::format::{self, DictSet, InodeEntry, MAX_INODE_ID, NEXT_ID_KEY, ROOT_ID};
+use crate::index::{Cf, IndexRead};
+use crate::store::{Store, StoreOptions, CF_EDGES, CF_INODES};
+
+/// SHA-256 over every key and value of `inodes` then `edges`, in key order.
+/// Two stores with the same digest have byte-identical index CFs.
+pub fn index_digest(store: &Store) -> Result<String> {
+    let mut h = Sha256::new();
+    for (tag, name) in [(b'I', CF_INODES), (b'E', CF_EDGES)] {
+        for item in store.db().iterator_cf(store.cf(name)?, IteratorMode::Start) {
+            let (k, v) = item?;
+            h.update([tag]);
+            h.update((k.len() as u32).to_be_bytes());
+            h.update(&k);
+            h.update((v.len() as u32).to_be_bytes());
+            h.update(&v);
+        }
+    }
+    Ok(hex::encode(h.finalize()))
+}
+
+/// Checks the index's structure: every edge points to an inode that names
+/// it back, every inode but the root is reachable through its edge, parents
+/// are directories, `next_id` is above every id, dictionary ids resolve.
+/// Returns the problems found (empty when sound).
+pub fn check_structure(store: &Store) -> Result<Vec<String>> {
+    let mut problems = Vec::new();
+    let index = store.index();
+    let state = EngineState::load(&index)?;
+    let dicts: &DictSet = &state.dicts;
+    let mut max_id = 0u64;
+    let mut inodes = 0u64;
+    for item in store
+        .db()
+        .iterator_cf(store.cf(CF_INODES)?, IteratorMode::Start)
+    {
+        let (k, v) = item?;
+        let id = format::decode_inode_key(&k)?;
+        if id > MAX_INODE_ID {
+            continue;
+        }
+        inodes += 1;
+        max_id = max_id.max(id);
+        let e = match InodeEntry::decode(&v) {
+            Ok(e) => e,
+            Err(err) => {
+                problems.push(format!("inode {id}: {err}"));
+                continue;
+            }
+        };
+        if let Err(err) = engine::inode_from_entry(id, &e, dicts) {
+            problems.push(format!("inode {id}: {err}"));
+        }
+        if id == ROOT_ID {
+            if !e.is_dir() || e.parent_id != 0 || !e.name.is_empty() {
+                problems.push("root inode is not an unnamed directory with parent 0".into());
+            }
+            continue;
+        }
+        match index.get(Cf::Edges, &format::edge_key(e.parent_id, &e.name))? {
+            Some(v) if format::decode_edge_value(&v)? == id => {}
+            Some(v) => problems.push(format!(
+                "inode {id}: edge ({}, {:?}) points to {} instead",
+                e.parent_id,
+                String::from_utf8_lossy(&e.name),
+                format::decode_edge_value(&v)?
+            )),
+            None => problems.push(format!(
+                "inode {id}: no edge ({}, {:?}) leads to it",
+                e.parent_id,
+                String::from_utf8_lossy(&e.name)
+            )),
+        }
+    }
+    if store
+        .db()
+        .get_cf(store.cf(CF_INODES)?, format::inode_key(ROOT_ID))?
+        .is_none()
+    {
+        problems.push("root inode is missing".into());
+    }
+    let mut edges = 0u64;
+    for item in store
+        .db()
+        .iterator_cf(store.cf(CF_EDGES)?, IteratorMode::Start)
+    {
+        let (k, v) = item?;
+        edges += 1;
+        let (parent, name) = format::decode_edge_key(&k)?;
+        let child = format::decode_edge_value(&v)?;
+        match index.get(Cf::Inodes, &format::inode_key(parent))? {
+            Some(pv) => {
+                if !InodeEntry::decode(&pv).map(|p| p.is_dir()).unwrap_or(false) {
+                    problems.push(format!(
+                        "edge ({parent}, {:?}): parent is not a directory",
+                        String::from_utf8_lossy(name)
+                    ));
+                }
+            }
+            None => problems.push(format!(
+                "edge ({parent}, {:?}): parent inode is missing",
+                String::from_utf8_lossy(name)
+            )),
+        }
+        match index.get(Cf::Inodes, &format::inode_key(child))? {
+            Some(cv) => match InodeEntry::decode(&cv) {
+                Ok(c) if c.parent_id == parent && c.name == name => {}
+                Ok(_) => problems.push(format!(
+                    "edge ({parent}, {:?}) -> {child}: the inode names a different parent or name",
+                    String::from_utf8_lossy(name)
+                )),
+                Err(e) => problems.push(format!("inode {child}: {e}")),
+            },
+            None => problems.push(format!(
+                "edge ({parent}, {:?}) -> {child}: inode is missing",
+                String::from_utf8_lossy(name)
+            )),
+        }
+    }
+    if edges + 1 != inodes {
+        problems.push(format!(
+            "{inodes} inodes but {edges} edges (expected inodes = edges + 1)"
+        ));
+    }
+    if max_id >= state.id_bound && max_id != ROOT_ID {
+        problems.push(format!(
+            "next_id {} is not above the highest inode id {max_id}",
+            state.id_bound
+        ));
+    }
+    let _ = NEXT_ID_KEY;
+    Ok(problems)
+}
+
+/// The result of [`verify`].
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct VerifyReport {
+    pub live_digest: String,
+    pub replay_digest: String,
+    pub records: u64,
+    pub applied_seq: u64,
+    pub problems: Vec<String>,
+}
+
+impl VerifyReport {
+    pub fn ok(&self) -> bool {
+        self.live_digest == self.replay_digest && self.problems.is_empty()
+    }
+}
+
+fn scratch_dir(base: &Path) -> PathBuf {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    let name = format!(
+        ".treelog-verify-{}-{}-{nanos}",
+        base.file_name().and_then(|n| n.to_str()).unwrap_or("db"),
+        std::process::id()
+    );
+    base.parent().unwrap_or(Path::new(".")).join(name)
+}
+
+struct RemoveOnDrop(PathBuf);
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Replays the whole log into a scratch database next to `live`'s directory
+/// and compares the digests of the two indexes; also checks the live
+/// index's structure. `live` must be caught up (opened with replay).
+pub fn verify(live: &Store) -> Result<VerifyReport> {
+    let start = live.log_start()?;
+    if start != 1 {
+        return Err(Error::Compacted {
+            requested: 1,
+            first_available: start,
+        });
+    }
+    let dir = scratch_dir(live.path());
+    let _cleanup = RemoveOnDrop(dir.clone());
+    let scratch_opts = StoreOptions {
+        block_cache_bytes: 8 << 20,
+        ..StoreOptions::default()
+    };
+    let scratch = Store::open(&dir, &scratch_opts)?;
+    let applied = live.applied_seq()?;
+    let (records, end) = scratch.apply_records(live.log_iter(1)?, 0, applied, |_, _| {})?;
+    if end != applied {
+        return Err(Error::corrupt(
+            "log",
+            format!("the log ends at {end} but the index is at {applied}"),
+        ));
+    }
+    Ok(VerifyReport {
+        live_digest: index_digest(live)?,
+        replay_digest: index_digest(&scratch)?,
+        records,
+        applied_seq: applied,
+        problems: check_structure(live)?,
+    })
+}
+
+/// Opens the store at `path`, replays whatever the index lacks, and verifies.
+pub fn verify_path(path: &Path, so: &StoreOptions) -> Result<VerifyReport> {
+    let live = Store::open(
+        path,
+        &StoreOptions {
+            create_if_missing: false,
+            ..so.clone()
+        },
+    )?;
+    live.replay(|_, _| {})?;
+    verify(&live)
+}
+
+/// Drops the index and rebuilds it from the whole log.
+pub fn rebuild(path: &Path, so: &StoreOptions) -> Result<u64> {
+    Store::rebuild(
+        path,
+        &StoreOptions {
+            create_if_missing: false,
+            ..so.clone()
+        },
+    )
+}
+
+/// One index entry, decoded for `admin dump`.
+#[derive(Debug, Clone, serde::Serialize)]
+#[serde(tag = "cf", rename_all = "snake_case")]
+pub enum DumpEntry {
+    Inode {
+        key_hex: String,
+        id: u64,
+        inode: Option<crate::types::Inode>,
+        error: Option<String>,
+    },
+    Special {
+        key_hex: String,
+        what: &'static str,
+        value: String,
+    },
+    Edge {
+        key_hex: String,
+        parent: u64,
+        name: String,
+        child: u64,
+    },
+}
+
+/// Decodes every index entry (for `admin dump`).
+pub fn dump_index(store: &Store, mut f: impl FnMut(DumpEntry) -> Result<()>) -> Result<()> {
+    let state = EngineState::load(&store.index())?;
+    for item in store
+        .db()
+        .iterator_cf(store.cf(CF_INODES)?, IteratorMode::Start)
+    {
+        let (k, v) = item?;
+        let id = format::decode_inode_key(&k)?;
+        let key_hex = hex::encode(&k);
+        let e = if id == format::OWNER_DICT_KEY || id == format::GROUP_DICT_KEY {
+            let what = if id == format::OWNER_DICT_KEY {
+                "owner_dict"
+            } else {
+                "group_dict"
+            };
+            let value = match format::Dict::decode(&v) {
+                Ok(d) => {
+                    let names: Vec<String> = (1..=d.len())
+                        .map(|i| d.lookup(i as u8).unwrap_or("?").to_owned())
+                        .collect();
+                    format!("{names:?}")
+                }
+                Err(e) => e.to_string(),
+            };
+            DumpEntry::Special {
+                key_hex,
+                what,
+                value,
+            }
+        } else if id == NEXT_ID_KEY {
+            let value = match format::decode_next_id_value(&v) {
+                Ok(n) => n.to_string(),
+                Err(e) => e.to_string(),
+            };
+            DumpEntry::Special {
+                key_hex,
+                what: "next_id",
+                value,
+            }
+        } else {
+            match InodeEntry::decode(&v)
+                .and_then(|e| engine::inode_from_entry(id, &e, &state.dicts))
+            {
+                Ok(i) => DumpEntry::Inode {
+                    key_hex,
+                    id,
+                    inode: Some(i),
+                    error: None,
+                },
+                Err(e) => DumpEntry::Inode {
+                    key_hex,
+                    id,
+                    inode: None,
+                    error: Some(e.to_string()),
+                },
+            }
+        };
+        f(e)?;
+    }
+    for item in store
+        .db()
+        .iterator_cf(store.cf(CF_EDGES)?, IteratorMode::Start)
+    {
+        let (k, v) = item?;
+        let (parent, name) = format::decode_edge_key(&k)?;
+        f(DumpEntry::Edge {
+            key_hex: hex::encode(&k),
+            parent,
+            name: String::from_utf8_lossy(name).into_owned(),
+            child: format::decode_edge_value(&v)?,
+        })?;
+    }
+    Ok(())
+}

@@ -1,0 +1,229 @@
+//! `treelog bench`: side-by-side benchmarks in one process run.
+//!
+//! `bench create` measures durable file creates with 1, 8 and 64 concurrent
+//! callers, spread over 1,000 directories, against:
+//! - `treelog`: the single writer with group commit;
+//! - `seed-serialized`: seed 000/003's write path: the same `inodes`/`edges`
+//!   schema, one synced `WriteBatch` per create, with a namespace lock held
+//!   from validation through the synced write (what a correct write-through
+//!   master must do);
+//! - `seed-unserialized`: the same without the lock (it races: two creates of
+//!   one name can both succeed) — shown so nobody is misled by RocksDB's own
+//!   write grouping.
+
+pub mod seed;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use clap::{Args, Subcommand};
+
+use crate::error::{Error, Result};
+use crate::namespace::{CreateOptions, Options, Treelog};
+
+#[derive(Args, Debug)]
+pub struct BenchArgs {
+    #[command(subcommand)]
+    pub cmd: BenchCmd,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum BenchCmd {
+    /// Durable creates per second, treelog vs the seeds' design.
+    Create {
+        /// Concurrent callers, comma separated.
+        #[arg(long, default_value = "1,8,64", value_delimiter = ',')]
+        callers: Vec<usize>,
+        /// Creates per system and caller count.
+        #[arg(long, default_value_t = 20_000)]
+        ops: usize,
+        /// Directories the files are spread over.
+        #[arg(long, default_value_t = 1000)]
+        dirs: usize,
+        /// Systems to run, comma separated.
+        #[arg(
+            long,
+            default_value = "treelog,seed-serialized,seed-unserialized",
+            value_delimiter = ','
+        )]
+        systems: Vec<String>,
+        /// Where to put the scratch databases (default: a temp directory).
+        #[arg(long)]
+        dir: Option<std::path::PathBuf>,
+        /// Also write the results as JSON to this file.
+        #[arg(long)]
+        json_out: Option<std::path::PathBuf>,
+    },
+}
+
+/// One measured figure.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Figure {
+    pub system: String,
+    pub callers: usize,
+    pub ops: usize,
+    pub seconds: f64,
+    pub ops_per_sec: f64,
+    pub p50_us: f64,
+    pub p99_us: f64,
+}
+
+/// Something that can create a file by path, from many threads.
+pub trait Creator: Send + Sync {
+    fn mkdir_p(&self, path: &str) -> Result<()>;
+    fn create(&self, path: &str) -> Result<()>;
+}
+
+impl Creator for Treelog {
+    fn mkdir_p(&self, path: &str) -> Result<()> {
+        Treelog::mkdir_p(self, path).map(|_| ())
+    }
+    fn create(&self, path: &str) -> Result<()> {
+        Treelog::create(self, path, CreateOptions::default()).map(|_| ())
+    }
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i].as_secs_f64() * 1e6
+}
+
+/// Runs `ops` creates from `callers` threads; returns the figure.
+pub fn run_creates(
+    system: &str,
+    c: Arc<dyn Creator>,
+    callers: usize,
+    ops: usize,
+    dirs: usize,
+    tag: &str,
+) -> Result<Figure> {
+    for d in 0..dirs {
+        c.mkdir_p(&format!("/bench/{tag}/d{d}"))?;
+    }
+    let per = ops.div_ceil(callers);
+    let start = Instant::now();
+    let handles: Vec<_> = (0..callers)
+        .map(|ci| {
+            let c = c.clone();
+            let tag = tag.to_owned();
+            std::thread::spawn(move || -> Result<Vec<Duration>> {
+                let mut lat = Vec::with_capacity(per);
+                for i in 0..per {
+                    let d = (i * callers + ci) % dirs;
+                    let p = format!("/bench/{tag}/d{d}/f{ci}_{i}");
+                    let t0 = Instant::now();
+                    c.create(&p)?;
+                    lat.push(t0.elapsed());
+                }
+                Ok(lat)
+            })
+        })
+        .collect();
+    let mut lat = Vec::with_capacity(per * callers);
+    for h in handles {
+        lat.extend(
+            h.join()
+                .map_err(|_| Error::InvalidArgument("bench thread panicked".into()))??,
+        );
+    }
+    let secs = start.elapsed().as_secs_f64();
+    lat.sort_unstable();
+    Ok(Figure {
+        system: system.to_owned(),
+        callers,
+        ops: lat.len(),
+        seconds: secs,
+        ops_per_sec: lat.len() as f64 / secs,
+        p50_us: percentile(&lat, 0.5),
+        p99_us: percentile(&lat, 0.99),
+    })
+}
+
+pub fn run(args: &BenchArgs) -> Result<u8> {
+    match &args.cmd {
+        BenchCmd::Create {
+            callers,
+            ops,
+            dirs,
+            systems,
+            dir,
+            json_out,
+        } => {
+            let tmp;
+            let base = match dir {
+                Some(d) => d.clone(),
+                None => {
+                    tmp =
+                        std::env::temp_dir().join(format!("treelog-bench-{}", std::process::id()));
+                    tmp.clone()
+                }
+            };
+            std::fs::create_dir_all(&base)?;
+            let mut figures = Vec::new();
+            println!("durable creates, {ops} per run, over {dirs} directories; every create fsynced before it returns");
+            println!(
+                "{:<20} {:>8} {:>12} {:>10} {:>10}",
+                "system", "callers", "creates/s", "p50 us", "p99 us"
+            );
+            for &n in callers {
+                for sys in systems {
+                    let path = base.join(format!("{sys}-{n}"));
+                    let _ = std::fs::remove_dir_all(&path);
+                    let f = match sys.as_str() {
+                        "treelog" => {
+                            let t: Arc<dyn Creator> =
+                                Arc::new(Treelog::open(&path, Options::default())?);
+                            run_creates(sys, t, n, *ops, *dirs, "c")?
+                        }
+                        "seed-serialized" => {
+                            let s: Arc<dyn Creator> = Arc::new(seed::SeedStore::open(&path, true)?);
+                            run_creates(sys, s, n, *ops, *dirs, "c")?
+                        }
+                        "seed-unserialized" => {
+                            let s: Arc<dyn Creator> =
+                                Arc::new(seed::SeedStore::open(&path, false)?);
+                            run_creates(sys, s, n, *ops, *dirs, "c")?
+                        }
+                        other => {
+                            return Err(Error::InvalidArgument(format!("unknown system {other}")))
+                        }
+                    };
+                    println!(
+                        "{:<20} {:>8} {:>12.0} {:>10.0} {:>10.0}",
+                        f.system, f.callers, f.ops_per_sec, f.p50_us, f.p99_us
+                    );
+                    figures.push(f);
+                    let _ = std::fs::remove_dir_all(&path);
+                }
+                let get = |s: &str| {
+                    figures
+                        .iter()
+                        .find(|f| f.system == s && f.callers == n)
+                        .map(|f| f.ops_per_sec)
+                };
+                if let (Some(t), Some(s)) = (get("treelog"), get("seed-serialized")) {
+                    println!(
+                        "  ratio treelog / seed-serialized at {n} callers: {:.1}x",
+                        t / s
+                    );
+                }
+                if let (Some(t), Some(s)) = (get("treelog"), get("seed-unserialized")) {
+                    println!(
+                        "  ratio treelog / seed-unserialized at {n} callers: {:.1}x",
+                        t / s
+                    );
+                }
+            }
+            if let Some(p) = json_out {
+                std::fs::write(p, serde_json::to_vec_pretty(&figures).unwrap_or_default())?;
+            }
+            if dir.is_none() {
+                let _ = std::fs::remove_dir_all(&base);
+            }
+            Ok(0)
+        }
+    }
+}

@@ -1,0 +1,724 @@
+//! The `treelog` command line: argument parsing and output formatting.
+//! `main.rs` only calls [`run`].
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use crate::admin;
+use crate::error::{Error, ErrorKind, Result};
+use crate::format::record;
+use crate::namespace::{CreateOptions, MkdirOptions, Options, SetAttrs, Treelog};
+use crate::store::{Store, StoreOptions};
+use crate::types::{Inode, DEFAULT_BLOCK_SIZE, DEFAULT_DIR_MODE, DEFAULT_FILE_MODE};
+use crate::writer::Durability;
+
+/// Default data directory when `--data` is not given.
+pub const DEFAULT_DATA_DIR: &str = "treelog-data";
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "treelog",
+    version,
+    about = "Event-sourced filesystem-namespace metadata store on RocksDB"
+)]
+pub struct Cli {
+    /// Data directory (created on first use).
+    #[arg(long, global = true, env = "TREELOG_DATA", default_value = DEFAULT_DATA_DIR)]
+    pub data: PathBuf,
+    /// Machine-readable JSON output.
+    #[arg(long, global = true)]
+    pub json: bool,
+    /// fsync each group before acknowledging (`sync`) or not (`none`).
+    #[arg(long, global = true, value_enum, default_value_t = DurabilityArg::Sync)]
+    pub durability: DurabilityArg,
+    #[command(subcommand)]
+    pub cmd: Cmd,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum DurabilityArg {
+    Sync,
+    None,
+}
+
+impl From<DurabilityArg> for Durability {
+    fn from(d: DurabilityArg) -> Durability {
+        match d {
+            DurabilityArg::Sync => Durability::Sync,
+            DurabilityArg::None => Durability::None,
+        }
+    }
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct OwnerArgs {
+    /// Permission bits, octal.
+    #[arg(long, value_parser = parse_mode)]
+    pub mode: Option<u32>,
+    #[arg(long, default_value = "")]
+    pub owner: String,
+    #[arg(long, default_value = "")]
+    pub group: String,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Cmd {
+    /// Create a directory.
+    Mkdir {
+        /// Create missing parents; an existing directory is not an error.
+        #[arg(short, long)]
+        parents: bool,
+        #[command(flatten)]
+        o: OwnerArgs,
+        path: String,
+    },
+    /// Create an empty (incomplete) file.
+    Touch {
+        /// Create missing parent directories.
+        #[arg(short, long)]
+        parents: bool,
+        #[command(flatten)]
+        o: OwnerArgs,
+        #[arg(long, default_value_t = DEFAULT_BLOCK_SIZE)]
+        block_size: u64,
+        path: String,
+    },
+    /// List a directory.
+    Ls {
+        /// Long format (mode, owner, group, size, mtime, id).
+        #[arg(short, long)]
+        long: bool,
+        /// Recurse into subdirectories.
+        #[arg(short = 'R', long)]
+        recursive: bool,
+        /// Start after this name (paging).
+        #[arg(long)]
+        start_after: Option<String>,
+        /// At most this many entries (per directory).
+        #[arg(long)]
+        limit: Option<usize>,
+        #[arg(default_value = "/")]
+        path: String,
+    },
+    /// Show an inode by path, or by id with --id.
+    Stat {
+        #[arg(long)]
+        id: Option<u64>,
+        path: Option<String>,
+    },
+    /// Rename (move) atomically.
+    Mv {
+        /// Replace an existing destination (file over file, empty dir over dir).
+        #[arg(short = 'f', long)]
+        overwrite: bool,
+        src: String,
+        dst: String,
+    },
+    /// Delete a file or directory.
+    Rm {
+        #[arg(short, long)]
+        recursive: bool,
+        path: String,
+    },
+    /// Change permission bits (octal).
+    Chmod {
+        #[arg(value_parser = parse_mode)]
+        mode: u32,
+        path: String,
+    },
+    /// Change owner and/or group: OWNER, OWNER:GROUP or :GROUP.
+    Chown { spec: String, path: String },
+    /// Set the modification time (milliseconds since the epoch).
+    Touchtime { mtime_ms: u64, path: String },
+    /// Mark a file complete with its final size.
+    Complete { path: String, size: u64 },
+    /// Change a file's size.
+    Setsize { path: String, size: u64 },
+    /// Build a small tree, print it, show the log and verify the index.
+    Demo,
+    /// Operator commands.
+    Admin {
+        #[command(subcommand)]
+        cmd: AdminCmd,
+    },
+    /// Benchmarks (see docs/BENCHMARKS.md).
+    Bench(crate::bench::BenchArgs),
+    /// Internal: workload for the crash test (prints acknowledged operations).
+    #[command(hide = true)]
+    CrashWorker {
+        #[arg(long, default_value_t = 4)]
+        threads: usize,
+        #[arg(long)]
+        run: String,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum AdminCmd {
+    /// Replay the whole log into a scratch index and compare digests.
+    Verify,
+    /// Drop the index and rebuild it from the whole log.
+    Rebuild,
+    /// Print log records and index entries.
+    Dump {
+        /// Only the log.
+        #[arg(long)]
+        log: bool,
+        /// Only the index.
+        #[arg(long)]
+        index: bool,
+        /// First log sequence to print.
+        #[arg(long, default_value_t = 1)]
+        from: u64,
+        /// Most log records to print.
+        #[arg(long)]
+        limit: Option<u64>,
+    },
+    /// Print watermarks, format version and writer state.
+    Info,
+}
+
+fn parse_mode(s: &str) -> std::result::Result<u32, String> {
+    let s = s.strip_prefix("0o").unwrap_or(s);
+    u32::from_str_radix(s, 8).map_err(|e| format!("mode must be octal: {e}"))
+}
+
+/// Process exit code of an error kind (documented in the README).
+pub fn exit_code(kind: ErrorKind) -> u8 {
+    match kind {
+        ErrorKind::NotFound => 3,
+        ErrorKind::AlreadyExists => 4,
+        ErrorKind::NotADirectory => 5,
+        ErrorKind::IsADirectory => 6,
+        ErrorKind::NotEmpty => 7,
+        ErrorKind::InvalidName | ErrorKind::InvalidPath | ErrorKind::InvalidArgument => 8,
+        ErrorKind::DictionaryFull => 9,
+        ErrorKind::Corruption | ErrorKind::Incompatible => 10,
+        ErrorKind::Compacted => 11,
+        _ => 1,
+    }
+}
+
+/// Exit code of `admin verify` when the digests differ.
+pub const EXIT_VERIFY_MISMATCH: u8 = 12;
+
+pub struct Out {
+    json: bool,
+}
+
+impl Out {
+    fn print_json(&self, v: &impl serde::Serialize) {
+        match serde_json::to_string(v) {
+            Ok(s) => println!("{s}"),
+            Err(e) => eprintln!("treelog: cannot encode JSON: {e}"),
+        }
+    }
+
+    fn mutation(&self, what: &str, path: &str, seq: u64) {
+        if self.json {
+            self.print_json(&serde_json::json!({"ok": true, "op": what, "path": path, "seq": seq}));
+        } else {
+            println!("{what} {path} (seq {seq})");
+        }
+    }
+}
+
+fn mode_string(i: &Inode) -> String {
+    let mut s = String::with_capacity(10);
+    s.push(if i.attrs.kind.is_dir() { 'd' } else { '-' });
+    for shift in [6, 3, 0] {
+        let b = (i.attrs.mode >> shift) & 7;
+        s.push(if b & 4 != 0 { 'r' } else { '-' });
+        s.push(if b & 2 != 0 { 'w' } else { '-' });
+        s.push(if b & 1 != 0 { 'x' } else { '-' });
+    }
+    s
+}
+
+pub fn long_line(i: &Inode, name: &str) -> String {
+    format!(
+        "{} {:>8} {:>8} {:>12} {:>14} {}{} id={}",
+        mode_string(i),
+        if i.attrs.owner.is_empty() {
+            "-"
+        } else {
+            &i.attrs.owner
+        },
+        if i.attrs.group.is_empty() {
+            "-"
+        } else {
+            &i.attrs.group
+        },
+        i.attrs.size,
+        i.attrs.mtime_ms,
+        name,
+        if i.attrs.kind.is_dir() {
+            "/"
+        } else if i.attrs.complete {
+            ""
+        } else {
+            " (incomplete)"
+        },
+        i.id
+    )
+}
+
+fn print_stat(out: &Out, i: &Inode, path: &str) {
+    if out.json {
+        out.print_json(&serde_json::json!({"path": path, "inode": i}));
+        return;
+    }
+    println!("path:       {path}");
+    println!("id:         {}", i.id);
+    println!("parent:     {}", i.parent);
+    println!(
+        "type:       {}",
+        if i.attrs.kind.is_dir() {
+            "directory"
+        } else {
+            "file"
+        }
+    );
+    println!("mode:       {:04o} ({})", i.attrs.mode, mode_string(i));
+    println!("owner:      {}", i.attrs.owner);
+    println!("group:      {}", i.attrs.group);
+    println!("size:       {}", i.attrs.size);
+    println!("block_size: {}", i.attrs.block_size);
+    println!("complete:   {}", i.attrs.complete);
+    println!("ctime_ms:   {}", i.attrs.ctime_ms);
+    println!("mtime_ms:   {}", i.attrs.mtime_ms);
+}
+
+fn open(cli: &Cli) -> Result<Treelog> {
+    Treelog::open(
+        &cli.data,
+        Options::default().durability(cli.durability.into()),
+    )
+}
+
+/// Runs the CLI; returns the process exit code.
+pub fn run(cli: Cli) -> ExitCode {
+    let out = Out { json: cli.json };
+    match dispatch(&cli, &out) {
+        Ok(code) => ExitCode::from(code),
+        Err(e) => {
+            if out.json {
+                out.print_json(&serde_json::json!({"ok": false, "error": e.kind().as_str(), "message": e.to_string()}));
+            } else {
+                eprintln!("treelog: {e}");
+            }
+            ExitCode::from(exit_code(e.kind()))
+        }
+    }
+}
+
+fn list_into(
+    t: &Treelog,
+    out: &Out,
+    path: &str,
+    long: bool,
+    recursive: bool,
+    start_after: Option<&str>,
+    limit: Option<usize>,
+    json_rows: &mut Vec<serde_json::Value>,
+) -> Result<()> {
+    let entries = match limit {
+        Some(l) => t.list(path, start_after, l)?.entries,
+        None if start_after.is_some() => {
+            let mut v = Vec::new();
+            let mut after = start_after.map(str::to_owned);
+            loop {
+                let p = t.list(path, after.as_deref(), 1024)?;
+                v.extend(p.entries);
+                match p.next_start_after {
+                    Some(n) => after = Some(n),
+                    None => break,
+                }
+            }
+            v
+        }
+        None => t.list_all(path)?,
+    };
+    if recursive && !out.json {
+        println!("{path}:");
+    }
+    for e in &entries {
+        let full = crate::path::join(&crate::path::canonical(path)?, &e.name);
+        if out.json {
+            json_rows.push(serde_json::json!({"path": full, "name": e.name, "inode": e.inode}));
+        } else if long {
+            println!("{}", long_line(&e.inode, &e.name));
+        } else {
+            println!(
+                "{}{}",
+                e.name,
+                if e.inode.attrs.kind.is_dir() { "/" } else { "" }
+            );
+        }
+    }
+    if recursive {
+        for e in entries.iter().filter(|e| e.inode.attrs.kind.is_dir()) {
+            let full = crate::path::join(&crate::path::canonical(path)?, &e.name);
+            if !out.json {
+                println!();
+            }
+            list_into(t, out, &full, long, true, None, limit, json_rows)?;
+        }
+    }
+    Ok(())
+}
+
+fn dispatch(cli: &Cli, out: &Out) -> Result<u8> {
+    match &cli.cmd {
+        Cmd::Mkdir { parents, o, path } => {
+            let t = open(cli)?;
+            let seq = t.mkdir(
+                path,
+                MkdirOptions {
+                    parents: *parents,
+                    mode: o.mode.unwrap_or(DEFAULT_DIR_MODE),
+                    owner: o.owner.clone(),
+                    group: o.group.clone(),
+                },
+            )?;
+            out.mutation("mkdir", path, seq);
+        }
+        Cmd::Touch {
+            parents,
+            o,
+            block_size,
+            path,
+        } => {
+            let t = open(cli)?;
+            let seq = t.create(
+                path,
+                CreateOptions {
+                    parents: *parents,
+                    mode: o.mode.unwrap_or(DEFAULT_FILE_MODE),
+                    owner: o.owner.clone(),
+                    group: o.group.clone(),
+                    block_size: *block_size,
+                },
+            )?;
+            out.mutation("create", path, seq);
+        }
+        Cmd::Ls {
+            long,
+            recursive,
+            start_after,
+            limit,
+            path,
+        } => {
+            let t = open(cli)?;
+            let st = t.stat(path)?;
+            let mut rows = Vec::new();
+            if st.attrs.kind.is_dir() {
+                list_into(
+                    &t,
+                    out,
+                    path,
+                    *long,
+                    *recursive,
+                    start_after.as_deref(),
+                    *limit,
+                    &mut rows,
+                )?;
+            } else if out.json {
+                rows.push(serde_json::json!({"path": crate::path::canonical(path)?, "name": st.name, "inode": st}));
+            } else if *long {
+                println!("{}", long_line(&st, path));
+            } else {
+                println!("{path}");
+            }
+            if out.json {
+                out.print_json(&rows);
+            }
+        }
+        Cmd::Stat { id, path } => {
+            let t = open(cli)?;
+            let (ino, p) = match (id, path) {
+                (Some(id), _) => {
+                    let ino = t.stat_id(*id)?;
+                    let p = t.path_of(*id)?;
+                    (ino, p)
+                }
+                (None, Some(p)) => (t.stat(p)?, crate::path::canonical(p)?),
+                (None, None) => return Err(Error::InvalidArgument("give a path or --id".into())),
+            };
+            print_stat(out, &ino, &p);
+        }
+        Cmd::Mv {
+            overwrite,
+            src,
+            dst,
+        } => {
+            let t = open(cli)?;
+            let seq = t.rename(src, dst, *overwrite)?;
+            out.mutation("rename", &format!("{src} -> {dst}"), seq);
+        }
+        Cmd::Rm { recursive, path } => {
+            let t = open(cli)?;
+            let seq = t.delete(path, *recursive)?;
+            out.mutation("delete", path, seq);
+        }
+        Cmd::Chmod { mode, path } => {
+            let t = open(cli)?;
+            let seq = t.set_attrs(
+                path,
+                SetAttrs {
+                    mode: Some(*mode),
+                    ..Default::default()
+                },
+            )?;
+            out.mutation("chmod", path, seq);
+        }
+        Cmd::Chown { spec, path } => {
+            let (owner, group) = match spec.split_once(':') {
+                Some((o, g)) => ((!o.is_empty()).then(|| o.to_owned()), Some(g.to_owned())),
+                None => (Some(spec.clone()), None),
+            };
+            let t = open(cli)?;
+            let seq = t.set_attrs(
+                path,
+                SetAttrs {
+                    owner,
+                    group,
+                    ..Default::default()
+                },
+            )?;
+            out.mutation("chown", path, seq);
+        }
+        Cmd::Touchtime { mtime_ms, path } => {
+            let t = open(cli)?;
+            let seq = t.set_attrs(
+                path,
+                SetAttrs {
+                    mtime_ms: Some(*mtime_ms),
+                    ..Default::default()
+                },
+            )?;
+            out.mutation("set_mtime", path, seq);
+        }
+        Cmd::Complete { path, size } => {
+            let t = open(cli)?;
+            let seq = t.complete(path, *size)?;
+            out.mutation("complete", path, seq);
+        }
+        Cmd::Setsize { path, size } => {
+            let t = open(cli)?;
+            let seq = t.set_size(path, *size)?;
+            out.mutation("set_size", path, seq);
+        }
+        Cmd::Demo => return crate::demo::run(&cli.data, out.json),
+        Cmd::Admin { cmd } => return admin_cmd(cli, out, cmd),
+        Cmd::Bench(args) => return crate::bench::run(args),
+        Cmd::CrashWorker { threads, run } => {
+            return crate::crashworker::run(&cli.data, *threads, run, cli.durability.into())
+        }
+    }
+    Ok(0)
+}
+
+fn admin_cmd(cli: &Cli, out: &Out, cmd: &AdminCmd) -> Result<u8> {
+    let so = StoreOptions {
+        create_if_missing: false,
+        ..Default::default()
+    };
+    match cmd {
+        AdminCmd::Verify => {
+            let r = admin::verify_path(&cli.data, &so)?;
+            if out.json {
+                out.print_json(&serde_json::json!({"ok": r.ok(), "report": r}));
+            } else {
+                println!("records replayed: {}", r.records);
+                println!("applied_seq:      {}", r.applied_seq);
+                println!("live digest:      {}", r.live_digest);
+                println!("replay digest:    {}", r.replay_digest);
+                for p in &r.problems {
+                    println!("problem: {p}");
+                }
+                println!(
+                    "{}",
+                    if r.ok() {
+                        "OK: the index equals a replay of the log"
+                    } else {
+                        "MISMATCH"
+                    }
+                );
+            }
+            Ok(if r.ok() { 0 } else { EXIT_VERIFY_MISMATCH })
+        }
+        AdminCmd::Rebuild => {
+            let n = admin::rebuild(&cli.data, &so)?;
+            if out.json {
+                out.print_json(&serde_json::json!({"ok": true, "replayed": n}));
+            } else {
+                println!("rebuilt the index from {n} log records");
+            }
+            Ok(0)
+        }
+        AdminCmd::Info => {
+            let store = Store::open(&cli.data, &so)?;
+            let info = serde_json::json!({
+                "format_version": store.format_version()?,
+                "log_start": store.log_start()?,
+                "applied_seq": store.applied_seq()?,
+                "last_seq": store.last_log_seq()?,
+            });
+            if out.json {
+                out.print_json(&info);
+            } else {
+                println!("format_version: {}", info["format_version"]);
+                println!("log_start:      {}", info["log_start"]);
+                println!(
+                    "applied_seq:    {} (index; replayed on open up to last_seq)",
+                    info["applied_seq"]
+                );
+                println!("last_seq:       {}", info["last_seq"]);
+            }
+            Ok(0)
+        }
+        AdminCmd::Dump {
+            log,
+            index,
+            from,
+            limit,
+        } => {
+            let store = Store::open(&cli.data, &so)?;
+            let (show_log, show_index) = match (log, index) {
+                (false, false) => (true, true),
+                (l, i) => (*l, *i),
+            };
+            let stdout = std::io::stdout();
+            let mut w = std::io::BufWriter::new(stdout.lock());
+            let io = |e: std::io::Error| Error::Io(e);
+            if show_log {
+                if !out.json {
+                    writeln!(w, "== log (from {from}) ==").map_err(io)?;
+                }
+                let it = store.db().iterator_cf(
+                    store.cf(crate::store::CF_LOG)?,
+                    rocksdb::IteratorMode::From(
+                        &crate::format::log_key(*from),
+                        rocksdb::Direction::Forward,
+                    ),
+                );
+                for (n, item) in it.enumerate() {
+                    if limit.is_some_and(|l| n as u64 >= l) {
+                        break;
+                    }
+                    let (k, v) = item?;
+                    let seq = crate::format::decode_log_key(&k)?;
+                    match record::decode_record(&v, Some(seq)) {
+                        Ok(rec) if out.json => writeln!(
+                            w,
+                            "{}",
+                            serde_json::to_string(&serde_json::json!({"log": rec}))
+                                .unwrap_or_default()
+                        )
+                        .map_err(io)?,
+                        Ok(rec) => {
+                            writeln!(w, "#{} t={} ({} bytes)", rec.seq, rec.time_ms, v.len())
+                                .map_err(io)?;
+                            for ev in &rec.events {
+                                writeln!(w, "    {}", describe_event(ev)).map_err(io)?;
+                            }
+                        }
+                        Err(e) => writeln!(w, "#{seq} CORRUPT: {e}").map_err(io)?,
+                    }
+                }
+            }
+            if show_index {
+                if !out.json {
+                    writeln!(w, "== index ==").map_err(io)?;
+                }
+                admin::dump_index(&store, |e| {
+                    if out.json {
+                        writeln!(w, "{}", serde_json::to_string(&e).unwrap_or_default()).map_err(io)
+                    } else {
+                        let line = match &e {
+                            admin::DumpEntry::Inode {
+                                key_hex,
+                                id,
+                                inode: Some(i),
+                                ..
+                            } => {
+                                format!("inodes {key_hex} id={id} {}", long_line(i, &i.name))
+                            }
+                            admin::DumpEntry::Inode {
+                                key_hex, id, error, ..
+                            } => {
+                                format!(
+                                    "inodes {key_hex} id={id} CORRUPT: {}",
+                                    error.as_deref().unwrap_or("?")
+                                )
+                            }
+                            admin::DumpEntry::Special {
+                                key_hex,
+                                what,
+                                value,
+                            } => {
+                                format!("inodes {key_hex} {what} = {value}")
+                            }
+                            admin::DumpEntry::Edge {
+                                key_hex,
+                                parent,
+                                name,
+                                child,
+                            } => {
+                                format!("edges  {key_hex} ({parent}, {name:?}) -> {child}")
+                            }
+                        };
+                        writeln!(w, "{line}").map_err(io)
+                    }
+                })?;
+            }
+            w.flush().map_err(io)?;
+            Ok(0)
+        }
+    }
+}
+
+/// One line describing an event, for humans.
+pub fn describe_event(ev: &crate::event::Event) -> String {
+    use crate::event::Event;
+    match ev {
+        Event::Create {
+            id, path, attrs, ..
+        } => format!(
+            "create {} {path} id={id} mode={:04o} owner={:?} group={:?}",
+            if attrs.kind.is_dir() { "dir " } else { "file" },
+            attrs.mode,
+            attrs.owner,
+            attrs.group
+        ),
+        Event::Complete(u) => format!("complete {} id={} size={}", u.path, u.id, u.new.size),
+        Event::SetSize(u) => format!(
+            "set_size {} id={} size {} -> {}",
+            u.path, u.id, u.old.size, u.new.size
+        ),
+        Event::SetAttr(u) => format!(
+            "set_attr {} id={} mode {:04o}->{:04o} owner {:?}->{:?} group {:?}->{:?} mtime {}->{}",
+            u.path,
+            u.id,
+            u.old.mode,
+            u.new.mode,
+            u.old.owner,
+            u.new.owner,
+            u.old.group,
+            u.new.group,
+            u.old.mtime_ms,
+            u.new.mtime_ms
+        ),
+        Event::Delete { id, path, .. } => format!("delete {path} id={id}"),
+        Event::Rename {
+            id,
+            old_path,
+            new_path,
+            ..
+        } => format!("rename {old_path} -> {new_path} id={id}"),
+    }
+}

@@ -1,0 +1,87 @@
+//! Commands: what a caller asks the writer to do.
+
+use serde::{Deserialize, Serialize};
+
+/// A namespace mutation request. Paths are absolute.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Command {
+    /// Create a directory. With `parents`, missing ancestors are created and
+    /// an existing directory at `path` is not an error.
+    Mkdir {
+        path: String,
+        parents: bool,
+        mode: u32,
+        owner: String,
+        group: String,
+    },
+    /// Create an empty, incomplete file. Fails if `path` exists. With
+    /// `parents`, missing ancestors are created as directories.
+    Create {
+        path: String,
+        parents: bool,
+        mode: u32,
+        owner: String,
+        group: String,
+        block_size: u64,
+    },
+    /// Mark a file complete with its final size. Repeating it with the same
+    /// size is a no-op.
+    Complete { path: String, size: u64 },
+    /// Change a file's size.
+    SetSize { path: String, size: u64 },
+    /// Change any of mode, owner, group and modification time.
+    SetAttr {
+        path: String,
+        mode: Option<u32>,
+        owner: Option<String>,
+        group: Option<String>,
+        mtime_ms: Option<u64>,
+    },
+    /// Remove a file or directory; a non-empty directory only with `recursive`.
+    Delete { path: String, recursive: bool },
+    /// Move `src` to `dst` atomically. An existing `dst` is replaced only with
+    /// `overwrite`, and only file-over-file or empty-directory-over-directory.
+    Rename {
+        src: String,
+        dst: String,
+        overwrite: bool,
+    },
+}
+
+impl Command {
+    /// A short lower-case name for metrics and logs.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Command::Mkdir { .. } => "mkdir",
+            Command::Create { .. } => "create",
+            Command::Complete { .. } => "complete",
+            Command::SetSize { .. } => "set_size",
+            Command::SetAttr { .. } => "set_attr",
+            Command::Delete { .. } => "delete",
+            Command::Rename { .. } => "rename",
+        }
+    }
+
+    /// Rough size in bytes, for the writer's per-group byte budget.
+    pub fn approx_bytes(&self) -> usize {
+        64 + match self {
+            Command::Mkdir {
+                path, owner, group, ..
+            }
+            | Command::Create {
+                path, owner, group, ..
+            } => path.len() + owner.len() + group.len(),
+            Command::Complete { path, .. }
+            | Command::SetSize { path, .. }
+            | Command::Delete { path, .. } => path.len(),
+            Command::SetAttr {
+                path, owner, group, ..
+            } => {
+                path.len()
+                    + owner.as_ref().map_or(0, |s| s.len())
+                    + group.as_ref().map_or(0, |s| s.len())
+            }
+            Command::Rename { src, dst, .. } => src.len() + dst.len(),
+        }
+    }
+}

@@ -1,0 +1,765 @@
+//! The pure engine: commands in, events out; events in, index writes out.
+//!
+//! No I/O happens here. [`Engine::execute`] validates a command against an
+//! index view (the stored index plus the group's earlier changes), decides
+//! the events (ids, times, paths), and applies them to the overlay so the
+//! next command of the group sees them. [`apply_events`] is the only code
+//! that turns events into index bytes; the writer, recovery replay, rebuild
+//! and (later) followers all use it, which is what makes the index a
+//! deterministic function of the log.
+
+use crate::command::Command;
+use crate::error::{DictKind, Error, Result};
+use crate::event::{Event, Update};
+use crate::format::{
+    self, edge_key, edge_prefix, edge_value, inode_key, next_id_value, Dict, DictSet, InodeEntry,
+    FLAG_COMPLETE, FLAG_DIRECTORY, GROUP_DICT_KEY, ID_BLOCK, MAX_INODE_ID, NEXT_ID_KEY,
+    OWNER_DICT_KEY, ROOT_ID,
+};
+use crate::index::{Cf, IndexRead, Overlay};
+use crate::path;
+use crate::types::{Attrs, DirEntry, FileType, Inode, DEFAULT_DIR_MODE};
+
+/// The in-memory part of the index state the writer keeps between groups.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EngineState {
+    pub dicts: DictSet,
+    /// The persisted `next_id` value: ids below it have been reserved.
+    pub id_bound: u64,
+    /// The next id the writer hands out (starts at `id_bound` after open, so
+    /// up to `ID_BLOCK - 1` ids are skipped per restart, as in seed 000).
+    pub next_id: u64,
+}
+
+impl EngineState {
+    /// Loads the state from an index.
+    pub fn load(view: &(impl IndexRead + ?Sized)) -> Result<EngineState> {
+        let dict = |key| -> Result<Dict> {
+            match view.get(Cf::Inodes, &inode_key(key))? {
+                Some(v) => Dict::decode(&v),
+                None => Ok(Dict::default()),
+            }
+        };
+        let owners = dict(OWNER_DICT_KEY)?;
+        let groups = dict(GROUP_DICT_KEY)?;
+        let id_bound = match view.get(Cf::Inodes, &inode_key(NEXT_ID_KEY))? {
+            Some(v) => format::decode_next_id_value(&v)?,
+            None => return Err(Error::corrupt("index", "next_id key is missing")),
+        };
+        Ok(EngineState {
+            dicts: DictSet { owners, groups },
+            id_bound,
+            next_id: id_bound,
+        })
+    }
+}
+
+/// The index entries of an empty namespace: the root directory, empty
+/// dictionaries and `next_id`.
+pub fn initial_index_writes<R: IndexRead + ?Sized>(ov: &mut Overlay<'_, R>) {
+    let root = InodeEntry {
+        parent_id: 0,
+        size: 0,
+        block_size: 0,
+        creation_time_ms: 0,
+        modification_time_ms: 0,
+        mode: DEFAULT_DIR_MODE,
+        flags: FLAG_DIRECTORY | FLAG_COMPLETE,
+        owner_id: 0,
+        group_id: 0,
+        name: Vec::new(),
+    };
+    ov.put(Cf::Inodes, inode_key(ROOT_ID).to_vec(), root.encode());
+    ov.put(
+        Cf::Inodes,
+        inode_key(OWNER_DICT_KEY).to_vec(),
+        Dict::default().encode(),
+    );
+    ov.put(
+        Cf::Inodes,
+        inode_key(GROUP_DICT_KEY).to_vec(),
+        Dict::default().encode(),
+    );
+    ov.put(
+        Cf::Inodes,
+        inode_key(NEXT_ID_KEY).to_vec(),
+        next_id_value(format::FIRST_ALLOCATED_ID).to_vec(),
+    );
+}
+
+// ---------------------------------------------------------------------------
+// Reading the index
+// ---------------------------------------------------------------------------
+
+/// Decodes a stored entry into an [`Inode`].
+pub fn inode_from_entry(id: u64, e: &InodeEntry, dicts: &DictSet) -> Result<Inode> {
+    let name = String::from_utf8(e.name.clone())
+        .map_err(|_| Error::corrupt("inode entry", format!("name of inode {id} is not UTF-8")))?;
+    Ok(Inode {
+        id,
+        parent: e.parent_id,
+        name,
+        attrs: Attrs {
+            kind: if e.is_dir() {
+                FileType::Directory
+            } else {
+                FileType::File
+            },
+            size: e.size,
+            block_size: e.block_size,
+            ctime_ms: e.creation_time_ms,
+            mtime_ms: e.modification_time_ms,
+            mode: e.mode,
+            complete: e.is_complete(),
+            owner: dicts.owners.lookup(e.owner_id)?.to_owned(),
+            group: dicts.groups.lookup(e.group_id)?.to_owned(),
+        },
+    })
+}
+
+pub fn get_inode(
+    view: &(impl IndexRead + ?Sized),
+    dicts: &DictSet,
+    id: u64,
+) -> Result<Option<Inode>> {
+    if id > MAX_INODE_ID {
+        return Ok(None);
+    }
+    match view.get(Cf::Inodes, &inode_key(id))? {
+        Some(v) => Ok(Some(inode_from_entry(id, &InodeEntry::decode(&v)?, dicts)?)),
+        None => Ok(None),
+    }
+}
+
+pub fn get_child(view: &(impl IndexRead + ?Sized), parent: u64, name: &str) -> Result<Option<u64>> {
+    match view.get(Cf::Edges, &edge_key(parent, name.as_bytes()))? {
+        Some(v) => Ok(Some(format::decode_edge_value(&v)?)),
+        None => Ok(None),
+    }
+}
+
+fn must_inode(view: &(impl IndexRead + ?Sized), dicts: &DictSet, id: u64) -> Result<Inode> {
+    get_inode(view, dicts, id)?.ok_or_else(|| {
+        Error::corrupt(
+            "index",
+            format!("edge points to inode {id}, which does not exist"),
+        )
+    })
+}
+
+/// Resolves a path to its inode.
+pub fn resolve(view: &(impl IndexRead + ?Sized), dicts: &DictSet, p: &str) -> Result<Inode> {
+    let comps = path::components(p)?;
+    let mut cur = must_inode(view, dicts, ROOT_ID)?;
+    for (i, c) in comps.iter().enumerate() {
+        if !cur.attrs.kind.is_dir() {
+            return Err(Error::NotADirectory(path::join_all(&comps[..i])));
+        }
+        match get_child(view, cur.id, c)? {
+            Some(id) => cur = must_inode(view, dicts, id)?,
+            None => return Err(Error::NotFound(path::join_all(&comps[..=i]))),
+        }
+    }
+    Ok(cur)
+}
+
+/// The full path of an inode, by walking parent links.
+pub fn path_of(view: &(impl IndexRead + ?Sized), dicts: &DictSet, id: u64) -> Result<String> {
+    let mut names = Vec::new();
+    let mut cur = get_inode(view, dicts, id)?.ok_or(Error::InodeNotFound(id))?;
+    while cur.id != ROOT_ID {
+        names.push(cur.name.clone());
+        if names.len() > 4096 {
+            return Err(Error::corrupt(
+                "index",
+                format!("parent chain of inode {id} loops"),
+            ));
+        }
+        cur = must_inode(view, dicts, cur.parent)?;
+    }
+    names.reverse();
+    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    Ok(path::join_all(&refs))
+}
+
+/// One page of a directory's children, in name byte order.
+pub fn list_children(
+    view: &(impl IndexRead + ?Sized),
+    dicts: &DictSet,
+    dir: u64,
+    start_after: Option<&str>,
+    limit: usize,
+) -> Result<(Vec<DirEntry>, bool)> {
+    let prefix = edge_prefix(dir);
+    let after = start_after.map(|s| edge_key(dir, s.as_bytes()));
+    // One more than asked tells whether another page exists.
+    let kvs = view.scan(
+        Cf::Edges,
+        &prefix,
+        after.as_deref(),
+        limit.saturating_add(1),
+    )?;
+    let more = kvs.len() > limit;
+    let mut out = Vec::with_capacity(kvs.len().min(limit));
+    for (k, v) in kvs.into_iter().take(limit) {
+        let (_, name) = format::decode_edge_key(&k)?;
+        let name = String::from_utf8(name.to_vec())
+            .map_err(|_| Error::corrupt("edge key", "name is not UTF-8"))?;
+        let id = format::decode_edge_value(&v)?;
+        out.push(DirEntry {
+            name,
+            inode: must_inode(view, dicts, id)?,
+        });
+    }
+    Ok((out, more))
+}
+
+fn has_children(view: &(impl IndexRead + ?Sized), dir: u64) -> Result<bool> {
+    Ok(!view.scan(Cf::Edges, &edge_prefix(dir), None, 1)?.is_empty())
+}
+
+// ---------------------------------------------------------------------------
+// Commands to events
+// ---------------------------------------------------------------------------
+
+/// What a command decided.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// Events to log (never empty).
+    Events(Vec<Event>),
+    /// Nothing to change (`mkdir -p` of an existing directory, a rename onto
+    /// itself, completing a complete file with its size, ...).
+    NoOp,
+}
+
+pub struct Engine {
+    pub state: EngineState,
+}
+
+fn check_mode(mode: u32) -> Result<()> {
+    if mode > 0o7777 {
+        return Err(Error::InvalidArgument(format!(
+            "mode {mode:#o} has bits outside 0o7777"
+        )));
+    }
+    Ok(())
+}
+
+impl Engine {
+    pub fn new(state: EngineState) -> Engine {
+        Engine { state }
+    }
+
+    fn alloc_ids(&self, n: usize) -> Result<u64> {
+        let first = self.state.next_id;
+        if first.saturating_add(n as u64) > MAX_INODE_ID {
+            return Err(Error::InvalidArgument("inode ids exhausted".into()));
+        }
+        Ok(first)
+    }
+
+    fn check_owner_group(&self, owner: &str, group: &str) -> Result<()> {
+        self.state.dicts.owners.check(DictKind::Owner, owner)?;
+        self.state.dicts.groups.check(DictKind::Group, group)?;
+        Ok(())
+    }
+
+    /// Validates `cmd` against `view`, decides its events, and applies them to
+    /// `view` (so later commands of the group see them).
+    #[allow(clippy::type_complexity)]
+    pub fn execute<R: IndexRead + ?Sized>(
+        &mut self,
+        cmd: &Command,
+        view: &mut Overlay<'_, R>,
+        time_ms: u64,
+    ) -> Result<Result<Outcome>> {
+        // Inner error: the command is refused, nothing changed. Outer error:
+        // applying failed half-way and the overlay must be discarded.
+        let outcome = match self.plan(cmd, view, time_ms) {
+            Ok(o) => o,
+            Err(e) => return Ok(Err(e)),
+        };
+        if let Outcome::Events(events) = &outcome {
+            debug_assert!(!events.is_empty());
+            apply_events(events, view, &mut self.state)?;
+        }
+        Ok(Ok(outcome))
+    }
+
+    fn plan<R: IndexRead + ?Sized>(
+        &mut self,
+        cmd: &Command,
+        view: &Overlay<'_, R>,
+        now: u64,
+    ) -> Result<Outcome> {
+        let dicts = &self.state.dicts;
+        match cmd {
+            Command::Mkdir {
+                path: p,
+                parents,
+                mode,
+                owner,
+                group,
+            } => {
+                check_mode(*mode)?;
+                let comps = path::components(p)?;
+                if comps.is_empty() {
+                    return if *parents {
+                        Ok(Outcome::NoOp)
+                    } else {
+                        Err(Error::AlreadyExists("/".into()))
+                    };
+                }
+                let (dir, existing) = walk_existing(view, dicts, &comps)?;
+                if existing == comps.len() {
+                    return if *parents && dir.attrs.kind.is_dir() {
+                        Ok(Outcome::NoOp)
+                    } else {
+                        Err(Error::AlreadyExists(path::join_all(&comps)))
+                    };
+                }
+                if !*parents && existing + 1 < comps.len() {
+                    return Err(Error::NotFound(path::join_all(&comps[..=existing])));
+                }
+                self.check_owner_group(owner, group)?;
+                let attrs = Attrs {
+                    kind: FileType::Directory,
+                    size: 0,
+                    block_size: 0,
+                    ctime_ms: now,
+                    mtime_ms: now,
+                    mode: *mode,
+                    complete: true,
+                    owner: owner.clone(),
+                    group: group.clone(),
+                };
+                let events = self.create_chain(&comps, existing, dir.id, &attrs, &attrs)?;
+                Ok(Outcome::Events(events))
+            }
+            Command::Create {
+                path: p,
+                parents,
+                mode,
+                owner,
+                group,
+                block_size,
+            } => {
+                check_mode(*mode)?;
+                let comps = path::components(p)?;
+                if comps.is_empty() {
+                    return Err(Error::AlreadyExists("/".into()));
+                }
+                let (dir, existing) = walk_existing(view, dicts, &comps)?;
+                if existing == comps.len() {
+                    return Err(Error::AlreadyExists(path::join_all(&comps)));
+                }
+                if !*parents && existing + 1 < comps.len() {
+                    return Err(Error::NotFound(path::join_all(&comps[..=existing])));
+                }
+                self.check_owner_group(owner, group)?;
+                let dir_attrs = Attrs {
+                    kind: FileType::Directory,
+                    size: 0,
+                    block_size: 0,
+                    ctime_ms: now,
+                    mtime_ms: now,
+                    mode: DEFAULT_DIR_MODE,
+                    complete: true,
+                    owner: owner.clone(),
+                    group: group.clone(),
+                };
+                let file_attrs = Attrs {
+                    kind: FileType::File,
+                    size: 0,
+                    block_size: *block_size,
+                    ctime_ms: now,
+                    mtime_ms: now,
+                    mode: *mode,
+                    complete: false,
+                    owner: owner.clone(),
+                    group: group.clone(),
+                };
+                let events =
+                    self.create_chain(&comps, existing, dir.id, &dir_attrs, &file_attrs)?;
+                Ok(Outcome::Events(events))
+            }
+            Command::Complete { path: p, size } => {
+                let (ino, canon) = resolve_canon(view, dicts, p)?;
+                if ino.attrs.kind.is_dir() {
+                    return Err(Error::IsADirectory(canon));
+                }
+                if ino.attrs.complete {
+                    return if ino.attrs.size == *size {
+                        Ok(Outcome::NoOp)
+                    } else {
+                        Err(Error::InvalidArgument(format!(
+                            "{canon} is already complete with size {}, not {size}",
+                            ino.attrs.size
+                        )))
+                    };
+                }
+                let mut new = ino.attrs.clone();
+                new.size = *size;
+                new.complete = true;
+                new.mtime_ms = now;
+                Ok(Outcome::Events(vec![Event::Complete(update(
+                    ino, canon, new,
+                ))]))
+            }
+            Command::SetSize { path: p, size } => {
+                let (ino, canon) = resolve_canon(view, dicts, p)?;
+                if ino.attrs.kind.is_dir() {
+                    return Err(Error::IsADirectory(canon));
+                }
+                let mut new = ino.attrs.clone();
+                new.size = *size;
+                new.mtime_ms = now;
+                Ok(Outcome::Events(vec![Event::SetSize(update(
+                    ino, canon, new,
+                ))]))
+            }
+            Command::SetAttr {
+                path: p,
+                mode,
+                owner,
+                group,
+                mtime_ms,
+            } => {
+                let (ino, canon) = resolve_canon(view, dicts, p)?;
+                let mut new = ino.attrs.clone();
+                if let Some(m) = mode {
+                    check_mode(*m)?;
+                    new.mode = *m;
+                }
+                if let Some(o) = owner {
+                    dicts.owners.check(DictKind::Owner, o)?;
+                    new.owner = o.clone();
+                }
+                if let Some(g) = group {
+                    dicts.groups.check(DictKind::Group, g)?;
+                    new.group = g.clone();
+                }
+                if let Some(t) = mtime_ms {
+                    new.mtime_ms = *t;
+                }
+                if new == ino.attrs {
+                    return Ok(Outcome::NoOp);
+                }
+                Ok(Outcome::Events(vec![Event::SetAttr(update(
+                    ino, canon, new,
+                ))]))
+            }
+            Command::Delete { path: p, recursive } => {
+                let (ino, canon) = resolve_canon(view, dicts, p)?;
+                if ino.id == ROOT_ID {
+                    return Err(Error::InvalidArgument("the root cannot be deleted".into()));
+                }
+                if ino.attrs.kind.is_dir() && !*recursive && has_children(view, ino.id)? {
+                    return Err(Error::NotEmpty(canon));
+                }
+                let mut events = Vec::new();
+                delete_subtree(view, dicts, ino, canon, &mut events)?;
+                Ok(Outcome::Events(events))
+            }
+            Command::Rename {
+                src,
+                dst,
+                overwrite,
+            } => {
+                let src_comps = path::components(src)?;
+                let dst_comps = path::components(dst)?;
+                if src_comps.is_empty() || dst_comps.is_empty() {
+                    return Err(Error::InvalidArgument(
+                        "the root cannot be renamed or replaced".into(),
+                    ));
+                }
+                let src_path = path::join_all(&src_comps);
+                let dst_path = path::join_all(&dst_comps);
+                let ino = resolve(view, dicts, &src_path)?;
+                let dst_parent_path = path::join_all(&dst_comps[..dst_comps.len() - 1]);
+                let dst_parent = resolve(view, dicts, &dst_parent_path)?;
+                if !dst_parent.attrs.kind.is_dir() {
+                    return Err(Error::NotADirectory(dst_parent_path));
+                }
+                if src_path == dst_path {
+                    return Ok(Outcome::NoOp);
+                }
+                if ino.attrs.kind.is_dir() && path::is_within(&dst_path, &src_path) {
+                    return Err(Error::InvalidArgument(format!(
+                        "cannot move directory {src_path} under itself ({dst_path})"
+                    )));
+                }
+                let new_name = dst_comps[dst_comps.len() - 1];
+                let mut events = Vec::new();
+                if let Some(existing) = get_child(view, dst_parent.id, new_name)? {
+                    let victim = must_inode(view, dicts, existing)?;
+                    if !*overwrite {
+                        return Err(Error::AlreadyExists(dst_path));
+                    }
+                    match (ino.attrs.kind, victim.attrs.kind) {
+                        (FileType::File, FileType::File) => {}
+                        (FileType::Directory, FileType::Directory) => {
+                            if has_children(view, victim.id)? {
+                                return Err(Error::NotEmpty(dst_path));
+                            }
+                        }
+                        (FileType::File, FileType::Directory) => {
+                            return Err(Error::IsADirectory(dst_path))
+                        }
+                        (FileType::Directory, FileType::File) => {
+                            return Err(Error::NotADirectory(dst_path))
+                        }
+                    }
+                    events.push(Event::Delete {
+                        id: victim.id,
+                        parent: victim.parent,
+                        name: victim.name,
+                        path: dst_path.clone(),
+                        attrs: victim.attrs,
+                    });
+                }
+                events.push(Event::Rename {
+                    id: ino.id,
+                    old_parent: ino.parent,
+                    old_name: ino.name,
+                    old_path: src_path,
+                    new_parent: dst_parent.id,
+                    new_name: new_name.to_owned(),
+                    new_path: dst_path,
+                    attrs: ino.attrs,
+                });
+                Ok(Outcome::Events(events))
+            }
+        }
+    }
+
+    /// Create events for `comps[existing..]` under `parent`: directories with
+    /// `dir_attrs`, the last one with `last_attrs`.
+    fn create_chain(
+        &mut self,
+        comps: &[&str],
+        existing: usize,
+        mut parent: u64,
+        dir_attrs: &Attrs,
+        last_attrs: &Attrs,
+    ) -> Result<Vec<Event>> {
+        let n = comps.len() - existing;
+        let mut id = self.alloc_ids(n)?;
+        let mut events = Vec::with_capacity(n);
+        for i in existing..comps.len() {
+            let attrs = if i + 1 == comps.len() {
+                last_attrs.clone()
+            } else {
+                dir_attrs.clone()
+            };
+            events.push(Event::Create {
+                id,
+                parent,
+                name: comps[i].to_owned(),
+                path: path::join_all(&comps[..=i]),
+                attrs,
+            });
+            parent = id;
+            id += 1;
+        }
+        self.state.next_id = id;
+        Ok(events)
+    }
+}
+
+fn update(ino: Inode, path: String, new: Attrs) -> Update {
+    Update {
+        id: ino.id,
+        parent: ino.parent,
+        name: ino.name,
+        path,
+        old: ino.attrs,
+        new,
+    }
+}
+
+fn resolve_canon(
+    view: &(impl IndexRead + ?Sized),
+    dicts: &DictSet,
+    p: &str,
+) -> Result<(Inode, String)> {
+    let canon = path::canonical(p)?;
+    Ok((resolve(view, dicts, &canon)?, canon))
+}
+
+/// Walks the existing prefix of `comps`. Returns the deepest existing inode
+/// and how many components exist. Errors if an existing component that must
+/// be a directory (because more components follow) is a file.
+fn walk_existing(
+    view: &(impl IndexRead + ?Sized),
+    dicts: &DictSet,
+    comps: &[&str],
+) -> Result<(Inode, usize)> {
+    let mut cur = must_inode(view, dicts, ROOT_ID)?;
+    for (i, c) in comps.iter().enumerate() {
+        if !cur.attrs.kind.is_dir() {
+            return Err(Error::NotADirectory(path::join_all(&comps[..i])));
+        }
+        match get_child(view, cur.id, c)? {
+            Some(id) => cur = must_inode(view, dicts, id)?,
+            None => return Ok((cur, i)),
+        }
+    }
+    Ok((cur, comps.len()))
+}
+
+/// Delete events for `ino` and everything below it, children first.
+fn delete_subtree(
+    view: &(impl IndexRead + ?Sized),
+    dicts: &DictSet,
+    ino: Inode,
+    ino_path: String,
+    out: &mut Vec<Event>,
+) -> Result<()> {
+    // Iterative post-order walk: deep trees must not overflow the stack.
+    let mut stack: Vec<(Inode, String, bool)> = vec![(ino, ino_path, false)];
+    while let Some((node, p, expanded)) = stack.pop() {
+        if node.attrs.kind.is_dir() && !expanded {
+            let children = view.scan(Cf::Edges, &edge_prefix(node.id), None, usize::MAX)?;
+            let id = node.id;
+            stack.push((node, p.clone(), true));
+            for (k, v) in children.into_iter().rev() {
+                let (_, name) = format::decode_edge_key(&k)?;
+                let name = String::from_utf8(name.to_vec()).map_err(|_| {
+                    Error::corrupt("edge key", format!("name under {id} is not UTF-8"))
+                })?;
+                let child = must_inode(view, dicts, format::decode_edge_value(&v)?)?;
+                let cp = path::join(&p, &name);
+                stack.push((child, cp, false));
+            }
+            continue;
+        }
+        out.push(Event::Delete {
+            id: node.id,
+            parent: node.parent,
+            name: node.name,
+            path: p,
+            attrs: node.attrs,
+        });
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------
+// Events to index writes
+// ---------------------------------------------------------------------------
+
+fn entry_for(
+    parent: u64,
+    name: &str,
+    a: &Attrs,
+    state: &mut EngineState,
+    view_dict_writes: &mut Vec<DictKind>,
+) -> Result<InodeEntry> {
+    let (owner_id, o_added) = state.dicts.owners.intern(DictKind::Owner, &a.owner)?;
+    let (group_id, g_added) = state.dicts.groups.intern(DictKind::Group, &a.group)?;
+    if o_added {
+        view_dict_writes.push(DictKind::Owner);
+    }
+    if g_added {
+        view_dict_writes.push(DictKind::Group);
+    }
+    let mut flags = 0;
+    if a.kind.is_dir() {
+        flags |= FLAG_DIRECTORY;
+    }
+    if a.complete {
+        flags |= FLAG_COMPLETE;
+    }
+    Ok(InodeEntry {
+        parent_id: parent,
+        size: a.size,
+        block_size: a.block_size,
+        creation_time_ms: a.ctime_ms,
+        modification_time_ms: a.mtime_ms,
+        mode: a.mode,
+        flags,
+        owner_id,
+        group_id,
+        name: name.as_bytes().to_vec(),
+    })
+}
+
+/// Applies the events of one record to the index. Deterministic: the same
+/// events on the same index and state give the same writes on any machine.
+pub fn apply_events<R: IndexRead + ?Sized>(
+    events: &[Event],
+    ov: &mut Overlay<'_, R>,
+    state: &mut EngineState,
+) -> Result<()> {
+    let mut dict_writes = Vec::new();
+    for ev in events {
+        match ev {
+            Event::Create {
+                id,
+                parent,
+                name,
+                attrs,
+                ..
+            } => {
+                let e = entry_for(*parent, name, attrs, state, &mut dict_writes)?;
+                ov.put(Cf::Inodes, inode_key(*id).to_vec(), e.encode());
+                ov.put(
+                    Cf::Edges,
+                    edge_key(*parent, name.as_bytes()),
+                    edge_value(*id).to_vec(),
+                );
+                if *id >= state.id_bound {
+                    // Crossing the reserved block: reserve the next one.
+                    state.id_bound = id + ID_BLOCK;
+                    ov.put(
+                        Cf::Inodes,
+                        inode_key(NEXT_ID_KEY).to_vec(),
+                        next_id_value(state.id_bound).to_vec(),
+                    );
+                }
+                state.next_id = state.next_id.max(id + 1);
+            }
+            Event::Complete(u) | Event::SetSize(u) | Event::SetAttr(u) => {
+                let e = entry_for(u.parent, &u.name, &u.new, state, &mut dict_writes)?;
+                ov.put(Cf::Inodes, inode_key(u.id).to_vec(), e.encode());
+            }
+            Event::Delete {
+                id, parent, name, ..
+            } => {
+                ov.delete(Cf::Inodes, inode_key(*id).to_vec());
+                ov.delete(Cf::Edges, edge_key(*parent, name.as_bytes()));
+            }
+            Event::Rename {
+                id,
+                old_parent,
+                old_name,
+                new_parent,
+                new_name,
+                attrs,
+                ..
+            } => {
+                let e = entry_for(*new_parent, new_name, attrs, state, &mut dict_writes)?;
+                ov.delete(Cf::Edges, edge_key(*old_parent, old_name.as_bytes()));
+                ov.put(
+                    Cf::Edges,
+                    edge_key(*new_parent, new_name.as_bytes()),
+                    edge_value(*id).to_vec(),
+                );
+                ov.put(Cf::Inodes, inode_key(*id).to_vec(), e.encode());
+            }
+        }
+    }
+    for kind in dict_writes {
+        let key = match kind {
+            DictKind::Owner => OWNER_DICT_KEY,
+            DictKind::Group => GROUP_DICT_KEY,
+        };
+        ov.put(
+            Cf::Inodes,
+            inode_key(key).to_vec(),
+            state.dicts.get(kind).encode(),
+        );
+    }
+    Ok(())
+}

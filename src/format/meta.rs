@@ -1,0 +1,25 @@
+//! Keys and values of the `meta` column family.
+//!
+//! Keys are ASCII strings; integer values are 8 bytes big-endian.
+
+use crate::error::Result;
+
+/// Format version of the database (u64 BE). Written once at creation and
+/// by migrations.
+pub const FORMAT_VERSION_KEY: &[u8] = b"format_version";
+/// Marker naming the software that created the database (UTF-8).
+pub const CREATED_BY_KEY: &[u8] = b"created_by";
+/// Highest log sequence whose events are in `inodes`/`edges` (u64 BE).
+/// Written in the same batch as the index changes (without the WAL; atomic
+/// flush keeps it consistent with them).
+pub const APPLIED_SEQ_KEY: &[u8] = b"applied_seq";
+/// First sequence still present in the `log` CF (u64 BE).
+pub const LOG_START_KEY: &[u8] = b"log_start";
+
+pub fn encode_u64(v: u64) -> [u8; 8] {
+    v.to_be_bytes()
+}
+
+pub fn decode_u64(what: &'static str, b: &[u8]) -> Result<u64> {
+    super::keys::decode_u64_be(what, b)
+}

@@ -1,0 +1,33 @@
+//! On-disk format v1: every byte layout treelog writes, in one place.
+//!
+//! The `inodes` and `edges` column families are seed 000 byte for byte
+//! (see `docs/FORMAT.md`): keys are big-endian so that byte order equals
+//! numeric order, the 48-byte `InodeEntry` header is little-endian (the seed
+//! memcpy's a naturally aligned struct on a little-endian machine), the
+//! `next_id` counter is little-endian, and the owner/group dictionaries are
+//! `[count][len|bytes]...`.
+//!
+//! Decoders never panic: short, long or otherwise malformed input returns
+//! [`Error::Corruption`](crate::error::Error::Corruption).
+
+pub mod dict;
+pub mod inode;
+pub mod keys;
+pub mod meta;
+pub mod record;
+
+pub use dict::{Dict, DictSet};
+pub use inode::{InodeEntry, FLAG_COMPLETE, FLAG_DIRECTORY, INODE_HEADER_LEN};
+pub use keys::*;
+
+/// The on-disk format version this build writes.
+pub const FORMAT_VERSION: u64 = 1;
+/// Every format version this build can open.
+pub const SUPPORTED_FORMAT_VERSIONS: &[u64] = &[1];
+
+/// Inode id of the root directory (seed 000: path resolution starts at 1).
+pub const ROOT_ID: u64 = 1;
+/// The first id handed to a created inode.
+pub const FIRST_ALLOCATED_ID: u64 = 2;
+/// `next_id` is persisted only when a block of this many ids is crossed.
+pub const ID_BLOCK: u64 = 1000;

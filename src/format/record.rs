@@ -1,0 +1,85 @@
+//! The `log` value: a checksummed, versioned envelope around a postcard record.
+//!
+//! ```text
+//! off len field
+//!   0   1 envelope version   = 1
+//!   1   1 event schema version (1 = event::Record v1)
+//!   2   4 crc32c             over bytes [0..2] ++ payload, u32 LE
+//!   6   n payload            postcard(Record)
+//! ```
+//!
+//! Decoding dispatches on the schema version so that records written by an
+//! older build keep decoding after the schema moves on (seed 004's tolerant
+//! decoding, with an explicit version instead of guessing).
+
+use crate::error::{Error, Result};
+use crate::event::{Record, EVENT_SCHEMA_VERSION};
+
+pub const ENVELOPE_VERSION: u8 = 1;
+pub const ENVELOPE_HEADER_LEN: usize = 6;
+
+fn checksum(header: &[u8], payload: &[u8]) -> u32 {
+    crc32c::crc32c_append(crc32c::crc32c(header), payload)
+}
+
+/// Encodes a record into its log value.
+pub fn encode_record(rec: &Record) -> Result<Vec<u8>> {
+    let mut out = vec![ENVELOPE_VERSION, EVENT_SCHEMA_VERSION, 0, 0, 0, 0];
+    let out = postcard::to_extend(rec, std::mem::take(&mut out))
+        .map_err(|e| Error::corrupt("log record", format!("encode failed: {e}")))?;
+    let mut out = out;
+    let crc = checksum(&out[..2], &out[ENVELOPE_HEADER_LEN..]);
+    out[2..6].copy_from_slice(&crc.to_le_bytes());
+    Ok(out)
+}
+
+/// Decodes a log value. `expected_seq`, when given, must match the record.
+pub fn decode_record(b: &[u8], expected_seq: Option<u64>) -> Result<Record> {
+    let bad = |d: String| Error::corrupt("log record", d);
+    if b.len() < ENVELOPE_HEADER_LEN {
+        return Err(bad(format!(
+            "{} bytes is shorter than the {ENVELOPE_HEADER_LEN}-byte envelope",
+            b.len()
+        )));
+    }
+    if b[0] != ENVELOPE_VERSION {
+        return Err(bad(format!(
+            "unknown envelope version {} (this build reads {ENVELOPE_VERSION})",
+            b[0]
+        )));
+    }
+    let mut crc = [0u8; 4];
+    crc.copy_from_slice(&b[2..6]);
+    let stored = u32::from_le_bytes(crc);
+    let payload = &b[ENVELOPE_HEADER_LEN..];
+    let actual = checksum(&b[..2], payload);
+    if stored != actual {
+        return Err(bad(format!(
+            "checksum mismatch: stored {stored:#010x}, computed {actual:#010x}"
+        )));
+    }
+    let rec: Record = match b[1] {
+        1 => {
+            let (rec, rest) = postcard::take_from_bytes::<Record>(payload)
+                .map_err(|e| bad(format!("payload does not decode: {e}")))?;
+            if !rest.is_empty() {
+                return Err(bad(format!(
+                    "{} trailing bytes after the record",
+                    rest.len()
+                )));
+            }
+            rec
+        }
+        v => {
+            return Err(bad(format!(
+                "unknown event schema version {v} (this build reads 1..={EVENT_SCHEMA_VERSION})"
+            )))
+        }
+    };
+    if let Some(seq) = expected_seq {
+        if rec.seq != seq {
+            return Err(bad(format!("record under key {seq} says seq {}", rec.seq)));
+        }
+    }
+    Ok(rec)
+}

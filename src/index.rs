@@ -1,0 +1,209 @@
+//! The index (the `inodes` and `edges` column families) as the pure engine
+//! sees it: a key-value view it reads, and an overlay it writes.
+//!
+//! The writer validates each command of a group against the stored index
+//! plus the group's earlier changes; the [`Overlay`] holds those changes and
+//! becomes the group's index write batch. Replay and rebuild use the same
+//! overlay, and tests use [`MemIndex`] so that the engine runs without I/O.
+
+use std::collections::BTreeMap;
+
+use crate::error::Result;
+
+/// An index column family.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Cf {
+    Inodes,
+    Edges,
+}
+
+pub type Kv = (Vec<u8>, Vec<u8>);
+
+/// Read access to the index.
+pub trait IndexRead {
+    fn get(&self, cf: Cf, key: &[u8]) -> Result<Option<Vec<u8>>>;
+    /// Up to `limit` entries whose key starts with `prefix` and is greater
+    /// than `after` (when given), in key order.
+    fn scan(&self, cf: Cf, prefix: &[u8], after: Option<&[u8]>, limit: usize) -> Result<Vec<Kv>>;
+}
+
+/// An in-memory index, for tests and scratch rebuilds.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct MemIndex {
+    pub inodes: BTreeMap<Vec<u8>, Vec<u8>>,
+    pub edges: BTreeMap<Vec<u8>, Vec<u8>>,
+}
+
+impl MemIndex {
+    fn map(&self, cf: Cf) -> &BTreeMap<Vec<u8>, Vec<u8>> {
+        match cf {
+            Cf::Inodes => &self.inodes,
+            Cf::Edges => &self.edges,
+        }
+    }
+
+    /// Applies an overlay's writes.
+    pub fn absorb(&mut self, writes: OverlayWrites) {
+        for (cf, m) in [(Cf::Inodes, writes.inodes), (Cf::Edges, writes.edges)] {
+            let target = match cf {
+                Cf::Inodes => &mut self.inodes,
+                Cf::Edges => &mut self.edges,
+            };
+            for (k, v) in m {
+                match v {
+                    Some(v) => {
+                        target.insert(k, v);
+                    }
+                    None => {
+                        target.remove(&k);
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn scan_map(
+    m: &BTreeMap<Vec<u8>, Vec<u8>>,
+    prefix: &[u8],
+    after: Option<&[u8]>,
+    limit: usize,
+) -> Vec<Kv> {
+    use std::ops::Bound;
+    let lower = match after {
+        Some(a) if a >= prefix => Bound::Excluded(a.to_vec()),
+        _ => Bound::Included(prefix.to_vec()),
+    };
+    m.range((lower, Bound::Unbounded))
+        .take_while(|(k, _)| k.starts_with(prefix))
+        .take(limit)
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect()
+}
+
+impl IndexRead for MemIndex {
+    fn get(&self, cf: Cf, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        Ok(self.map(cf).get(key).cloned())
+    }
+
+    fn scan(&self, cf: Cf, prefix: &[u8], after: Option<&[u8]>, limit: usize) -> Result<Vec<Kv>> {
+        Ok(scan_map(self.map(cf), prefix, after, limit))
+    }
+}
+
+/// The pending writes of an overlay: `Some` = put, `None` = delete.
+#[derive(Debug, Default, Clone)]
+pub struct OverlayWrites {
+    pub inodes: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
+    pub edges: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
+}
+
+impl OverlayWrites {
+    pub fn is_empty(&self) -> bool {
+        self.inodes.is_empty() && self.edges.is_empty()
+    }
+
+    pub fn len(&self) -> usize {
+        self.inodes.len() + self.edges.len()
+    }
+
+    fn map(&self, cf: Cf) -> &BTreeMap<Vec<u8>, Option<Vec<u8>>> {
+        match cf {
+            Cf::Inodes => &self.inodes,
+            Cf::Edges => &self.edges,
+        }
+    }
+
+    fn map_mut(&mut self, cf: Cf) -> &mut BTreeMap<Vec<u8>, Option<Vec<u8>>> {
+        match cf {
+            Cf::Inodes => &mut self.inodes,
+            Cf::Edges => &mut self.edges,
+        }
+    }
+}
+
+/// A base index plus pending writes, read as one.
+pub struct Overlay<'a, R: IndexRead + ?Sized> {
+    base: &'a R,
+    writes: OverlayWrites,
+}
+
+impl<'a, R: IndexRead + ?Sized> Overlay<'a, R> {
+    pub fn new(base: &'a R) -> Self {
+        Overlay {
+            base,
+            writes: OverlayWrites::default(),
+        }
+    }
+
+    pub fn put(&mut self, cf: Cf, key: Vec<u8>, value: Vec<u8>) {
+        self.writes.map_mut(cf).insert(key, Some(value));
+    }
+
+    pub fn delete(&mut self, cf: Cf, key: Vec<u8>) {
+        self.writes.map_mut(cf).insert(key, None);
+    }
+
+    pub fn writes(&self) -> &OverlayWrites {
+        &self.writes
+    }
+
+    /// Takes the pending writes, leaving the overlay empty.
+    pub fn take_writes(&mut self) -> OverlayWrites {
+        std::mem::take(&mut self.writes)
+    }
+}
+
+impl<R: IndexRead + ?Sized> IndexRead for Overlay<'_, R> {
+    fn get(&self, cf: Cf, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        match self.writes.map(cf).get(key) {
+            Some(v) => Ok(v.clone()),
+            None => self.base.get(cf, key),
+        }
+    }
+
+    fn scan(&self, cf: Cf, prefix: &[u8], after: Option<&[u8]>, limit: usize) -> Result<Vec<Kv>> {
+        use std::ops::Bound;
+        let lower = match after {
+            Some(a) if a >= prefix => Bound::Excluded(a.to_vec()),
+            _ => Bound::Included(prefix.to_vec()),
+        };
+        let pending: Vec<(&Vec<u8>, &Option<Vec<u8>>)> = self
+            .writes
+            .map(cf)
+            .range((lower, Bound::Unbounded))
+            .take_while(|(k, _)| k.starts_with(prefix))
+            .collect();
+        if pending.is_empty() {
+            return self.base.scan(cf, prefix, after, limit);
+        }
+        // The overlay can hide at most `pending.len()` base entries, so this
+        // many base entries always suffice to fill `limit`.
+        let want = limit.saturating_add(pending.len());
+        let base = self.base.scan(cf, prefix, after, want)?;
+        let base_exhausted = base.len() < want;
+        let base_last = base.last().map(|(k, _)| k.clone());
+        let mut merged: BTreeMap<Vec<u8>, Vec<u8>> = base.into_iter().collect();
+        for (k, v) in pending {
+            // Past the last base key we fetched, base entries are unknown;
+            // overlay puts beyond it are still fine to include only if the
+            // base was exhausted (otherwise ordering could skip base keys).
+            if !base_exhausted {
+                if let Some(last) = &base_last {
+                    if k > last {
+                        continue;
+                    }
+                }
+            }
+            match v {
+                Some(v) => {
+                    merged.insert(k.clone(), v.clone());
+                }
+                None => {
+                    merged.remove(k);
+                }
+            }
+        }
+        Ok(merged.into_iter().take(limit).collect())
+    }
+}

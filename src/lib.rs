@@ -1,0 +1,35 @@
+//! treelog: an event-sourced filesystem-namespace metadata service on RocksDB.
+//!
+//! Every mutation becomes a record in a sequenced change log (`log` column
+//! family); a single writer group-commits records and applies their events to
+//! the namespace index (`inodes` and `edges`, format v1 = seed 000). The
+//! index is a view of the log: recovery replays the log from the index's
+//! `applied_seq`, and `admin rebuild`/`verify` replay it from the start.
+//!
+//! Start with [`Treelog`].
+
+pub mod admin;
+pub mod bench;
+pub mod cli;
+pub mod command;
+pub mod crashworker;
+pub mod demo;
+pub mod engine;
+pub mod error;
+pub mod event;
+pub mod format;
+pub mod index;
+pub mod namespace;
+pub mod path;
+pub mod store;
+pub mod types;
+pub mod watermark;
+pub mod writer;
+
+pub use command::Command;
+pub use error::{Error, ErrorKind, Result};
+pub use event::{Event, EventKind, Record};
+pub use namespace::{
+    CreateOptions, Durability, MkdirOptions, OpenReport, Options, SetAttrs, Treelog,
+};
+pub use types::{Attrs, DirEntry, FileType, Inode, ListPage};

@@ -1,0 +1,5 @@
+use clap::Parser;
+
+fn main() -> std::process::ExitCode {
+    treelog::cli::run(treelog::cli::Cli::parse())
+}

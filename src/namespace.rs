@@ -1,0 +1,424 @@
+//! [`Treelog`]: the embedded store's public API.
+//!
+//! Mutations go to the single writer and return the sequence number of their
+//! log record once it is durable and applied. Reads go straight to RocksDB on
+//! the caller's thread and never wait for the writer.
+
+use std::path::Path;
+use std::sync::{Arc, RwLock};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Sender, TrySendError};
+
+use crate::command::Command;
+use crate::engine::{self, EngineState};
+use crate::error::{Error, Result};
+use crate::format::ROOT_ID;
+use crate::path;
+use crate::store::{Store, StoreOptions};
+use crate::types::{Inode, ListPage, DEFAULT_BLOCK_SIZE, DEFAULT_DIR_MODE, DEFAULT_FILE_MODE};
+use crate::watermark::Watermark;
+use crate::writer::{Request, Shared, Writer, WriterConfig, WriterStatsSnapshot};
+
+pub use crate::writer::Durability;
+
+/// How to open a [`Treelog`].
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub store: StoreOptions,
+    pub writer: WriterConfig,
+    /// Capacity of the bounded command queue in front of the writer.
+    pub queue_capacity: usize,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            store: StoreOptions::default(),
+            writer: WriterConfig::default(),
+            queue_capacity: 4096,
+        }
+    }
+}
+
+impl Options {
+    pub fn durability(mut self, d: Durability) -> Self {
+        self.writer.durability = d;
+        self
+    }
+}
+
+/// What happened while opening.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct OpenReport {
+    /// Records replayed into the index.
+    pub replayed: u64,
+    pub applied_seq: u64,
+    pub log_start: u64,
+}
+
+/// Options of a directory creation.
+#[derive(Debug, Clone)]
+pub struct MkdirOptions {
+    pub parents: bool,
+    pub mode: u32,
+    pub owner: String,
+    pub group: String,
+}
+
+impl Default for MkdirOptions {
+    fn default() -> Self {
+        MkdirOptions {
+            parents: false,
+            mode: DEFAULT_DIR_MODE,
+            owner: String::new(),
+            group: String::new(),
+        }
+    }
+}
+
+/// Options of a file creation.
+#[derive(Debug, Clone)]
+pub struct CreateOptions {
+    pub parents: bool,
+    pub mode: u32,
+    pub owner: String,
+    pub group: String,
+    pub block_size: u64,
+}
+
+impl Default for CreateOptions {
+    fn default() -> Self {
+        CreateOptions {
+            parents: false,
+            mode: DEFAULT_FILE_MODE,
+            owner: String::new(),
+            group: String::new(),
+            block_size: DEFAULT_BLOCK_SIZE,
+        }
+    }
+}
+
+/// Attribute changes; `None` leaves a field as it is.
+#[derive(Debug, Clone, Default)]
+pub struct SetAttrs {
+    pub mode: Option<u32>,
+    pub owner: Option<String>,
+    pub group: Option<String>,
+    pub mtime_ms: Option<u64>,
+}
+
+/// The reply of a pipelined command.
+pub struct Pending {
+    rx: tokio::sync::oneshot::Receiver<Result<u64>>,
+}
+
+impl Pending {
+    /// Blocks until the command is committed or refused.
+    pub fn wait(self) -> Result<u64> {
+        self.rx.blocking_recv().map_err(|_| Error::ShuttingDown)?
+    }
+
+    /// Waits asynchronously.
+    pub async fn wait_async(self) -> Result<u64> {
+        self.rx.await.map_err(|_| Error::ShuttingDown)?
+    }
+}
+
+/// An open treelog store.
+pub struct Treelog {
+    shared: Arc<Shared>,
+    tx: Option<Sender<Request>>,
+    writer: Option<JoinHandle<()>>,
+    report: OpenReport,
+}
+
+impl Treelog {
+    /// Opens (creating if needed) the store at `dir`, replays the log into
+    /// the index, and starts the writer.
+    pub fn open(dir: impl AsRef<Path>, opts: Options) -> Result<Treelog> {
+        Self::open_with_progress(dir, opts, |_, _| {})
+    }
+
+    pub fn open_with_progress(
+        dir: impl AsRef<Path>,
+        opts: Options,
+        progress: impl FnMut(u64, u64),
+    ) -> Result<Treelog> {
+        let store = Store::open(dir.as_ref(), &opts.store)?;
+        let replayed = store.replay(progress)?;
+        let state = EngineState::load(&store.index())?;
+        let last_seq = store.last_log_seq()?;
+        let applied = store.applied_seq()?;
+        debug_assert_eq!(applied, last_seq);
+        let log_start = store.log_start()?;
+        let last_time = match last_seq {
+            0 => 0,
+            s => store.read_record(s)?.map(|r| r.time_ms).unwrap_or(0),
+        };
+        let shared = Arc::new(Shared {
+            dicts: RwLock::new(Arc::new(state.dicts.clone())),
+            committed: Watermark::new(last_seq),
+            failure: Default::default(),
+            stats: Default::default(),
+            store,
+        });
+        let (tx, rx) = crossbeam_channel::bounded(opts.queue_capacity.max(1));
+        let w = Writer::new(shared.clone(), state, last_seq, last_time, opts.writer);
+        let writer = std::thread::Builder::new()
+            .name("treelog-writer".into())
+            .spawn(move || w.run(rx))?;
+        Ok(Treelog {
+            shared,
+            tx: Some(tx),
+            writer: Some(writer),
+            report: OpenReport {
+                replayed,
+                applied_seq: applied,
+                log_start,
+            },
+        })
+    }
+
+    pub fn open_report(&self) -> OpenReport {
+        self.report
+    }
+
+    pub fn store(&self) -> &Store {
+        &self.shared.store
+    }
+
+    /// Highest committed (durable and applied) sequence number.
+    pub fn committed_seq(&self) -> u64 {
+        self.shared.committed.get()
+    }
+
+    /// The committed watermark, to wait on.
+    pub fn watermark(&self) -> &Watermark {
+        &self.shared.committed
+    }
+
+    pub fn writer_stats(&self) -> WriterStatsSnapshot {
+        self.shared.stats.snapshot()
+    }
+
+    /// Why the writer stopped, if it has.
+    pub fn writer_failure(&self) -> Option<String> {
+        self.shared.failure()
+    }
+
+    fn sender(&self) -> Result<&Sender<Request>> {
+        self.tx.as_ref().ok_or(Error::ShuttingDown)
+    }
+
+    /// Submits a command and blocks until it is committed or refused.
+    /// Returns the sequence number of its record (for a no-op, the committed
+    /// sequence it was decided against).
+    pub fn submit(&self, cmd: Command) -> Result<u64> {
+        let (reply, rx) = tokio::sync::oneshot::channel();
+        self.sender()?
+            .send(Request {
+                cmd,
+                reply,
+                enqueued: Instant::now(),
+            })
+            .map_err(|_| Error::ShuttingDown)?;
+        rx.blocking_recv().map_err(|_| Error::ShuttingDown)?
+    }
+
+    /// Queues a command without waiting for it (pipelining); commands from
+    /// one thread are executed in the order they were queued. Blocks only
+    /// while the queue is full.
+    pub fn submit_pipelined(&self, cmd: Command) -> Result<Pending> {
+        let (reply, rx) = tokio::sync::oneshot::channel();
+        self.sender()?
+            .send(Request {
+                cmd,
+                reply,
+                enqueued: Instant::now(),
+            })
+            .map_err(|_| Error::ShuttingDown)?;
+        Ok(Pending { rx })
+    }
+
+    /// Submits a command from async code without blocking the runtime.
+    pub async fn submit_async(&self, cmd: Command) -> Result<u64> {
+        let (reply, rx) = tokio::sync::oneshot::channel();
+        let req = Request {
+            cmd,
+            reply,
+            enqueued: Instant::now(),
+        };
+        match self.sender()?.try_send(req) {
+            Ok(()) => {}
+            Err(TrySendError::Disconnected(_)) => return Err(Error::ShuttingDown),
+            Err(TrySendError::Full(req)) => {
+                // Back-pressure: wait for room on a blocking-pool thread.
+                let tx = self.sender()?.clone();
+                tokio::task::spawn_blocking(move || tx.send(req))
+                    .await
+                    .map_err(|_| Error::ShuttingDown)?
+                    .map_err(|_| Error::ShuttingDown)?;
+            }
+        }
+        rx.await.map_err(|_| Error::ShuttingDown)?
+    }
+
+    pub fn mkdir(&self, path: &str, o: MkdirOptions) -> Result<u64> {
+        self.submit(Command::Mkdir {
+            path: path.to_owned(),
+            parents: o.parents,
+            mode: o.mode,
+            owner: o.owner,
+            group: o.group,
+        })
+    }
+
+    /// `mkdir -p` with default attributes.
+    pub fn mkdir_p(&self, path: &str) -> Result<u64> {
+        self.mkdir(
+            path,
+            MkdirOptions {
+                parents: true,
+                ..Default::default()
+            },
+        )
+    }
+
+    pub fn create(&self, path: &str, o: CreateOptions) -> Result<u64> {
+        self.submit(Command::Create {
+            path: path.to_owned(),
+            parents: o.parents,
+            mode: o.mode,
+            owner: o.owner,
+            group: o.group,
+            block_size: o.block_size,
+        })
+    }
+
+    pub fn complete(&self, path: &str, size: u64) -> Result<u64> {
+        self.submit(Command::Complete {
+            path: path.to_owned(),
+            size,
+        })
+    }
+
+    pub fn set_size(&self, path: &str, size: u64) -> Result<u64> {
+        self.submit(Command::SetSize {
+            path: path.to_owned(),
+            size,
+        })
+    }
+
+    pub fn set_attrs(&self, path: &str, a: SetAttrs) -> Result<u64> {
+        self.submit(Command::SetAttr {
+            path: path.to_owned(),
+            mode: a.mode,
+            owner: a.owner,
+            group: a.group,
+            mtime_ms: a.mtime_ms,
+        })
+    }
+
+    pub fn delete(&self, path: &str, recursive: bool) -> Result<u64> {
+        self.submit(Command::Delete {
+            path: path.to_owned(),
+            recursive,
+        })
+    }
+
+    pub fn rename(&self, src: &str, dst: &str, overwrite: bool) -> Result<u64> {
+        self.submit(Command::Rename {
+            src: src.to_owned(),
+            dst: dst.to_owned(),
+            overwrite,
+        })
+    }
+
+    // -- reads ---------------------------------------------------------------
+
+    pub fn stat(&self, path: &str) -> Result<Inode> {
+        let dicts = self.shared.dicts();
+        engine::resolve(&self.shared.store.index(), &dicts, path)
+    }
+
+    pub fn stat_id(&self, id: u64) -> Result<Inode> {
+        let dicts = self.shared.dicts();
+        engine::get_inode(&self.shared.store.index(), &dicts, id)?.ok_or(Error::InodeNotFound(id))
+    }
+
+    /// The current path of an inode.
+    pub fn path_of(&self, id: u64) -> Result<String> {
+        let dicts = self.shared.dicts();
+        engine::path_of(&self.shared.store.index(), &dicts, id)
+    }
+
+    /// One page of a directory listing: names after `start_after` in byte
+    /// order, at most `limit` of them.
+    pub fn list(&self, dir: &str, start_after: Option<&str>, limit: usize) -> Result<ListPage> {
+        let dicts = self.shared.dicts();
+        let index = self.shared.store.index();
+        let ino = engine::resolve(&index, &dicts, dir)?;
+        if !ino.attrs.kind.is_dir() {
+            return Err(Error::NotADirectory(path::canonical(dir)?));
+        }
+        if let Some(s) = start_after {
+            path::validate_name(s)?;
+        }
+        let (entries, more) = engine::list_children(&index, &dicts, ino.id, start_after, limit)?;
+        let next_start_after = if more {
+            entries.last().map(|e| e.name.clone())
+        } else {
+            None
+        };
+        Ok(ListPage {
+            entries,
+            next_start_after,
+        })
+    }
+
+    /// Every entry of a directory (all pages).
+    pub fn list_all(&self, dir: &str) -> Result<Vec<crate::types::DirEntry>> {
+        let mut out = Vec::new();
+        let mut after: Option<String> = None;
+        loop {
+            let page = self.list(dir, after.as_deref(), 1024)?;
+            out.extend(page.entries);
+            match page.next_start_after {
+                Some(n) => after = Some(n),
+                None => return Ok(out),
+            }
+        }
+    }
+
+    pub fn root(&self) -> Result<Inode> {
+        self.stat_id(ROOT_ID)
+    }
+
+    /// Waits until the committed watermark reaches `seq` (a token returned by
+    /// a mutation, possibly on another handle).
+    pub fn wait_for_seq(&self, seq: u64, timeout: Duration) -> bool {
+        self.shared.committed.wait_for(seq, timeout)
+    }
+
+    /// Stops the writer after the commands already queued, flushes, and
+    /// closes the store.
+    pub fn close(mut self) -> Result<()> {
+        self.shutdown();
+        self.shared.store.flush()
+    }
+
+    fn shutdown(&mut self) {
+        self.tx.take();
+        if let Some(h) = self.writer.take() {
+            let _ = h.join();
+        }
+    }
+}
+
+impl Drop for Treelog {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}

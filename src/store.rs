@@ -1,0 +1,574 @@
+//! The RocksDB instance: column families and their options, opening and
+//! creating, the format-version check, index reads, and replay of the log
+//! into the index.
+//!
+//! Writes to `log` go through the WAL (synced per group by the writer).
+//! Writes to `inodes`, `edges` and `applied_seq` in `meta` skip the WAL: they
+//! are a view of the log, kept consistent with `applied_seq` by atomic flush,
+//! and replayed from `applied_seq + 1` on open.
+
+use std::path::{Path, PathBuf};
+
+use rocksdb::{
+    BlockBasedOptions, Cache, ColumnFamily, ColumnFamilyDescriptor, DBCompressionType,
+    DBRecoveryMode, Direction, IteratorMode, Options, ReadOptions, SliceTransform, WriteBatch,
+    WriteOptions, DB,
+};
+
+use crate::engine::{self, EngineState};
+use crate::error::{Error, Result};
+use crate::event::Record;
+use crate::format::{self, meta, record};
+use crate::index::{Cf, IndexRead, Kv, Overlay, OverlayWrites};
+
+pub const CF_LOG: &str = "log";
+pub const CF_INODES: &str = "inodes";
+pub const CF_EDGES: &str = "edges";
+pub const CF_META: &str = "meta";
+pub const ALL_CFS: [&str; 4] = [CF_LOG, CF_INODES, CF_EDGES, CF_META];
+
+/// Tuning knobs of the RocksDB instance.
+#[derive(Debug, Clone)]
+pub struct StoreOptions {
+    /// Shared block cache for `inodes` and `edges`.
+    pub block_cache_bytes: usize,
+    /// Memtable size of `inodes` and `edges`.
+    pub index_write_buffer_bytes: usize,
+    /// Memtable size of `log`.
+    pub log_write_buffer_bytes: usize,
+    /// Create the database if the directory is missing or empty.
+    pub create_if_missing: bool,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        StoreOptions {
+            block_cache_bytes: 256 << 20,
+            index_write_buffer_bytes: 64 << 20,
+            log_write_buffer_bytes: 64 << 20,
+            create_if_missing: true,
+        }
+    }
+}
+
+fn db_options() -> Options {
+    let mut o = Options::default();
+    // Seed 000 §2.5: bounded file handles.
+    o.set_max_open_files(256);
+    // The index CFs are written without the WAL; atomic flush persists them
+    // together with `applied_seq` (in `meta`) so that a crash leaves an index
+    // that is exactly the log's prefix up to `applied_seq`.
+    o.set_atomic_flush(true);
+    // A torn tail of the WAL after a crash only ever holds a group that was
+    // never acknowledged (the writer acknowledges after the synced write).
+    o.set_wal_recovery_mode(DBRecoveryMode::PointInTime);
+    // Two cores here; flush and compaction share them.
+    o.set_max_background_jobs(2);
+    o.set_keep_log_file_num(4);
+    o
+}
+
+fn index_table(cache: &Cache, prefix_bloom: bool) -> BlockBasedOptions {
+    let mut t = BlockBasedOptions::default();
+    t.set_block_cache(cache);
+    // 10 bits/key: ~1% false positives, the seed's choice for point lookups.
+    t.set_bloom_filter(10.0, false);
+    // Point lookups on `edges` (path resolution) still use the whole-key
+    // filter; the prefix extractor adds prefix filtering for listings.
+    t.set_whole_key_filtering(true);
+    t.set_cache_index_and_filter_blocks(true);
+    t.set_pin_l0_filter_and_index_blocks_in_cache(true);
+    t.set_format_version(5);
+    let _ = prefix_bloom;
+    t
+}
+
+fn cf_options(name: &str, so: &StoreOptions, cache: &Cache) -> Options {
+    let mut o = Options::default();
+    match name {
+        CF_INODES => {
+            // Point lookups by 8-byte id.
+            o.set_block_based_table_factory(&index_table(cache, false));
+            o.set_compression_type(DBCompressionType::Lz4);
+            o.set_write_buffer_size(so.index_write_buffer_bytes);
+            o.set_level_compaction_dynamic_level_bytes(true);
+        }
+        CF_EDGES => {
+            // Point lookups (resolve) and prefix scans (list) within one
+            // parent: the 8-byte parent id is the prefix.
+            o.set_prefix_extractor(SliceTransform::create_fixed_prefix(8));
+            o.set_memtable_prefix_bloom_ratio(0.1);
+            o.set_block_based_table_factory(&index_table(cache, true));
+            o.set_compression_type(DBCompressionType::Lz4);
+            o.set_write_buffer_size(so.index_write_buffer_bytes);
+            o.set_level_compaction_dynamic_level_bytes(true);
+        }
+        CF_LOG => {
+            // Append-only by increasing sequence, read sequentially, truncated
+            // from the front: no filter (no point lookups on the hot path),
+            // LZ4 (records are postcard but paths repeat), big memtables.
+            let mut t = BlockBasedOptions::default();
+            t.set_block_size(64 << 10);
+            o.set_block_based_table_factory(&t);
+            o.set_compression_type(DBCompressionType::Lz4);
+            o.set_write_buffer_size(so.log_write_buffer_bytes);
+            o.set_level_compaction_dynamic_level_bytes(true);
+        }
+        _ => {
+            // meta: a handful of small keys.
+            o.set_compression_type(DBCompressionType::None);
+        }
+    }
+    o
+}
+
+/// Options of the `inodes` and `edges` column families (for the seed-design
+/// baseline of `treelog bench`, which uses the same schema and tuning).
+pub fn index_cf_descriptors() -> Vec<(&'static str, Options)> {
+    let so = StoreOptions::default();
+    let cache = Cache::new_lru_cache(so.block_cache_bytes);
+    vec![
+        (CF_INODES, cf_options(CF_INODES, &so, &cache)),
+        (CF_EDGES, cf_options(CF_EDGES, &so, &cache)),
+    ]
+}
+
+/// One open RocksDB instance with treelog's column families.
+pub struct Store {
+    db: DB,
+    path: PathBuf,
+}
+
+fn incompatible(path: &Path, detail: impl Into<String>) -> Error {
+    Error::Incompatible {
+        path: path.display().to_string(),
+        detail: detail.into(),
+    }
+}
+
+fn dir_is_empty(path: &Path) -> Result<bool> {
+    match std::fs::read_dir(path) {
+        Ok(mut it) => Ok(it.next().is_none()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(true),
+        Err(e) => Err(e.into()),
+    }
+}
+
+impl Store {
+    /// Opens (or creates) the database at `path` and checks its format
+    /// version. Does not replay the log: see [`Store::replay`].
+    pub fn open(path: &Path, so: &StoreOptions) -> Result<Store> {
+        let cache = Cache::new_lru_cache(so.block_cache_bytes);
+        let descriptors = |_: ()| {
+            ALL_CFS
+                .iter()
+                .map(|n| ColumnFamilyDescriptor::new(*n, cf_options(n, so, &cache)))
+                .collect::<Vec<_>>()
+        };
+        if path.join("CURRENT").exists() {
+            let existing = DB::list_cf(&Options::default(), path)
+                .map_err(|e| incompatible(path, format!("cannot read column families: {e}")))?;
+            let missing: Vec<&str> = ALL_CFS
+                .iter()
+                .copied()
+                .filter(|n| !existing.iter().any(|e| e == n))
+                .collect();
+            if !missing.is_empty() {
+                return Err(incompatible(
+                    path,
+                    format!(
+                        "not a treelog database: a RocksDB database without column families {missing:?} (it has {existing:?})"
+                    ),
+                ));
+            }
+            let db = DB::open_cf_descriptors(&db_options(), path, descriptors(()))?;
+            let store = Store {
+                db,
+                path: path.to_owned(),
+            };
+            store.check_version()?;
+            return Ok(store);
+        }
+        if !dir_is_empty(path)? {
+            return Err(incompatible(
+                path,
+                "not a treelog database: the directory is not empty and holds no RocksDB database",
+            ));
+        }
+        if !so.create_if_missing {
+            return Err(incompatible(
+                path,
+                "no database here (and creation was not requested)",
+            ));
+        }
+        std::fs::create_dir_all(path)?;
+        let mut o = db_options();
+        o.create_if_missing(true);
+        o.create_missing_column_families(true);
+        let db = DB::open_cf_descriptors(&o, path, descriptors(()))?;
+        let store = Store {
+            db,
+            path: path.to_owned(),
+        };
+        store.initialize()?;
+        Ok(store)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub fn db(&self) -> &DB {
+        &self.db
+    }
+
+    pub fn cf(&self, name: &'static str) -> Result<&ColumnFamily> {
+        self.db
+            .cf_handle(name)
+            .ok_or_else(|| incompatible(&self.path, format!("column family {name} is missing")))
+    }
+
+    fn index_cf(&self, cf: Cf) -> Result<&ColumnFamily> {
+        self.cf(match cf {
+            Cf::Inodes => CF_INODES,
+            Cf::Edges => CF_EDGES,
+        })
+    }
+
+    /// Writes the empty namespace and the format metadata, durably.
+    fn initialize(&self) -> Result<()> {
+        let empty = crate::index::MemIndex::default();
+        let mut ov = Overlay::new(&empty);
+        engine::initial_index_writes(&mut ov);
+        let mut b = WriteBatch::default();
+        self.add_index_writes(&mut b, ov.take_writes())?;
+        let m = self.cf(CF_META)?;
+        b.put_cf(
+            m,
+            meta::FORMAT_VERSION_KEY,
+            meta::encode_u64(format::FORMAT_VERSION),
+        );
+        b.put_cf(
+            m,
+            meta::CREATED_BY_KEY,
+            format!("treelog {}", env!("CARGO_PKG_VERSION")).as_bytes(),
+        );
+        b.put_cf(m, meta::APPLIED_SEQ_KEY, meta::encode_u64(0));
+        b.put_cf(m, meta::LOG_START_KEY, meta::encode_u64(1));
+        // The initial state goes through the WAL, synced, and is flushed so
+        // that it never depends on replay.
+        let mut wo = WriteOptions::default();
+        wo.set_sync(true);
+        self.db.write_opt(b, &wo)?;
+        self.flush()?;
+        Ok(())
+    }
+
+    fn check_version(&self) -> Result<()> {
+        let v = self.meta_u64(meta::FORMAT_VERSION_KEY)?.ok_or_else(|| {
+            incompatible(
+                &self.path,
+                "not a treelog database: meta has no format_version",
+            )
+        })?;
+        if !format::SUPPORTED_FORMAT_VERSIONS.contains(&v) {
+            return Err(incompatible(
+                &self.path,
+                format!(
+                    "format version {v} is not supported by this build (supported: {:?}); {}",
+                    format::SUPPORTED_FORMAT_VERSIONS,
+                    if v > format::FORMAT_VERSION {
+                        "it was written by a newer treelog"
+                    } else {
+                        "migrate it with an older treelog first"
+                    }
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    pub fn format_version(&self) -> Result<u64> {
+        Ok(self.meta_u64(meta::FORMAT_VERSION_KEY)?.unwrap_or(0))
+    }
+
+    pub fn meta_u64(&self, key: &[u8]) -> Result<Option<u64>> {
+        match self.db.get_cf(self.cf(CF_META)?, key)? {
+            Some(v) => Ok(Some(meta::decode_u64("meta value", &v)?)),
+            None => Ok(None),
+        }
+    }
+
+    /// Overwrites the format version (for migrations and tests).
+    pub fn set_format_version(&self, v: u64) -> Result<()> {
+        let mut wo = WriteOptions::default();
+        wo.set_sync(true);
+        self.db.put_cf_opt(
+            self.cf(CF_META)?,
+            meta::FORMAT_VERSION_KEY,
+            meta::encode_u64(v),
+            &wo,
+        )?;
+        Ok(())
+    }
+
+    pub fn applied_seq(&self) -> Result<u64> {
+        Ok(self.meta_u64(meta::APPLIED_SEQ_KEY)?.unwrap_or(0))
+    }
+
+    pub fn log_start(&self) -> Result<u64> {
+        Ok(self.meta_u64(meta::LOG_START_KEY)?.unwrap_or(1))
+    }
+
+    /// The highest sequence in the log, or `log_start - 1` when it is empty.
+    pub fn last_log_seq(&self) -> Result<u64> {
+        let mut it = self.db.raw_iterator_cf(self.cf(CF_LOG)?);
+        it.seek_to_last();
+        match it.key() {
+            Some(k) => format::decode_log_key(k),
+            None => {
+                it.status()?;
+                Ok(self.log_start()?.saturating_sub(1))
+            }
+        }
+    }
+
+    /// Reads one record.
+    pub fn read_record(&self, seq: u64) -> Result<Option<Record>> {
+        match self.db.get_cf(self.cf(CF_LOG)?, format::log_key(seq))? {
+            Some(v) => Ok(Some(record::decode_record(&v, Some(seq))?)),
+            None => Ok(None),
+        }
+    }
+
+    /// Iterates records from `from` (inclusive) in order, checking that the
+    /// sequence has no gaps.
+    pub fn log_iter(&self, from: u64) -> Result<LogIter<'_>> {
+        let it = self.db.iterator_cf(
+            self.cf(CF_LOG)?,
+            IteratorMode::From(&format::log_key(from), Direction::Forward),
+        );
+        Ok(LogIter {
+            inner: Box::new(it),
+            expect: from,
+        })
+    }
+
+    /// Appends `batch` (log records) and writes it durably when `sync`.
+    pub fn write_log(&self, batch: WriteBatch, sync: bool) -> Result<()> {
+        let mut wo = WriteOptions::default();
+        wo.set_sync(sync);
+        self.db.write_opt(batch, &wo)?;
+        Ok(())
+    }
+
+    pub fn add_index_writes(&self, b: &mut WriteBatch, w: OverlayWrites) -> Result<()> {
+        for (cf, m) in [(Cf::Inodes, w.inodes), (Cf::Edges, w.edges)] {
+            let h = self.index_cf(cf)?;
+            for (k, v) in m {
+                match v {
+                    Some(v) => b.put_cf(h, k, v),
+                    None => b.delete_cf(h, k),
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes index changes together with the new `applied_seq`, without
+    /// the WAL (the log is the durable copy).
+    pub fn write_index(&self, w: OverlayWrites, applied_seq: u64) -> Result<()> {
+        let mut b = WriteBatch::default();
+        self.add_index_writes(&mut b, w)?;
+        b.put_cf(
+            self.cf(CF_META)?,
+            meta::APPLIED_SEQ_KEY,
+            meta::encode_u64(applied_seq),
+        );
+        let mut wo = WriteOptions::default();
+        wo.disable_wal(true);
+        self.db.write_opt(b, &wo)?;
+        Ok(())
+    }
+
+    /// Flushes every column family (atomically).
+    pub fn flush(&self) -> Result<()> {
+        let cfs: Vec<&ColumnFamily> = ALL_CFS.iter().map(|n| self.cf(n)).collect::<Result<_>>()?;
+        self.db
+            .flush_cfs_opt(&cfs, &rocksdb::FlushOptions::default())?;
+        Ok(())
+    }
+
+    /// Replays the log from `applied_seq + 1` into the index. Returns the
+    /// number of records replayed.
+    pub fn replay(&self, progress: impl FnMut(u64, u64)) -> Result<u64> {
+        let applied = self.applied_seq()?;
+        let last = self.last_log_seq()?;
+        let start = self.log_start()?;
+        if applied > last {
+            return Err(Error::corrupt(
+                "database",
+                format!("index is at sequence {applied} but the log ends at {last}"),
+            ));
+        }
+        if applied + 1 < start {
+            return Err(Error::corrupt(
+                "database",
+                format!("index is at sequence {applied} but the log starts at {start}"),
+            ));
+        }
+        if applied == last {
+            return Ok(0);
+        }
+        let (n, end) = self.apply_records(self.log_iter(applied + 1)?, applied, last, progress)?;
+        if end != last {
+            return Err(Error::corrupt(
+                "log",
+                format!("replay stopped at {end}, but the log ends at {last}"),
+            ));
+        }
+        Ok(n)
+    }
+
+    /// Applies `records` (which must continue from `applied`) to this
+    /// store's index, writing `applied_seq` along. Returns (records applied,
+    /// last sequence applied).
+    pub fn apply_records(
+        &self,
+        records: impl Iterator<Item = Result<Record>>,
+        applied: u64,
+        last_hint: u64,
+        mut progress: impl FnMut(u64, u64),
+    ) -> Result<(u64, u64)> {
+        let mut state = EngineState::load(&self.index())?;
+        let index = self.index();
+        let mut ov = Overlay::new(&index);
+        let mut n = 0u64;
+        let mut pending_seq = applied;
+        for item in records {
+            let rec = item?;
+            if rec.seq != pending_seq + 1 {
+                return Err(Error::corrupt(
+                    "log",
+                    format!("expected sequence {}, found {}", pending_seq + 1, rec.seq),
+                ));
+            }
+            engine::apply_events(&rec.events, &mut ov, &mut state)?;
+            pending_seq = rec.seq;
+            n += 1;
+            // Bound the overlay: write out every few thousand index keys.
+            if ov.writes().len() >= 20_000 {
+                self.write_index(ov.take_writes(), pending_seq)?;
+                progress(pending_seq, last_hint);
+            }
+        }
+        self.write_index(ov.take_writes(), pending_seq)?;
+        progress(pending_seq, last_hint);
+        Ok((n, pending_seq))
+    }
+
+    /// A read view of the live index.
+    pub fn index(&self) -> DbIndex<'_> {
+        DbIndex { store: self }
+    }
+
+    /// Drops and recreates the index column families and replays the whole
+    /// log into them. The log must start at sequence 1.
+    pub fn rebuild(path: &Path, so: &StoreOptions) -> Result<u64> {
+        {
+            let mut store = Store::open(path, so)?;
+            let start = store.log_start()?;
+            if start != 1 {
+                return Err(Error::Compacted {
+                    requested: 1,
+                    first_available: start,
+                });
+            }
+            let cache = Cache::new_lru_cache(so.block_cache_bytes);
+            for name in [CF_INODES, CF_EDGES] {
+                store.db.drop_cf(name)?;
+                store.db.create_cf(name, &cf_options(name, so, &cache))?;
+            }
+            let empty = crate::index::MemIndex::default();
+            let mut ov = Overlay::new(&empty);
+            engine::initial_index_writes(&mut ov);
+            store.write_index(ov.take_writes(), 0)?;
+            store.flush()?;
+        }
+        let store = Store::open(path, so)?;
+        let n = store.replay(|_, _| {})?;
+        store.flush()?;
+        Ok(n)
+    }
+}
+
+/// Iterator over decoded log records.
+pub struct LogIter<'a> {
+    inner:
+        Box<dyn Iterator<Item = std::result::Result<(Box<[u8]>, Box<[u8]>), rocksdb::Error>> + 'a>,
+    expect: u64,
+}
+
+impl Iterator for LogIter<'_> {
+    type Item = Result<Record>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let (k, v) = match self.inner.next()? {
+            Ok(kv) => kv,
+            Err(e) => return Some(Err(e.into())),
+        };
+        let res = (|| {
+            let seq = format::decode_log_key(&k)?;
+            if seq != self.expect {
+                return Err(Error::corrupt(
+                    "log",
+                    format!("expected sequence {}, found {seq} (gap)", self.expect),
+                ));
+            }
+            let rec = record::decode_record(&v, Some(seq))?;
+            self.expect = seq + 1;
+            Ok(rec)
+        })();
+        Some(res)
+    }
+}
+
+/// [`IndexRead`] over the live `inodes` and `edges` column families.
+pub struct DbIndex<'a> {
+    store: &'a Store,
+}
+
+impl IndexRead for DbIndex<'_> {
+    fn get(&self, cf: Cf, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        let h = self.store.index_cf(cf)?;
+        Ok(self.store.db.get_pinned_cf(h, key)?.map(|v| v.to_vec()))
+    }
+
+    fn scan(&self, cf: Cf, prefix: &[u8], after: Option<&[u8]>, limit: usize) -> Result<Vec<Kv>> {
+        let h = self.store.index_cf(cf)?;
+        let mut ro = ReadOptions::default();
+        if cf == Cf::Edges && prefix.len() == 8 {
+            ro.set_prefix_same_as_start(true);
+        }
+        let mut it = self.store.db.raw_iterator_cf_opt(h, ro);
+        match after {
+            Some(a) if a >= prefix => {
+                it.seek(a);
+                if it.key() == Some(a) {
+                    it.next();
+                }
+            }
+            _ => it.seek(prefix),
+        }
+        let mut out = Vec::new();
+        while out.len() < limit {
+            match (it.key(), it.value()) {
+                (Some(k), Some(v)) if k.starts_with(prefix) => out.push((k.to_vec(), v.to_vec())),
+                _ => break,
+            }
+            it.next();
+        }
+        it.status()?;
+        Ok(out)
+    }
+}

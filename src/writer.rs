@@ -1,0 +1,288 @@
+//! The single writer: group commit of commands into the log and the index.
+//!
+//! One thread owns every mutation. It blocks for the first command, drains
+//! more up to a budget, validates each against the index plus the group's
+//! own earlier changes (the overlay), writes all of the group's log records
+//! in one synced write, applies the index changes (without the WAL), publishes
+//! the committed watermark, and replies to every caller. A failed log or
+//! index write stops the writer for good: the callers of that group and every
+//! later caller get [`Error::WriterStopped`]; nothing that is not durable is
+//! acknowledged, and a restart recovers from the log.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use crossbeam_channel::Receiver;
+use rocksdb::WriteBatch;
+
+use crate::command::Command;
+use crate::engine::{Engine, EngineState, Outcome};
+use crate::error::{Error, Result};
+use crate::event::Record;
+use crate::format::{self, record, DictSet};
+use crate::index::Overlay;
+use crate::store::{Store, CF_LOG};
+use crate::watermark::Watermark;
+
+/// Whether a group's log write is fsynced before it is acknowledged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+pub enum Durability {
+    /// fsync (the WAL) before acknowledging: acknowledged writes survive a
+    /// power loss.
+    #[default]
+    Sync,
+    /// No fsync: acknowledged writes survive a process crash (they are in
+    /// the OS page cache) but not a power loss. For tests and bulk loads.
+    None,
+}
+
+#[derive(Debug, Clone)]
+pub struct WriterConfig {
+    pub durability: Durability,
+    /// Most commands in one group.
+    pub max_group_commands: usize,
+    /// Most (approximate) command bytes in one group.
+    pub max_group_bytes: usize,
+}
+
+impl Default for WriterConfig {
+    fn default() -> Self {
+        WriterConfig {
+            durability: Durability::Sync,
+            max_group_commands: 1024,
+            max_group_bytes: 4 << 20,
+        }
+    }
+}
+
+/// Counters of the writer, for tests, the CLI and metrics.
+#[derive(Debug, Default)]
+pub struct WriterStats {
+    pub groups: AtomicU64,
+    pub commands: AtomicU64,
+    pub records: AtomicU64,
+    pub max_group_commands: AtomicU64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct WriterStatsSnapshot {
+    pub groups: u64,
+    pub commands: u64,
+    pub records: u64,
+    pub max_group_commands: u64,
+}
+
+impl WriterStats {
+    pub fn snapshot(&self) -> WriterStatsSnapshot {
+        WriterStatsSnapshot {
+            groups: self.groups.load(Ordering::Relaxed),
+            commands: self.commands.load(Ordering::Relaxed),
+            records: self.records.load(Ordering::Relaxed),
+            max_group_commands: self.max_group_commands.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// State shared by the writer and the readers.
+pub struct Shared {
+    pub store: Store,
+    /// The dictionaries readers decode with. The writer publishes a new
+    /// snapshot *before* it writes index entries that use a new id.
+    pub dicts: RwLock<Arc<DictSet>>,
+    /// Highest sequence whose record is durable and applied to the index.
+    pub committed: Watermark,
+    /// Why the writer stopped, once it has.
+    pub failure: Mutex<Option<String>>,
+    pub stats: WriterStats,
+}
+
+impl Shared {
+    pub fn dicts(&self) -> Arc<DictSet> {
+        self.dicts.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    pub fn failure(&self) -> Option<String> {
+        self.failure
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+}
+
+/// A command and where to send its result (the record's sequence number).
+pub struct Request {
+    pub cmd: Command,
+    pub reply: tokio::sync::oneshot::Sender<Result<u64>>,
+    pub enqueued: Instant,
+}
+
+pub fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+pub struct Writer {
+    shared: Arc<Shared>,
+    engine: Engine,
+    cfg: WriterConfig,
+    last_seq: u64,
+    last_time_ms: u64,
+}
+
+impl Writer {
+    pub fn new(
+        shared: Arc<Shared>,
+        state: EngineState,
+        last_seq: u64,
+        last_time_ms: u64,
+        cfg: WriterConfig,
+    ) -> Writer {
+        Writer {
+            shared,
+            engine: Engine::new(state),
+            cfg,
+            last_seq,
+            last_time_ms,
+        }
+    }
+
+    /// Runs until every sender of `rx` is gone.
+    pub fn run(mut self, rx: Receiver<Request>) {
+        let mut group: Vec<Request> = Vec::with_capacity(self.cfg.max_group_commands);
+        while let Ok(first) = rx.recv() {
+            let mut bytes = first.cmd.approx_bytes();
+            group.push(first);
+            while group.len() < self.cfg.max_group_commands && bytes < self.cfg.max_group_bytes {
+                match rx.try_recv() {
+                    Ok(r) => {
+                        bytes += r.cmd.approx_bytes();
+                        group.push(r);
+                    }
+                    Err(_) => break,
+                }
+            }
+            self.commit_group(&mut group);
+            debug_assert!(group.is_empty());
+        }
+    }
+
+    fn fail(&self, why: String) {
+        let mut f = self
+            .shared
+            .failure
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if f.is_none() {
+            *f = Some(why);
+        }
+    }
+
+    fn commit_group(&mut self, group: &mut Vec<Request>) {
+        if let Some(why) = self.shared.failure() {
+            for r in group.drain(..) {
+                let _ = r.reply.send(Err(Error::WriterStopped(why.clone())));
+            }
+            return;
+        }
+        let n = group.len() as u64;
+        let time_ms = now_ms().max(self.last_time_ms);
+        let dicts_before = (
+            self.engine.state.dicts.owners.len(),
+            self.engine.state.dicts.groups.len(),
+        );
+        let index = self.shared.store.index();
+        let mut overlay = Overlay::new(&index);
+        let mut batch = WriteBatch::default();
+        let mut results: Vec<Result<u64>> = Vec::with_capacity(group.len());
+        let mut seq = self.last_seq;
+        let mut fatal: Option<String> = None;
+        let log_cf = match self.shared.store.cf(CF_LOG) {
+            Ok(cf) => cf,
+            Err(e) => {
+                fatal = Some(e.to_string());
+                // Unreachable in practice: the CF is checked at open.
+                self.fail(e.to_string());
+                for r in group.drain(..) {
+                    let _ = r.reply.send(Err(Error::WriterStopped(e.to_string())));
+                }
+                let _ = fatal;
+                return;
+            }
+        };
+        for req in group.iter() {
+            match self.engine.execute(&req.cmd, &mut overlay, time_ms) {
+                Ok(Ok(Outcome::Events(events))) => {
+                    seq += 1;
+                    let rec = Record {
+                        seq,
+                        time_ms,
+                        events,
+                    };
+                    match record::encode_record(&rec) {
+                        Ok(v) => {
+                            batch.put_cf(log_cf, format::log_key(seq), v);
+                            results.push(Ok(seq));
+                        }
+                        Err(e) => {
+                            fatal = Some(format!("encoding record {seq}: {e}"));
+                            break;
+                        }
+                    }
+                }
+                // A no-op changes nothing; its token is the state it saw.
+                Ok(Ok(Outcome::NoOp)) => results.push(Ok(seq)),
+                Ok(Err(e)) => results.push(Err(e)),
+                Err(e) => {
+                    // The overlay may hold half a command: nothing of this
+                    // group may be written.
+                    fatal = Some(format!("applying events: {e}"));
+                    break;
+                }
+            }
+        }
+        let records = seq - self.last_seq;
+        if fatal.is_none() && records > 0 {
+            let sync = self.cfg.durability == Durability::Sync;
+            if let Err(e) = self.shared.store.write_log(batch, sync) {
+                fatal = Some(format!("log write failed: {e}"));
+            }
+        }
+        if fatal.is_none() && records > 0 {
+            let dicts_after = (
+                self.engine.state.dicts.owners.len(),
+                self.engine.state.dicts.groups.len(),
+            );
+            if dicts_after != dicts_before {
+                let snapshot = Arc::new(self.engine.state.dicts.clone());
+                *self.shared.dicts.write().unwrap_or_else(|p| p.into_inner()) = snapshot;
+            }
+            if let Err(e) = self.shared.store.write_index(overlay.take_writes(), seq) {
+                // The records are durable and will be replayed on restart,
+                // but this process can no longer serve a consistent index.
+                fatal = Some(format!("index write failed: {e}"));
+            }
+        }
+        drop(overlay);
+        if let Some(why) = fatal {
+            self.fail(why.clone());
+            for r in group.drain(..) {
+                let _ = r.reply.send(Err(Error::WriterStopped(why.clone())));
+            }
+            return;
+        }
+        self.last_seq = seq;
+        self.last_time_ms = time_ms;
+        self.shared.committed.publish(seq);
+        let st = &self.shared.stats;
+        st.groups.fetch_add(1, Ordering::Relaxed);
+        st.commands.fetch_add(n, Ordering::Relaxed);
+        st.records.fetch_add(records, Ordering::Relaxed);
+        st.max_group_commands.fetch_max(n, Ordering::Relaxed);
+        for (req, res) in group.drain(..).zip(results) {
+            let _ = req.reply.send(res);
+        }
+    }
+}
