@@ -197,7 +197,7 @@ pub fn verify(live: &Store) -> Result<VerifyReport> {
     };
     let scratch = Store::open(&dir, &scratch_opts)?;
     let applied = live.applied_seq()?;
-    let (records, end) = scratch.apply_records(live.log_iter(1)?, 0, applied, |_, _| {})?;
+    let (records, end) = scratch.apply_records(&mut live.log_iter(1)?, 0, applied, |_, _| {})?;
     if end != applied {
         return Err(Error::corrupt(
             "log",

@@ -197,7 +197,7 @@ pub fn exit_code(kind: ErrorKind) -> u8 {
         ErrorKind::InvalidName | ErrorKind::InvalidPath | ErrorKind::InvalidArgument => 8,
         ErrorKind::DictionaryFull => 9,
         ErrorKind::Corruption | ErrorKind::Incompatible => 10,
-        ErrorKind::Compacted => 11,
+        ErrorKind::Compacted | ErrorKind::CursorExpired => 11,
         _ => 1,
     }
 }

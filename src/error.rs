@@ -35,6 +35,9 @@ pub enum ErrorKind {
     NotLeader,
     /// The requested log position was removed by retention.
     Compacted,
+    /// A durable cursor fell too far behind and was expired by retention;
+    /// drop it and start again from a snapshot.
+    CursorExpired,
     /// The stored data failed a checksum or could not be decoded.
     Corruption,
     /// The on-disk format is not one this build supports, or the directory is
@@ -64,6 +67,7 @@ impl ErrorKind {
             ErrorKind::DictionaryFull => "dictionary_full",
             ErrorKind::NotLeader => "not_leader",
             ErrorKind::Compacted => "compacted",
+            ErrorKind::CursorExpired => "cursor_expired",
             ErrorKind::Corruption => "corruption",
             ErrorKind::Incompatible => "incompatible",
             ErrorKind::WriterStopped => "writer_stopped",
@@ -142,6 +146,12 @@ pub enum Error {
         requested: u64,
         first_available: u64,
     },
+    #[error("cursor {name} expired: it acknowledged {acked} but retention moved the log start to {log_start}; drop it and resubscribe from a snapshot")]
+    CursorExpired {
+        name: String,
+        acked: u64,
+        log_start: u64,
+    },
     #[error("corrupt {what}: {detail}")]
     Corruption { what: &'static str, detail: String },
     #[error("incompatible database at {path}: {detail}")]
@@ -170,6 +180,7 @@ impl Error {
             Error::DictionaryFull(_) => ErrorKind::DictionaryFull,
             Error::NotLeader => ErrorKind::NotLeader,
             Error::Compacted { .. } => ErrorKind::Compacted,
+            Error::CursorExpired { .. } => ErrorKind::CursorExpired,
             Error::Corruption { .. } => ErrorKind::Corruption,
             Error::Incompatible { .. } => ErrorKind::Incompatible,
             Error::WriterStopped(_) => ErrorKind::WriterStopped,

@@ -5,6 +5,7 @@
 //! the caller's thread and never wait for the writer.
 
 use std::path::Path;
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, RwLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -16,7 +17,9 @@ use crate::engine::{self, EngineState};
 use crate::error::{Error, Result};
 use crate::format::ROOT_ID;
 use crate::path;
+use crate::retention::{self, CursorInfo, RetentionPolicy, RetentionReport};
 use crate::store::{Store, StoreOptions};
+use crate::stream::{SubscribeOptions, Subscription};
 use crate::types::{Inode, ListPage, DEFAULT_BLOCK_SIZE, DEFAULT_DIR_MODE, DEFAULT_FILE_MODE};
 use crate::watermark::Watermark;
 use crate::writer::{Request, Shared, Writer, WriterConfig, WriterStatsSnapshot};
@@ -30,6 +33,9 @@ pub struct Options {
     pub writer: WriterConfig,
     /// Capacity of the bounded command queue in front of the writer.
     pub queue_capacity: usize,
+    /// Log retention; passes run in the background every
+    /// `retention.interval` (default 10 s) when any bound is set.
+    pub retention: RetentionPolicy,
 }
 
 impl Default for Options {
@@ -38,6 +44,7 @@ impl Default for Options {
             store: StoreOptions::default(),
             writer: WriterConfig::default(),
             queue_capacity: 4096,
+            retention: RetentionPolicy::default(),
         }
     }
 }
@@ -131,6 +138,7 @@ pub struct Treelog {
     shared: Arc<Shared>,
     tx: Option<Sender<Request>>,
     writer: Option<JoinHandle<()>>,
+    retention: Option<RetentionHandle>,
     report: OpenReport,
 }
 
@@ -153,6 +161,12 @@ impl Treelog {
         let applied = store.applied_seq()?;
         debug_assert_eq!(applied, last_seq);
         let log_start = store.log_start()?;
+        if log_start > 1 {
+            // A crash between persisting a new start and the range deletion
+            // leaves records below it; remove them (idempotent).
+            retention::delete_log_below(&store, log_start)?;
+        }
+        let cursors = retention::load_cursors(&store)?;
         let last_time = match last_seq {
             0 => 0,
             s => store.read_record(s)?.map(|r| r.time_ms).unwrap_or(0),
@@ -162,6 +176,10 @@ impl Treelog {
             committed: Watermark::new(last_seq),
             failure: Default::default(),
             stats: Default::default(),
+            log_start: AtomicU64::new(log_start),
+            log_bytes: AtomicU64::new(store.log_bytes()?),
+            cursors: std::sync::Mutex::new(cursors),
+            retention_lock: Default::default(),
             store,
         });
         let (tx, rx) = crossbeam_channel::bounded(opts.queue_capacity.max(1));
@@ -169,10 +187,16 @@ impl Treelog {
         let writer = std::thread::Builder::new()
             .name("treelog-writer".into())
             .spawn(move || w.run(rx))?;
+        let retention = if opts.retention.is_unbounded() {
+            None
+        } else {
+            Some(spawn_retention(shared.clone(), opts.retention.clone())?)
+        };
         Ok(Treelog {
             shared,
             tx: Some(tx),
             writer: Some(writer),
+            retention,
             report: OpenReport {
                 replayed,
                 applied_seq: applied,
@@ -402,6 +426,69 @@ impl Treelog {
         self.shared.committed.wait_for(seq, timeout)
     }
 
+    // -- change streams -------------------------------------------------------
+
+    /// Subscribes to the change stream (see [`crate::stream`]).
+    pub fn subscribe(&self, o: SubscribeOptions) -> Result<Subscription> {
+        let mut from = o.from;
+        if let Some(name) = &o.cursor {
+            let default_acked = match from {
+                crate::stream::StartFrom::Seq(n) => n.max(1) - 1,
+                _ => self.committed_seq(),
+            };
+            let existed = self
+                .shared
+                .cursors
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .contains_key(name);
+            let acked = retention::open_cursor(&self.shared, name, default_acked)?;
+            if existed || from != crate::stream::StartFrom::Snapshot {
+                from = crate::stream::StartFrom::Seq(acked + 1);
+            }
+        }
+        Subscription::new(
+            self.shared.clone(),
+            o.filter,
+            from,
+            o.resync_on_move_in,
+            o.cursor,
+        )
+    }
+
+    /// Acknowledges that the consumer of cursor `name` processed every record
+    /// up to `seq`.
+    pub fn ack(&self, name: &str, seq: u64) -> Result<()> {
+        retention::ack(&self.shared, name, seq)
+    }
+
+    pub fn cursors(&self) -> Vec<CursorInfo> {
+        retention::list_cursors(&self.shared)
+    }
+
+    pub fn drop_cursor(&self, name: &str) -> Result<()> {
+        retention::drop_cursor(&self.shared, name)
+    }
+
+    /// Runs one retention pass now.
+    pub fn run_retention(&self, policy: &RetentionPolicy) -> Result<RetentionReport> {
+        retention::run(&self.shared, policy)
+    }
+
+    /// First sequence still in the log.
+    pub fn log_start(&self) -> u64 {
+        self.shared
+            .log_start
+            .load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Bytes of record values in the log.
+    pub fn log_bytes(&self) -> u64 {
+        self.shared
+            .log_bytes
+            .load(std::sync::atomic::Ordering::Acquire)
+    }
+
     /// Stops the writer after the commands already queued, flushes, and
     /// closes the store.
     pub fn close(mut self) -> Result<()> {
@@ -410,11 +497,46 @@ impl Treelog {
     }
 
     fn shutdown(&mut self) {
+        if let Some((stop, h)) = self.retention.take() {
+            *stop.0.lock().unwrap_or_else(|p| p.into_inner()) = true;
+            stop.1.notify_all();
+            let _ = h.join();
+        }
         self.tx.take();
         if let Some(h) = self.writer.take() {
             let _ = h.join();
         }
     }
+}
+
+type RetentionHandle = (
+    Arc<(std::sync::Mutex<bool>, std::sync::Condvar)>,
+    JoinHandle<()>,
+);
+
+fn spawn_retention(shared: Arc<Shared>, policy: RetentionPolicy) -> Result<RetentionHandle> {
+    let stop = Arc::new((std::sync::Mutex::new(false), std::sync::Condvar::new()));
+    let stop2 = stop.clone();
+    let interval = policy.interval.unwrap_or(Duration::from_secs(10));
+    let h = std::thread::Builder::new()
+        .name("treelog-retention".into())
+        .spawn(move || loop {
+            {
+                // A timer, not synchronisation: wait for the interval or stop.
+                let g = stop2.0.lock().unwrap_or_else(|p| p.into_inner());
+                let (g, _) = stop2
+                    .1
+                    .wait_timeout_while(g, interval, |stopped| !*stopped)
+                    .unwrap_or_else(|p| p.into_inner());
+                if *g {
+                    return;
+                }
+            }
+            if let Err(e) = retention::run(&shared, &policy) {
+                eprintln!("treelog: retention pass failed: {e}");
+            }
+        })?;
+    Ok((stop, h))
 }
 
 impl Drop for Treelog {

@@ -255,6 +255,7 @@ impl Store {
         );
         b.put_cf(m, meta::APPLIED_SEQ_KEY, meta::encode_u64(0));
         b.put_cf(m, meta::LOG_START_KEY, meta::encode_u64(1));
+        b.put_cf(m, meta::LOG_BYTES_KEY, meta::encode_u64(0));
         // The initial state goes through the WAL, synced, and is flushed so
         // that it never depends on replay.
         let mut wo = WriteOptions::default();
@@ -316,6 +317,11 @@ impl Store {
         Ok(self.meta_u64(meta::APPLIED_SEQ_KEY)?.unwrap_or(0))
     }
 
+    /// Total bytes of the log's record values, as of `applied_seq`.
+    pub fn log_bytes(&self) -> Result<u64> {
+        Ok(self.meta_u64(meta::LOG_BYTES_KEY)?.unwrap_or(0))
+    }
+
     pub fn log_start(&self) -> Result<u64> {
         Ok(self.meta_u64(meta::LOG_START_KEY)?.unwrap_or(1))
     }
@@ -351,6 +357,7 @@ impl Store {
         Ok(LogIter {
             inner: Box::new(it),
             expect: from,
+            bytes: 0,
         })
     }
 
@@ -377,14 +384,19 @@ impl Store {
 
     /// Writes index changes together with the new `applied_seq`, without
     /// the WAL (the log is the durable copy).
-    pub fn write_index(&self, w: OverlayWrites, applied_seq: u64) -> Result<()> {
+    pub fn write_index(
+        &self,
+        w: OverlayWrites,
+        applied_seq: u64,
+        log_bytes: Option<u64>,
+    ) -> Result<()> {
         let mut b = WriteBatch::default();
         self.add_index_writes(&mut b, w)?;
-        b.put_cf(
-            self.cf(CF_META)?,
-            meta::APPLIED_SEQ_KEY,
-            meta::encode_u64(applied_seq),
-        );
+        let m = self.cf(CF_META)?;
+        b.put_cf(m, meta::APPLIED_SEQ_KEY, meta::encode_u64(applied_seq));
+        if let Some(n) = log_bytes {
+            b.put_cf(m, meta::LOG_BYTES_KEY, meta::encode_u64(n));
+        }
         let mut wo = WriteOptions::default();
         wo.disable_wal(true);
         self.db.write_opt(b, &wo)?;
@@ -420,7 +432,8 @@ impl Store {
         if applied == last {
             return Ok(0);
         }
-        let (n, end) = self.apply_records(self.log_iter(applied + 1)?, applied, last, progress)?;
+        let (n, end) =
+            self.apply_records(&mut self.log_iter(applied + 1)?, applied, last, progress)?;
         if end != last {
             return Err(Error::corrupt(
                 "log",
@@ -435,7 +448,7 @@ impl Store {
     /// last sequence applied).
     pub fn apply_records(
         &self,
-        records: impl Iterator<Item = Result<Record>>,
+        records: &mut LogIter<'_>,
         applied: u64,
         last_hint: u64,
         mut progress: impl FnMut(u64, u64),
@@ -445,7 +458,9 @@ impl Store {
         let mut ov = Overlay::new(&index);
         let mut n = 0u64;
         let mut pending_seq = applied;
-        for item in records {
+        let bytes_before = self.log_bytes()?;
+        let base_bytes = records.bytes;
+        while let Some(item) = records.next() {
             let rec = item?;
             if rec.seq != pending_seq + 1 {
                 return Err(Error::corrupt(
@@ -458,11 +473,13 @@ impl Store {
             n += 1;
             // Bound the overlay: write out every few thousand index keys.
             if ov.writes().len() >= 20_000 {
-                self.write_index(ov.take_writes(), pending_seq)?;
+                let bytes = bytes_before + (records.bytes - base_bytes);
+                self.write_index(ov.take_writes(), pending_seq, Some(bytes))?;
                 progress(pending_seq, last_hint);
             }
         }
-        self.write_index(ov.take_writes(), pending_seq)?;
+        let bytes = bytes_before + (records.bytes - base_bytes);
+        self.write_index(ov.take_writes(), pending_seq, Some(bytes))?;
         progress(pending_seq, last_hint);
         Ok((n, pending_seq))
     }
@@ -492,7 +509,7 @@ impl Store {
             let empty = crate::index::MemIndex::default();
             let mut ov = Overlay::new(&empty);
             engine::initial_index_writes(&mut ov);
-            store.write_index(ov.take_writes(), 0)?;
+            store.write_index(ov.take_writes(), 0, Some(0))?;
             store.flush()?;
         }
         let store = Store::open(path, so)?;
@@ -507,6 +524,8 @@ pub struct LogIter<'a> {
     inner:
         Box<dyn Iterator<Item = std::result::Result<(Box<[u8]>, Box<[u8]>), rocksdb::Error>> + 'a>,
     expect: u64,
+    /// Bytes of the record values returned so far.
+    pub bytes: u64,
 }
 
 impl Iterator for LogIter<'_> {
@@ -527,6 +546,7 @@ impl Iterator for LogIter<'_> {
             }
             let rec = record::decode_record(&v, Some(seq))?;
             self.expect = seq + 1;
+            self.bytes += v.len() as u64;
             Ok(rec)
         })();
         Some(res)

@@ -95,6 +95,15 @@ pub struct Shared {
     /// Why the writer stopped, once it has.
     pub failure: Mutex<Option<String>>,
     pub stats: WriterStats,
+    /// First sequence still in the log (raised by retention).
+    pub log_start: AtomicU64,
+    /// Bytes of record values in the log (approximate between a retention
+    /// pass and the next group, which persists it).
+    pub log_bytes: AtomicU64,
+    /// Durable named cursors (mirrors `meta` `cursor/*`).
+    pub cursors: Mutex<std::collections::BTreeMap<String, crate::retention::CursorState>>,
+    /// Serialises retention passes.
+    pub retention_lock: Mutex<()>,
 }
 
 impl Shared {
@@ -198,6 +207,7 @@ impl Writer {
         let mut batch = WriteBatch::default();
         let mut results: Vec<Result<u64>> = Vec::with_capacity(group.len());
         let mut seq = self.last_seq;
+        let mut group_bytes = 0u64;
         let mut fatal: Option<String> = None;
         let log_cf = match self.shared.store.cf(CF_LOG) {
             Ok(cf) => cf,
@@ -223,6 +233,7 @@ impl Writer {
                     };
                     match record::encode_record(&rec) {
                         Ok(v) => {
+                            group_bytes += v.len() as u64;
                             batch.put_cf(log_cf, format::log_key(seq), v);
                             results.push(Ok(seq));
                         }
@@ -259,7 +270,16 @@ impl Writer {
                 let snapshot = Arc::new(self.engine.state.dicts.clone());
                 *self.shared.dicts.write().unwrap_or_else(|p| p.into_inner()) = snapshot;
             }
-            if let Err(e) = self.shared.store.write_index(overlay.take_writes(), seq) {
+            let log_bytes = self
+                .shared
+                .log_bytes
+                .fetch_add(group_bytes, Ordering::AcqRel)
+                + group_bytes;
+            if let Err(e) =
+                self.shared
+                    .store
+                    .write_index(overlay.take_writes(), seq, Some(log_bytes))
+            {
                 // The records are durable and will be replayed on restart,
                 // but this process can no longer serve a consistent index.
                 fatal = Some(format!("index write failed: {e}"));

@@ -15,6 +15,11 @@ pub const CREATED_BY_KEY: &[u8] = b"created_by";
 pub const APPLIED_SEQ_KEY: &[u8] = b"applied_seq";
 /// First sequence still present in the `log` CF (u64 BE).
 pub const LOG_START_KEY: &[u8] = b"log_start";
+/// Total bytes of the record values in `log` (u64 BE), kept with the index
+/// (same batch as `applied_seq`) for byte-based retention.
+pub const LOG_BYTES_KEY: &[u8] = b"log_bytes";
+/// Prefix of durable named cursors: `cursor/<name>` -> postcard `CursorState`.
+pub const CURSOR_PREFIX: &[u8] = b"cursor/";
 
 pub fn encode_u64(v: u64) -> [u8; 8] {
     v.to_be_bytes()

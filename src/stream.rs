@@ -1,0 +1,651 @@
+//! Change streams: resumable, filtered subscriptions to the log, with an
+//! optional consistent snapshot first.
+//!
+//! A [`Subscription`] reads the `log` column family through its own
+//! iterator, in batches, up to the committed watermark; it never makes the
+//! writer wait (the writer only bumps the watermark). When caught up it
+//! parks on the watermark (a condition variable, or a `watch` for async
+//! callers): no polling. Per-subscription memory is bounded by one batch of
+//! records, or by the snapshot channel while a snapshot streams.
+//!
+//! Snapshots are exact: a RocksDB snapshot sees the index and `applied_seq`
+//! of the same group (they are one write batch), so the snapshot at `S`
+//! followed by the records from `S + 1` misses and repeats nothing.
+//!
+//! With a subtree filter, every event is tagged with a [`Scope`]: inside the
+//! subtree, moved in, moved out, or about an ancestor (deleted or renamed,
+//! which removes or replaces the whole subtree). A directory that moves in
+//! brings descendants the stream cannot list from the log; subscriptions
+//! that started from a snapshot then get a *resync*: a fresh snapshot of the
+//! subtree at the current sequence (marked `resync: true`, meaning "replace
+//! your model"), followed by the records after it.
+
+use std::collections::VecDeque;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rocksdb::{ReadOptions, SnapshotWithThreadMode, DB};
+use serde::{Deserialize, Serialize};
+
+use crate::engine;
+use crate::error::{Error, ErrorKind, Result};
+use crate::event::{Event, EventKind};
+use crate::format::{self, meta, record};
+use crate::index::{Cf, IndexRead, Kv};
+use crate::path;
+use crate::store::{Store, CF_EDGES, CF_INODES, CF_LOG, CF_META};
+use crate::types::Inode;
+use crate::writer::Shared;
+
+/// Where a subscription starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum StartFrom {
+    /// The record with this sequence number (resume: last processed + 1).
+    Seq(u64),
+    /// The next record committed after subscribing.
+    Now,
+    /// A consistent snapshot of the (filtered) subtree at some sequence `S`,
+    /// then the records from `S + 1`.
+    Snapshot,
+}
+
+/// Which events a subscription receives.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Filter {
+    /// Only events inside this subtree (and the moves and ancestor changes
+    /// that affect it). `None` or `/`: everything.
+    pub prefix: Option<String>,
+    /// Only these kinds. `None`: all kinds.
+    pub kinds: Option<Vec<EventKind>>,
+}
+
+impl Filter {
+    fn canonical(&self) -> Result<Filter> {
+        let prefix = match &self.prefix {
+            Some(p) => {
+                let c = path::canonical(p)?;
+                (c != "/").then_some(c)
+            }
+            None => None,
+        };
+        Ok(Filter {
+            prefix,
+            kinds: self.kinds.clone(),
+        })
+    }
+
+    fn kind_ok(&self, k: EventKind) -> bool {
+        self.kinds.as_ref().is_none_or(|ks| ks.contains(&k))
+    }
+}
+
+/// Options of [`crate::Treelog::subscribe`].
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SubscribeOptions {
+    pub from: StartFrom,
+    pub filter: Filter,
+    /// A durable named cursor: when it exists, the subscription resumes after
+    /// its acknowledged position (and `from` is ignored); when it does not,
+    /// it is created at the position `from` designates.
+    pub cursor: Option<String>,
+    /// Resync (re-snapshot) when a directory moves into the filtered subtree.
+    /// Defaults to true when `from` is `Snapshot`.
+    pub resync_on_move_in: Option<bool>,
+}
+
+impl Default for SubscribeOptions {
+    fn default() -> Self {
+        SubscribeOptions {
+            from: StartFrom::Now,
+            filter: Filter::default(),
+            cursor: None,
+            resync_on_move_in: None,
+        }
+    }
+}
+
+/// How an event relates to the subscription's subtree.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Scope {
+    /// The event happened inside the subtree (or there is no filter).
+    Inside,
+    /// A rename brought the inode into the subtree from outside.
+    MoveIn,
+    /// A rename took the inode (and its descendants) out of the subtree.
+    MoveOut,
+    /// An ancestor of the subtree root was deleted or renamed: the subtree
+    /// as the subscriber knew it is gone (or replaced).
+    Ancestor,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ScopedEvent {
+    pub scope: Scope,
+    pub event: Event,
+}
+
+/// One item of a change stream.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum StreamItem {
+    /// A consistent snapshot at `seq` begins. With `resync`, the subscriber
+    /// replaces its model of the subtree with the snapshot.
+    SnapshotStart {
+        seq: u64,
+        prefix: String,
+        resync: bool,
+    },
+    /// One inode of the snapshot; parents come before their children.
+    SnapshotEntry { path: String, inode: Inode },
+    /// The snapshot is complete; records from `seq + 1` follow.
+    SnapshotEnd { seq: u64 },
+    /// A committed record, with the events that pass the filter.
+    Record {
+        seq: u64,
+        time_ms: u64,
+        events: Vec<ScopedEvent>,
+    },
+    /// Records up to `seq` were read and none passed the filter: a position
+    /// to acknowledge.
+    Progress { seq: u64 },
+}
+
+impl StreamItem {
+    /// The sequence number after which the stream can resume once this item
+    /// has been processed, if the item completes a position.
+    pub fn position(&self) -> Option<u64> {
+        match self {
+            StreamItem::Record { seq, .. }
+            | StreamItem::Progress { seq }
+            | StreamItem::SnapshotEnd { seq } => Some(*seq),
+            _ => None,
+        }
+    }
+}
+
+/// Applies the filter to one record. Returns the delivered events and
+/// whether a resync is needed (a directory moved into the subtree, or the
+/// subtree root was re-rooted under a moved directory).
+pub fn filter_events(events: &[Event], f: &Filter) -> (Vec<ScopedEvent>, bool) {
+    let mut out = Vec::new();
+    let mut resync = false;
+    for ev in events {
+        let scope = match (&f.prefix, ev) {
+            (None, _) => Some(Scope::Inside),
+            (
+                Some(p),
+                Event::Rename {
+                    old_path,
+                    new_path,
+                    attrs,
+                    ..
+                },
+            ) => {
+                let oi = path::is_within(old_path, p);
+                let ni = path::is_within(new_path, p);
+                match (oi, ni) {
+                    (true, true) => Some(Scope::Inside),
+                    (false, true) => {
+                        if attrs.kind.is_dir() {
+                            resync = true;
+                        }
+                        Some(Scope::MoveIn)
+                    }
+                    (true, false) => Some(Scope::MoveOut),
+                    (false, false) => {
+                        if path::is_within(p, old_path) {
+                            Some(Scope::Ancestor)
+                        } else if path::is_within(p, new_path) {
+                            // Something became an ancestor of the subtree root:
+                            // its contents now appear under the prefix.
+                            resync = true;
+                            Some(Scope::Ancestor)
+                        } else {
+                            None
+                        }
+                    }
+                }
+            }
+            (Some(p), ev) => {
+                let ep = event_path(ev);
+                if path::is_within(ep, p) {
+                    Some(Scope::Inside)
+                } else if matches!(ev, Event::Delete { .. }) && path::is_within(p, ep) {
+                    Some(Scope::Ancestor)
+                } else {
+                    None
+                }
+            }
+        };
+        if let Some(scope) = scope {
+            if f.kind_ok(ev.kind()) {
+                out.push(ScopedEvent {
+                    scope,
+                    event: ev.clone(),
+                });
+            }
+        }
+    }
+    (out, resync)
+}
+
+fn event_path(ev: &Event) -> &str {
+    match ev {
+        Event::Create { path, .. } | Event::Delete { path, .. } => path,
+        Event::Complete(u) | Event::SetSize(u) | Event::SetAttr(u) => &u.path,
+        Event::Rename { new_path, .. } => new_path,
+    }
+}
+
+/// Records read per batch: bounds per-subscription memory.
+const BATCH: u64 = 256;
+/// A subscription that scanned this many records without a match reports
+/// its position.
+const PROGRESS_EVERY: u64 = 65_536;
+/// Snapshot entries buffered between the snapshot thread and the consumer.
+const SNAPSHOT_CHANNEL: usize = 1024;
+
+type SnapMsg = Result<StreamItem>;
+
+/// A live subscription. Obtain one from [`crate::Treelog::subscribe`].
+pub struct Subscription {
+    shared: Arc<Shared>,
+    filter: Filter,
+    resync_on_move_in: bool,
+    /// Next log sequence to read.
+    next_seq: u64,
+    /// Highest sequence whose effects were put in `buf` or reported.
+    reported: u64,
+    /// The position of the last item handed to the caller.
+    delivered: u64,
+    buf: VecDeque<StreamItem>,
+    snapshot: Option<tokio::sync::mpsc::Receiver<SnapMsg>>,
+    cursor: Option<String>,
+}
+
+impl Subscription {
+    pub(crate) fn new(
+        shared: Arc<Shared>,
+        filter: Filter,
+        from: StartFrom,
+        resync_on_move_in: Option<bool>,
+        cursor: Option<String>,
+    ) -> Result<Subscription> {
+        let filter = filter.canonical()?;
+        let committed = shared.committed.get();
+        let log_start = shared.log_start.load(Ordering::Acquire);
+        let mut s = Subscription {
+            shared,
+            filter,
+            resync_on_move_in: resync_on_move_in.unwrap_or(from == StartFrom::Snapshot),
+            next_seq: committed + 1,
+            reported: committed,
+            delivered: committed,
+            buf: VecDeque::new(),
+            snapshot: None,
+            cursor,
+        };
+        match from {
+            StartFrom::Now => {}
+            StartFrom::Seq(n) => {
+                let n = n.max(1);
+                if n < log_start {
+                    return Err(Error::Compacted {
+                        requested: n,
+                        first_available: log_start,
+                    });
+                }
+                s.next_seq = n;
+                s.reported = n - 1;
+                s.delivered = n - 1;
+            }
+            StartFrom::Snapshot => s.start_snapshot(false),
+        }
+        Ok(s)
+    }
+
+    /// The last sequence whose item was handed out (read-ahead not
+    /// counted): once the caller processed it, resume with
+    /// `StartFrom::Seq(position() + 1)`.
+    pub fn position(&self) -> u64 {
+        self.delivered
+    }
+
+    fn hand_out(&mut self, item: StreamItem) -> StreamItem {
+        if let Some(p) = item.position() {
+            self.delivered = p;
+        }
+        item
+    }
+
+    /// True while a snapshot (initial or resync) is being streamed.
+    pub fn is_snapshotting(&self) -> bool {
+        self.snapshot.is_some()
+    }
+
+    /// The durable cursor this subscription follows, if any.
+    pub fn cursor(&self) -> Option<&str> {
+        self.cursor.as_deref()
+    }
+
+    fn start_snapshot(&mut self, resync: bool) {
+        let (tx, rx) = tokio::sync::mpsc::channel(SNAPSHOT_CHANNEL);
+        let shared = self.shared.clone();
+        let prefix = self.filter.prefix.clone().unwrap_or_else(|| "/".into());
+        let spawned = std::thread::Builder::new()
+            .name("treelog-snapshot".into())
+            .spawn(move || {
+                if let Err(e) = produce_snapshot(&shared, &prefix, resync, &tx) {
+                    let _ = tx.blocking_send(Err(e));
+                }
+            });
+        match spawned {
+            Ok(_) => self.snapshot = Some(rx),
+            Err(e) => {
+                // Could not start a thread: deliver that as the stream's error.
+                let (etx, erx) = tokio::sync::mpsc::channel(1);
+                let _ = etx.try_send(Err(Error::Io(e)));
+                self.snapshot = Some(erx);
+            }
+        }
+    }
+
+    fn on_snapshot_msg(&mut self, msg: Option<SnapMsg>) -> Result<StreamItem> {
+        match msg {
+            Some(Ok(item)) => {
+                if let StreamItem::SnapshotEnd { seq } = item {
+                    self.snapshot = None;
+                    self.next_seq = seq + 1;
+                    self.reported = seq;
+                }
+                Ok(self.hand_out(item))
+            }
+            Some(Err(e)) => {
+                self.snapshot = None;
+                Err(e)
+            }
+            None => {
+                self.snapshot = None;
+                Err(Error::corrupt(
+                    "snapshot",
+                    "the snapshot producer stopped early",
+                ))
+            }
+        }
+    }
+
+    /// Returns the next item if one is available without waiting.
+    pub fn try_next(&mut self) -> Result<Option<StreamItem>> {
+        loop {
+            if let Some(item) = self.buf.pop_front() {
+                return Ok(Some(self.hand_out(item)));
+            }
+            if let Some(rx) = &mut self.snapshot {
+                return match rx.try_recv() {
+                    Ok(m) => self.on_snapshot_msg(Some(m)).map(Some),
+                    Err(tokio::sync::mpsc::error::TryRecvError::Empty) => Ok(None),
+                    Err(tokio::sync::mpsc::error::TryRecvError::Disconnected) => {
+                        self.on_snapshot_msg(None).map(Some)
+                    }
+                };
+            }
+            if !self.fill_from_log()? {
+                return Ok(None);
+            }
+        }
+    }
+
+    /// Blocks until the next item, or until `timeout` passes with nothing
+    /// new committed (then `Ok(None)`).
+    pub fn next_timeout(&mut self, timeout: Duration) -> Result<Option<StreamItem>> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(item) = self.try_next()? {
+                return Ok(Some(item));
+            }
+            if let Some(rx) = &mut self.snapshot {
+                // A snapshot is active work that always progresses.
+                let m = rx.blocking_recv();
+                return self.on_snapshot_msg(m).map(Some);
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Ok(None);
+            }
+            self.shared
+                .committed
+                .wait_for(self.next_seq, deadline - now);
+        }
+    }
+
+    /// Waits asynchronously for the next item.
+    pub async fn next_async(&mut self) -> Result<StreamItem> {
+        loop {
+            if let Some(item) = self.try_next()? {
+                return Ok(item);
+            }
+            if let Some(rx) = &mut self.snapshot {
+                let m = rx.recv().await;
+                return self.on_snapshot_msg(m);
+            }
+            self.shared.committed.wait_for_async(self.next_seq).await;
+        }
+    }
+
+    fn compacted(&self) -> Error {
+        Error::Compacted {
+            requested: self.next_seq,
+            first_available: self.shared.log_start.load(Ordering::Acquire),
+        }
+    }
+
+    /// Reads one batch of committed records. Returns whether anything was
+    /// read (items may or may not have been produced).
+    fn fill_from_log(&mut self) -> Result<bool> {
+        let committed = self.shared.committed.get();
+        if self.next_seq > committed {
+            return Ok(false);
+        }
+        if self.next_seq < self.shared.log_start.load(Ordering::Acquire) {
+            return Err(self.compacted());
+        }
+        let end = committed.min(self.next_seq + BATCH - 1);
+        let shared = self.shared.clone();
+        let store = &shared.store;
+        let mut it = store.db().raw_iterator_cf(store.cf(CF_LOG)?);
+        it.seek(format::log_key(self.next_seq));
+        while self.next_seq <= end {
+            let seq = self.next_seq;
+            let (k, v) = match (it.key(), it.value()) {
+                (Some(k), Some(v)) => (k, v),
+                _ => {
+                    it.status()?;
+                    // Retention may have removed what we were about to read.
+                    if seq < self.shared.log_start.load(Ordering::Acquire) {
+                        return Err(self.compacted());
+                    }
+                    return Err(Error::corrupt("log", format!("record {seq} is missing")));
+                }
+            };
+            if format::decode_log_key(k)? != seq {
+                if seq < self.shared.log_start.load(Ordering::Acquire) {
+                    return Err(self.compacted());
+                }
+                return Err(Error::corrupt(
+                    "log",
+                    format!("expected record {seq}, found another key"),
+                ));
+            }
+            let rec = record::decode_record(v, Some(seq))?;
+            let (events, resync) = filter_events(&rec.events, &self.filter);
+            self.next_seq = seq + 1;
+            if !events.is_empty() {
+                self.buf.push_back(StreamItem::Record {
+                    seq,
+                    time_ms: rec.time_ms,
+                    events,
+                });
+                self.reported = seq;
+            }
+            if resync && self.resync_on_move_in {
+                self.start_snapshot(true);
+                return Ok(true);
+            }
+            it.next();
+        }
+        let scanned_quietly = self.next_seq - 1 - self.reported;
+        // Report the position of trailing filtered-out records when caught up
+        // (so a consumer can acknowledge it), or every PROGRESS_EVERY records.
+        if scanned_quietly > 0 && (self.next_seq > committed || scanned_quietly >= PROGRESS_EVERY) {
+            self.reported = self.next_seq - 1;
+            self.buf
+                .push_back(StreamItem::Progress { seq: self.reported });
+        }
+        Ok(true)
+    }
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        if let Some(rx) = &mut self.snapshot {
+            // Unblocks the snapshot thread's send, which then stops.
+            rx.close();
+        }
+    }
+}
+
+/// [`IndexRead`] over a RocksDB snapshot of the index.
+struct SnapIndex<'a> {
+    store: &'a Store,
+    snap: &'a SnapshotWithThreadMode<'a, DB>,
+}
+
+impl IndexRead for SnapIndex<'_> {
+    fn get(&self, cf: Cf, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        let h = self.store.cf(match cf {
+            Cf::Inodes => CF_INODES,
+            Cf::Edges => CF_EDGES,
+        })?;
+        Ok(self.snap.get_pinned_cf(h, key)?.map(|v| v.to_vec()))
+    }
+
+    fn scan(&self, cf: Cf, prefix: &[u8], after: Option<&[u8]>, limit: usize) -> Result<Vec<Kv>> {
+        let h = self.store.cf(match cf {
+            Cf::Inodes => CF_INODES,
+            Cf::Edges => CF_EDGES,
+        })?;
+        let mut ro = ReadOptions::default();
+        ro.set_snapshot(self.snap);
+        let mut it = self.store.db().raw_iterator_cf_opt(h, ro);
+        match after {
+            Some(a) if a >= prefix => {
+                it.seek(a);
+                if it.key() == Some(a) {
+                    it.next();
+                }
+            }
+            _ => it.seek(prefix),
+        }
+        let mut out = Vec::new();
+        while out.len() < limit {
+            match (it.key(), it.value()) {
+                (Some(k), Some(v)) if k.starts_with(prefix) => out.push((k.to_vec(), v.to_vec())),
+                _ => break,
+            }
+            it.next();
+        }
+        it.status()?;
+        Ok(out)
+    }
+}
+
+struct Frame {
+    id: u64,
+    path: String,
+    buf: VecDeque<crate::types::DirEntry>,
+    after: Option<String>,
+    done: bool,
+}
+
+/// Streams a consistent snapshot of the subtree at `prefix` into `tx`.
+fn produce_snapshot(
+    shared: &Shared,
+    prefix: &str,
+    resync: bool,
+    tx: &tokio::sync::mpsc::Sender<SnapMsg>,
+) -> Result<()> {
+    let send = |item: StreamItem| -> Result<()> {
+        tx.blocking_send(Ok(item)).map_err(|_| Error::ShuttingDown)
+    };
+    let store = &shared.store;
+    let snap = store.db().snapshot();
+    let seq = match snap.get_cf(store.cf(CF_META)?, meta::APPLIED_SEQ_KEY)? {
+        Some(v) => meta::decode_u64("applied_seq", &v)?,
+        None => 0,
+    };
+    send(StreamItem::SnapshotStart {
+        seq,
+        prefix: prefix.to_owned(),
+        resync,
+    })?;
+    // Entries in the snapshot only use dictionary ids that existed then; the
+    // current dictionaries are a superset.
+    let dicts = shared.dicts();
+    let view = SnapIndex { store, snap: &snap };
+    let root = match engine::resolve(&view, &dicts, prefix) {
+        Ok(r) => Some(r),
+        Err(e) if matches!(e.kind(), ErrorKind::NotFound | ErrorKind::NotADirectory) => None,
+        Err(e) => return Err(e),
+    };
+    if let Some(root) = root {
+        if prefix != "/" {
+            send(StreamItem::SnapshotEntry {
+                path: prefix.to_owned(),
+                inode: root.clone(),
+            })?;
+        }
+        if root.attrs.kind.is_dir() {
+            let mut stack = vec![Frame {
+                id: root.id,
+                path: prefix.to_owned(),
+                buf: VecDeque::new(),
+                after: None,
+                done: false,
+            }];
+            while let Some(top) = stack.last_mut() {
+                if top.buf.is_empty() {
+                    if top.done {
+                        stack.pop();
+                        continue;
+                    }
+                    let (page, more) =
+                        engine::list_children(&view, &dicts, top.id, top.after.as_deref(), 256)?;
+                    top.done = !more;
+                    top.after = page.last().map(|e| e.name.clone());
+                    top.buf.extend(page);
+                    continue;
+                }
+                let Some(e) = top.buf.pop_front() else {
+                    continue;
+                };
+                let p = path::join(&top.path, &e.name);
+                let is_dir = e.inode.attrs.kind.is_dir();
+                let id = e.inode.id;
+                send(StreamItem::SnapshotEntry {
+                    path: p.clone(),
+                    inode: e.inode,
+                })?;
+                if is_dir {
+                    stack.push(Frame {
+                        id,
+                        path: p,
+                        buf: VecDeque::new(),
+                        after: None,
+                        done: false,
+                    });
+                }
+            }
+        }
+    }
+    send(StreamItem::SnapshotEnd { seq })
+}
