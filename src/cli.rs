@@ -137,6 +137,29 @@ pub enum Cmd {
     Complete { path: String, size: u64 },
     /// Change a file's size.
     Setsize { path: String, size: u64 },
+    /// Print the change stream (records already committed; against a local
+    /// data directory nothing else can write, so it stops when caught up).
+    Tail {
+        /// Start at this sequence number.
+        #[arg(long, conflicts_with = "snapshot")]
+        from: Option<u64>,
+        /// Start with a consistent snapshot of the (filtered) tree.
+        #[arg(long)]
+        snapshot: bool,
+        /// Only this subtree.
+        #[arg(long)]
+        prefix: Option<String>,
+        /// Only these event kinds (create, complete, set_size, set_attr, delete, rename).
+        #[arg(long, value_delimiter = ',')]
+        kinds: Vec<String>,
+        /// A durable cursor: resume after its acknowledged position and
+        /// acknowledge what was printed.
+        #[arg(long)]
+        cursor: Option<String>,
+        /// Stop after this many items.
+        #[arg(long)]
+        limit: Option<u64>,
+    },
     /// Build a small tree, print it, show the log and verify the index.
     Demo,
     /// Operator commands.
@@ -179,6 +202,24 @@ pub enum AdminCmd {
     },
     /// Print watermarks, format version and writer state.
     Info,
+    /// List durable cursors, or drop one.
+    Cursors {
+        /// Drop this cursor.
+        #[arg(long)]
+        drop: Option<String>,
+    },
+    /// Run one retention pass now.
+    Retention {
+        #[arg(long)]
+        max_records: Option<u64>,
+        /// Seconds.
+        #[arg(long)]
+        max_age: Option<u64>,
+        #[arg(long)]
+        max_bytes: Option<u64>,
+        #[arg(long)]
+        max_cursor_lag: Option<u64>,
+    },
 }
 
 fn parse_mode(s: &str) -> std::result::Result<u32, String> {
@@ -512,6 +553,25 @@ fn dispatch(cli: &Cli, out: &Out) -> Result<u8> {
             let seq = t.set_size(path, *size)?;
             out.mutation("set_size", path, seq);
         }
+        Cmd::Tail {
+            from,
+            snapshot,
+            prefix,
+            kinds,
+            cursor,
+            limit,
+        } => {
+            return tail(
+                cli,
+                out,
+                *from,
+                *snapshot,
+                prefix.clone(),
+                kinds,
+                cursor.clone(),
+                *limit,
+            )
+        }
         Cmd::Demo => return crate::demo::run(&cli.data, out.json),
         Cmd::Admin { cmd } => return admin_cmd(cli, out, cmd),
         Cmd::Bench(args) => return crate::bench::run(args),
@@ -557,6 +617,52 @@ fn admin_cmd(cli: &Cli, out: &Out, cmd: &AdminCmd) -> Result<u8> {
                 out.print_json(&serde_json::json!({"ok": true, "replayed": n}));
             } else {
                 println!("rebuilt the index from {n} log records");
+            }
+            Ok(0)
+        }
+        AdminCmd::Cursors { drop } => {
+            let t = open(cli)?;
+            if let Some(name) = drop {
+                t.drop_cursor(name)?;
+                out.mutation("drop_cursor", name, t.committed_seq());
+                return Ok(0);
+            }
+            let cs = t.cursors();
+            if out.json {
+                out.print_json(&cs);
+            } else {
+                println!("{:<24} {:>12} {:>10} {}", "cursor", "acked", "lag", "state");
+                for c in cs {
+                    let state = match c.state.expired {
+                        Some((at, start)) => format!("EXPIRED at {at} (log start {start})"),
+                        None => "live".into(),
+                    };
+                    println!("{:<24} {:>12} {:>10} {state}", c.name, c.state.acked, c.lag);
+                }
+            }
+            Ok(0)
+        }
+        AdminCmd::Retention {
+            max_records,
+            max_age,
+            max_bytes,
+            max_cursor_lag,
+        } => {
+            let t = open(cli)?;
+            let rep = t.run_retention(&crate::retention::RetentionPolicy {
+                max_records: *max_records,
+                max_age: max_age.map(std::time::Duration::from_secs),
+                max_bytes: *max_bytes,
+                max_cursor_lag: *max_cursor_lag,
+                interval: None,
+            })?;
+            if out.json {
+                out.print_json(&rep);
+            } else {
+                println!(
+                    "log start {} -> {} ({} records, {} bytes removed); expired cursors: {:?}; held by: {:?}",
+                    rep.old_start, rep.new_start, rep.removed_records, rep.removed_bytes, rep.expired_cursors, rep.held_by_cursor
+                );
             }
             Ok(0)
         }
@@ -680,6 +786,117 @@ fn admin_cmd(cli: &Cli, out: &Out, cmd: &AdminCmd) -> Result<u8> {
             Ok(0)
         }
     }
+}
+
+fn parse_kind(k: &str) -> Result<crate::event::EventKind> {
+    use crate::event::EventKind as K;
+    Ok(match k {
+        "create" => K::Create,
+        "complete" => K::Complete,
+        "set_size" | "setsize" => K::SetSize,
+        "set_attr" | "setattr" => K::SetAttr,
+        "delete" => K::Delete,
+        "rename" => K::Rename,
+        other => {
+            return Err(Error::InvalidArgument(format!(
+                "unknown event kind {other:?}"
+            )))
+        }
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+fn tail(
+    cli: &Cli,
+    out: &Out,
+    from: Option<u64>,
+    snapshot: bool,
+    prefix: Option<String>,
+    kinds: &[String],
+    cursor: Option<String>,
+    limit: Option<u64>,
+) -> Result<u8> {
+    use crate::stream::{Filter, StartFrom, StreamItem, SubscribeOptions};
+    let t = open(cli)?;
+    let kinds = if kinds.is_empty() {
+        None
+    } else {
+        Some(
+            kinds
+                .iter()
+                .map(|k| parse_kind(k))
+                .collect::<Result<Vec<_>>>()?,
+        )
+    };
+    let start = match (from, snapshot) {
+        (_, true) => StartFrom::Snapshot,
+        (Some(n), _) => StartFrom::Seq(n),
+        (None, false) => StartFrom::Seq(t.log_start()),
+    };
+    let mut sub = t.subscribe(SubscribeOptions {
+        from: start,
+        filter: Filter { prefix, kinds },
+        cursor: cursor.clone(),
+        resync_on_move_in: None,
+    })?;
+    let mut n = 0u64;
+    loop {
+        if limit.is_some_and(|l| n >= l) {
+            break;
+        }
+        let caught_up = sub.position() >= t.committed_seq() && !sub.is_snapshotting();
+        let item = if caught_up {
+            match sub.try_next()? {
+                Some(i) => i,
+                None => break,
+            }
+        } else {
+            match sub.next_timeout(std::time::Duration::from_secs(5))? {
+                Some(i) => i,
+                None => break,
+            }
+        };
+        n += 1;
+        if out.json {
+            out.print_json(&item);
+            continue;
+        }
+        match &item {
+            StreamItem::SnapshotStart {
+                seq,
+                prefix,
+                resync,
+            } => {
+                println!(
+                    "== snapshot of {prefix} at #{seq}{}",
+                    if *resync { " (resync)" } else { "" }
+                )
+            }
+            StreamItem::SnapshotEntry { path, inode } => println!("   {}", long_line(inode, path)),
+            StreamItem::SnapshotEnd { seq } => println!("== end of snapshot at #{seq}"),
+            StreamItem::Progress { seq } => println!("#{seq} (no matching events up to here)"),
+            StreamItem::Record {
+                seq,
+                time_ms,
+                events,
+            } => {
+                println!("#{seq} t={time_ms}");
+                for e in events {
+                    println!("    [{:?}] {}", e.scope, describe_event(&e.event));
+                }
+            }
+        }
+    }
+    if let Some(name) = cursor {
+        let pos = sub.position();
+        if pos > 0 {
+            t.ack(&name, pos)?;
+        }
+        if !out.json {
+            println!("cursor {name} acknowledged #{pos}");
+        }
+    }
+    Ok(0)
 }
 
 /// One line describing an event, for humans.

@@ -24,6 +24,7 @@ pub mod path;
 pub mod retention;
 pub mod store;
 pub mod stream;
+pub mod tailcache;
 pub mod types;
 pub mod watermark;
 pub mod writer;

@@ -36,6 +36,8 @@ pub struct Options {
     /// Log retention; passes run in the background every
     /// `retention.interval` (default 10 s) when any bound is set.
     pub retention: RetentionPolicy,
+    /// Recent records kept decoded in memory for caught-up subscribers.
+    pub tail_cache_records: usize,
 }
 
 impl Default for Options {
@@ -45,6 +47,7 @@ impl Default for Options {
             writer: WriterConfig::default(),
             queue_capacity: 4096,
             retention: RetentionPolicy::default(),
+            tail_cache_records: 8192,
         }
     }
 }
@@ -180,6 +183,7 @@ impl Treelog {
             log_bytes: AtomicU64::new(store.log_bytes()?),
             cursors: std::sync::Mutex::new(cursors),
             retention_lock: Default::default(),
+            tail: crate::tailcache::TailCache::new(opts.tail_cache_records),
             store,
         });
         let (tx, rx) = crossbeam_channel::bounded(opts.queue_capacity.max(1));

@@ -348,6 +348,7 @@ pub fn run(shared: &Shared, policy: &RetentionPolicy) -> Result<RetentionReport>
     write_meta(store, b, true)?;
     // 2. From now on readers below `target` get Compacted.
     shared.log_start.store(target, Ordering::Release);
+    shared.tail.truncate_below(target);
     // 3. Remove the records and let compaction reclaim the space.
     delete_log_below(store, target)?;
     shared.log_bytes.fetch_sub(

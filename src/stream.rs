@@ -450,6 +450,17 @@ impl Subscription {
             return Err(self.compacted());
         }
         let end = committed.min(self.next_seq + BATCH - 1);
+        if let Some(recs) = self.shared.tail.get(self.next_seq, end, BATCH as usize) {
+            if !recs.is_empty() {
+                for rec in recs {
+                    if self.take_record(&rec) {
+                        return Ok(true);
+                    }
+                }
+                self.report_progress(committed);
+                return Ok(true);
+            }
+        }
         let shared = self.shared.clone();
         let store = &shared.store;
         let mut it = store.db().raw_iterator_cf(store.cf(CF_LOG)?);
@@ -477,31 +488,45 @@ impl Subscription {
                 ));
             }
             let rec = record::decode_record(v, Some(seq))?;
-            let (events, resync) = filter_events(&rec.events, &self.filter);
-            self.next_seq = seq + 1;
-            if !events.is_empty() {
-                self.buf.push_back(StreamItem::Record {
-                    seq,
-                    time_ms: rec.time_ms,
-                    events,
-                });
-                self.reported = seq;
-            }
-            if resync && self.resync_on_move_in {
-                self.start_snapshot(true);
+            if self.take_record(&rec) {
                 return Ok(true);
             }
             it.next();
         }
-        let scanned_quietly = self.next_seq - 1 - self.reported;
-        // Report the position of trailing filtered-out records when caught up
-        // (so a consumer can acknowledge it), or every PROGRESS_EVERY records.
-        if scanned_quietly > 0 && (self.next_seq > committed || scanned_quietly >= PROGRESS_EVERY) {
+        self.report_progress(committed);
+        Ok(true)
+    }
+
+    /// Filters one record into the buffer. Returns true when a resync
+    /// snapshot was started (stop reading the log).
+    fn take_record(&mut self, rec: &crate::event::Record) -> bool {
+        debug_assert_eq!(rec.seq, self.next_seq);
+        let (events, resync) = filter_events(&rec.events, &self.filter);
+        self.next_seq = rec.seq + 1;
+        if !events.is_empty() {
+            self.buf.push_back(StreamItem::Record {
+                seq: rec.seq,
+                time_ms: rec.time_ms,
+                events,
+            });
+            self.reported = rec.seq;
+        }
+        if resync && self.resync_on_move_in {
+            self.start_snapshot(true);
+            return true;
+        }
+        false
+    }
+
+    /// Reports the position of trailing filtered-out records when caught up
+    /// (so a consumer can acknowledge it), or every `PROGRESS_EVERY` records.
+    fn report_progress(&mut self, committed: u64) {
+        let quiet = self.next_seq - 1 - self.reported;
+        if quiet > 0 && (self.next_seq > committed || quiet >= PROGRESS_EVERY) {
             self.reported = self.next_seq - 1;
             self.buf
                 .push_back(StreamItem::Progress { seq: self.reported });
         }
-        Ok(true)
     }
 }
 

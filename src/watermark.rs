@@ -12,6 +12,8 @@ pub struct Watermark {
     lock: Mutex<()>,
     cond: Condvar,
     watch: tokio::sync::watch::Sender<u64>,
+    /// When the latest value was published (for delivery-latency figures).
+    published: Mutex<(u64, Instant)>,
 }
 
 impl Watermark {
@@ -21,6 +23,7 @@ impl Watermark {
             lock: Mutex::new(()),
             cond: Condvar::new(),
             watch: tokio::sync::watch::Sender::new(v),
+            published: Mutex::new((v, Instant::now())),
         }
     }
 
@@ -32,6 +35,7 @@ impl Watermark {
     pub fn publish(&self, v: u64) {
         let prev = self.value.fetch_max(v, Ordering::AcqRel);
         debug_assert!(prev <= v, "watermark moved backwards: {prev} -> {v}");
+        *self.published.lock().unwrap_or_else(|p| p.into_inner()) = (v, Instant::now());
         {
             // Taking the lock orders this notify after a waiter's check.
             let _g = self.lock.lock().unwrap_or_else(|p| p.into_inner());
@@ -67,6 +71,11 @@ impl Watermark {
         // An error means the sender is gone, which cannot happen while
         // `self` is borrowed; return either way.
         let _ = rx.wait_for(|w| *w >= v).await;
+    }
+
+    /// The latest published value and when it was published.
+    pub fn last_published(&self) -> (u64, Instant) {
+        *self.published.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// A receiver that sees every published value.

@@ -104,6 +104,8 @@ pub struct Shared {
     pub cursors: Mutex<std::collections::BTreeMap<String, crate::retention::CursorState>>,
     /// Serialises retention passes.
     pub retention_lock: Mutex<()>,
+    /// The latest committed records, decoded, for caught-up subscribers.
+    pub tail: crate::tailcache::TailCache,
 }
 
 impl Shared {
@@ -208,6 +210,7 @@ impl Writer {
         let mut results: Vec<Result<u64>> = Vec::with_capacity(group.len());
         let mut seq = self.last_seq;
         let mut group_bytes = 0u64;
+        let mut group_records: Vec<Arc<Record>> = Vec::new();
         let mut fatal: Option<String> = None;
         let log_cf = match self.shared.store.cf(CF_LOG) {
             Ok(cf) => cf,
@@ -236,6 +239,7 @@ impl Writer {
                             group_bytes += v.len() as u64;
                             batch.put_cf(log_cf, format::log_key(seq), v);
                             results.push(Ok(seq));
+                            group_records.push(Arc::new(rec));
                         }
                         Err(e) => {
                             fatal = Some(format!("encoding record {seq}: {e}"));
@@ -295,6 +299,8 @@ impl Writer {
         }
         self.last_seq = seq;
         self.last_time_ms = time_ms;
+        // Subscribers woken by the watermark find the records in memory.
+        self.shared.tail.extend(group_records);
         self.shared.committed.publish(seq);
         let st = &self.shared.stats;
         st.groups.fetch_add(1, Ordering::Relaxed);

@@ -12,6 +12,7 @@
 //!   write grouping.
 
 pub mod seed;
+pub mod stream;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -54,6 +55,18 @@ pub enum BenchCmd {
         #[arg(long)]
         json_out: Option<std::path::PathBuf>,
     },
+    /// Change-stream figures: throughput with subscribers, delivery
+    /// latency, catch-up rate.
+    Stream {
+        /// Creates per throughput run.
+        #[arg(long, default_value_t = 40_000)]
+        ops: usize,
+        /// Records in the catch-up log.
+        #[arg(long, default_value_t = 1_000_000)]
+        catchup_records: u64,
+        #[arg(long)]
+        dir: Option<std::path::PathBuf>,
+    },
 }
 
 /// One measured figure.
@@ -83,7 +96,7 @@ impl Creator for Treelog {
     }
 }
 
-fn percentile(sorted: &[Duration], p: f64) -> f64 {
+pub(crate) fn percentile(sorted: &[Duration], p: f64) -> f64 {
     if sorted.is_empty() {
         return 0.0;
     }
@@ -144,6 +157,21 @@ pub fn run_creates(
 
 pub fn run(args: &BenchArgs) -> Result<u8> {
     match &args.cmd {
+        BenchCmd::Stream {
+            ops,
+            catchup_records,
+            dir,
+        } => {
+            let base = dir.clone().unwrap_or_else(|| {
+                std::env::temp_dir().join(format!("treelog-bench-{}", std::process::id()))
+            });
+            std::fs::create_dir_all(&base)?;
+            stream::run(&base, *ops, *catchup_records)?;
+            if dir.is_none() {
+                let _ = std::fs::remove_dir_all(&base);
+            }
+            Ok(0)
+        }
         BenchCmd::Create {
             callers,
             ops,

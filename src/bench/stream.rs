@@ -1,0 +1,151 @@
+//! `treelog bench stream`: change-stream figures.
+//!
+//! - writer throughput (durable creates, 64 callers) with 0 and with 100
+//!   subscribers attached and consuming;
+//! - commit-to-delivery latency with 1 and 100 subscribers at a steady write
+//!   load: for each delivered record that was the newest committed one, the
+//!   time from the writer publishing it to the subscriber holding it;
+//! - catch-up rate of a subscriber starting at sequence 1 on a long log.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::error::Result;
+use crate::namespace::{Options, Treelog};
+use crate::stream::{StartFrom, StreamItem, SubscribeOptions};
+use crate::writer::Durability;
+
+use super::{percentile, run_creates, Creator};
+
+fn spawn_subscribers(
+    t: &Arc<Treelog>,
+    n: usize,
+    stop: &Arc<AtomicBool>,
+) -> Result<Vec<std::thread::JoinHandle<Vec<Duration>>>> {
+    let mut hs = Vec::new();
+    for _ in 0..n {
+        let mut sub = t.subscribe(SubscribeOptions::default())?;
+        let t = t.clone();
+        let stop = stop.clone();
+        hs.push(std::thread::spawn(move || {
+            let mut lat = Vec::new();
+            while !stop.load(Ordering::Relaxed) {
+                match sub.next_timeout(Duration::from_millis(50)) {
+                    Ok(Some(StreamItem::Record { seq, .. })) => {
+                        let (newest, at) = t.watermark().last_published();
+                        if newest == seq {
+                            lat.push(at.elapsed());
+                        }
+                    }
+                    Ok(_) => {}
+                    Err(_) => break,
+                }
+            }
+            lat
+        }));
+    }
+    Ok(hs)
+}
+
+pub fn run(base: &std::path::Path, ops: usize, catchup_records: u64) -> Result<()> {
+    println!("== writer throughput with subscribers (durable creates, 64 callers, {ops} creates)");
+    let mut rates = Vec::new();
+    for subs in [0usize, 100] {
+        let path = base.join(format!("stream-tput-{subs}"));
+        let _ = std::fs::remove_dir_all(&path);
+        let t = Arc::new(Treelog::open(&path, Options::default())?);
+        let stop = Arc::new(AtomicBool::new(false));
+        let hs = spawn_subscribers(&t, subs, &stop)?;
+        let f = run_creates("treelog", t.clone() as Arc<dyn Creator>, 64, ops, 1000, "s")?;
+        stop.store(true, Ordering::Relaxed);
+        for h in hs {
+            let _ = h.join();
+        }
+        println!("  {subs:>3} subscribers: {:>10.0} creates/s", f.ops_per_sec);
+        rates.push(f.ops_per_sec);
+        drop(t);
+        let _ = std::fs::remove_dir_all(&path);
+    }
+    println!("  ratio 100 subscribers / none: {:.3}", rates[1] / rates[0]);
+
+    println!("== commit-to-delivery latency (steady load: 8 callers creating)");
+    for subs in [1usize, 100] {
+        let path = base.join(format!("stream-lat-{subs}"));
+        let _ = std::fs::remove_dir_all(&path);
+        let t = Arc::new(Treelog::open(&path, Options::default())?);
+        let stop = Arc::new(AtomicBool::new(false));
+        let hs = spawn_subscribers(&t, subs, &stop)?;
+        run_creates(
+            "treelog",
+            t.clone() as Arc<dyn Creator>,
+            8,
+            ops / 4,
+            100,
+            "l",
+        )?;
+        stop.store(true, Ordering::Relaxed);
+        let mut lat: Vec<Duration> = Vec::new();
+        for h in hs {
+            lat.extend(h.join().unwrap_or_default());
+        }
+        lat.sort_unstable();
+        println!(
+            "  {subs:>3} subscribers: p50 {:>7.0} us  p99 {:>7.0} us  ({} samples)",
+            percentile(&lat, 0.5),
+            percentile(&lat, 0.99),
+            lat.len()
+        );
+        drop(t);
+        let _ = std::fs::remove_dir_all(&path);
+    }
+
+    println!("== catch-up read rate from sequence 1 ({catchup_records} records)");
+    let path = base.join("stream-catchup");
+    let _ = std::fs::remove_dir_all(&path);
+    let t = Treelog::open(&path, Options::default().durability(Durability::None))?;
+    let t0 = Instant::now();
+    let mut pending = std::collections::VecDeque::new();
+    for i in 0..catchup_records {
+        pending.push_back(t.submit_pipelined(crate::Command::Mkdir {
+            path: format!("/c{}/d{i}", i % 1000),
+            parents: true,
+            mode: 0o755,
+            owner: String::new(),
+            group: String::new(),
+        })?);
+        if pending.len() >= 2048 {
+            if let Some(p) = pending.pop_front() {
+                p.wait()?;
+            }
+        }
+    }
+    for p in pending {
+        p.wait()?;
+    }
+    println!(
+        "  (log built in {:.1} s; last seq {})",
+        t0.elapsed().as_secs_f64(),
+        t.committed_seq()
+    );
+    let mut sub = t.subscribe(SubscribeOptions {
+        from: StartFrom::Seq(1),
+        ..Default::default()
+    })?;
+    let last = t.committed_seq();
+    let t0 = Instant::now();
+    let mut n = 0u64;
+    while sub.position() < last {
+        if let Some(StreamItem::Record { .. }) = sub.next_timeout(Duration::from_secs(5))? {
+            n += 1;
+        }
+    }
+    let secs = t0.elapsed().as_secs_f64();
+    println!(
+        "  read {n} records in {secs:.2} s: {:.0} records/s",
+        n as f64 / secs
+    );
+    drop(t);
+    let _ = std::fs::remove_dir_all(&path);
+    Ok(())
+}
