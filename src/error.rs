@@ -48,6 +48,13 @@ pub enum ErrorKind {
     WriterStopped,
     /// The store is shutting down.
     ShuttingDown,
+    /// A malformed frame, a failed handshake, a refused connection or a
+    /// lost connection to a server.
+    Protocol,
+    /// The shared token was missing or wrong.
+    Unauthorized,
+    /// A server limit was reached (connections, in-flight requests).
+    Busy,
     /// An I/O or RocksDB failure.
     Io,
 }
@@ -72,6 +79,9 @@ impl ErrorKind {
             ErrorKind::Incompatible => "incompatible",
             ErrorKind::WriterStopped => "writer_stopped",
             ErrorKind::ShuttingDown => "shutting_down",
+            ErrorKind::Protocol => "protocol",
+            ErrorKind::Unauthorized => "unauthorized",
+            ErrorKind::Busy => "busy",
             ErrorKind::Io => "io",
         }
     }
@@ -160,6 +170,15 @@ pub enum Error {
     WriterStopped(String),
     #[error("store is shutting down")]
     ShuttingDown,
+    /// An error reported by a treelog server.
+    #[error("{message}")]
+    Remote { kind: ErrorKind, message: String },
+    /// A server limit was reached.
+    #[error("busy: {0}")]
+    Busy(String),
+    /// A protocol or connection problem talking to a server.
+    #[error("protocol: {0}")]
+    Protocol(String),
     #[error("rocksdb: {0}")]
     Rocks(#[from] rocksdb::Error),
     #[error("i/o: {0}")]
@@ -185,6 +204,9 @@ impl Error {
             Error::Incompatible { .. } => ErrorKind::Incompatible,
             Error::WriterStopped(_) => ErrorKind::WriterStopped,
             Error::ShuttingDown => ErrorKind::ShuttingDown,
+            Error::Remote { kind, .. } => *kind,
+            Error::Protocol(_) => ErrorKind::Protocol,
+            Error::Busy(_) => ErrorKind::Busy,
             Error::Rocks(_) | Error::Io(_) => ErrorKind::Io,
         }
     }

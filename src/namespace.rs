@@ -38,6 +38,8 @@ pub struct Options {
     pub retention: RetentionPolicy,
     /// Recent records kept decoded in memory for caught-up subscribers.
     pub tail_cache_records: usize,
+    /// Collect Prometheus metrics (see [`crate::metrics`]).
+    pub metrics: bool,
 }
 
 impl Default for Options {
@@ -48,6 +50,7 @@ impl Default for Options {
             queue_capacity: 4096,
             retention: RetentionPolicy::default(),
             tail_cache_records: 8192,
+            metrics: true,
         }
     }
 }
@@ -157,8 +160,22 @@ impl Treelog {
         opts: Options,
         progress: impl FnMut(u64, u64),
     ) -> Result<Treelog> {
+        let metrics = if opts.metrics {
+            Some(Arc::new(crate::metrics::Metrics::new().map_err(|e| {
+                Error::InvalidArgument(format!("cannot register metrics: {e}"))
+            })?))
+        } else {
+            None
+        };
         let store = Store::open(dir.as_ref(), &opts.store)?;
+        if let Some(m) = &metrics {
+            m.replaying.set(1);
+        }
         let replayed = store.replay(progress)?;
+        if let Some(m) = &metrics {
+            m.replaying.set(0);
+            m.replay_records.inc_by(replayed);
+        }
         let state = EngineState::load(&store.index())?;
         let last_seq = store.last_log_seq()?;
         let applied = store.applied_seq()?;
@@ -184,6 +201,7 @@ impl Treelog {
             cursors: std::sync::Mutex::new(cursors),
             retention_lock: Default::default(),
             tail: crate::tailcache::TailCache::new(opts.tail_cache_records),
+            metrics,
             store,
         });
         let (tx, rx) = crossbeam_channel::bounded(opts.queue_capacity.max(1));
@@ -477,6 +495,40 @@ impl Treelog {
     /// Runs one retention pass now.
     pub fn run_retention(&self, policy: &RetentionPolicy) -> Result<RetentionReport> {
         retention::run(&self.shared, policy)
+    }
+
+    /// The metrics registry, when metrics are on.
+    pub fn metrics(&self) -> Option<&Arc<crate::metrics::Metrics>> {
+        self.shared.metrics.as_ref()
+    }
+
+    /// Refreshes scrape-time gauges (RocksDB properties, watermarks,
+    /// cursors) and renders the Prometheus text format.
+    pub fn render_metrics(&self) -> String {
+        let Some(m) = &self.shared.metrics else {
+            return String::new();
+        };
+        m.refresh_rocksdb(&self.shared.store);
+        let last = self.committed_seq();
+        m.last_seq.set(last as i64);
+        m.applied_seq.set(last as i64);
+        let start = self.log_start();
+        m.log_start.set(start as i64);
+        m.log_records.set((last + 1).saturating_sub(start) as i64);
+        m.log_bytes.set(self.log_bytes() as i64);
+        m.writer_failed
+            .set(i64::from(self.writer_failure().is_some()));
+        m.cursor_acked.reset();
+        m.cursor_lag.reset();
+        for c in self.cursors() {
+            m.cursor_acked
+                .with_label_values(&[c.name.as_str()])
+                .set(c.state.acked as i64);
+            m.cursor_lag
+                .with_label_values(&[c.name.as_str()])
+                .set(c.lag as i64);
+        }
+        m.render()
     }
 
     /// First sequence still in the log.

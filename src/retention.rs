@@ -320,6 +320,10 @@ pub fn run(shared: &Shared, policy: &RetentionPolicy) -> Result<RetentionReport>
     }
     target = target.max(start);
     report.new_start = target;
+    if let Some(m) = &shared.metrics {
+        m.cursors_expired
+            .inc_by(report.expired_cursors.len() as u64);
+    }
     if target == start {
         if !report.expired_cursors.is_empty() {
             write_meta(store, b, true)?;
@@ -356,6 +360,9 @@ pub fn run(shared: &Shared, policy: &RetentionPolicy) -> Result<RetentionReport>
         Ordering::AcqRel,
     );
     report.removed_records = target - start;
+    if let Some(m) = &shared.metrics {
+        m.retention_removed.inc_by(report.removed_records);
+    }
     report.removed_bytes = removed_bytes;
     Ok(report)
 }

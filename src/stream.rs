@@ -81,7 +81,7 @@ impl Filter {
 }
 
 /// Options of [`crate::Treelog::subscribe`].
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SubscribeOptions {
     pub from: StartFrom,
     pub filter: Filter,

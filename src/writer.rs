@@ -106,6 +106,8 @@ pub struct Shared {
     pub retention_lock: Mutex<()>,
     /// The latest committed records, decoded, for caught-up subscribers.
     pub tail: crate::tailcache::TailCache,
+    /// Prometheus metrics; `None` when disabled.
+    pub metrics: Option<Arc<crate::metrics::Metrics>>,
 }
 
 impl Shared {
@@ -199,6 +201,13 @@ impl Writer {
             return;
         }
         let n = group.len() as u64;
+        let t_group = Instant::now();
+        if let Some(m) = &self.shared.metrics {
+            for r in group.iter() {
+                m.queue_wait
+                    .observe(t_group.saturating_duration_since(r.enqueued).as_secs_f64());
+            }
+        }
         let time_ms = now_ms().max(self.last_time_ms);
         let dicts_before = (
             self.engine.state.dicts.owners.len(),
@@ -259,12 +268,14 @@ impl Writer {
             }
         }
         let records = seq - self.last_seq;
+        let t_validated = Instant::now();
         if fatal.is_none() && records > 0 {
             let sync = self.cfg.durability == Durability::Sync;
             if let Err(e) = self.shared.store.write_log(batch, sync) {
                 fatal = Some(format!("log write failed: {e}"));
             }
         }
+        let t_logged = Instant::now();
         if fatal.is_none() && records > 0 {
             let dicts_after = (
                 self.engine.state.dicts.owners.len(),
@@ -290,7 +301,11 @@ impl Writer {
             }
         }
         drop(overlay);
+        let t_applied = Instant::now();
         if let Some(why) = fatal {
+            if let Some(m) = &self.shared.metrics {
+                m.writer_failed.set(1);
+            }
             self.fail(why.clone());
             for r in group.drain(..) {
                 let _ = r.reply.send(Err(Error::WriterStopped(why.clone())));
@@ -307,6 +322,31 @@ impl Writer {
         st.commands.fetch_add(n, Ordering::Relaxed);
         st.records.fetch_add(records, Ordering::Relaxed);
         st.max_group_commands.fetch_max(n, Ordering::Relaxed);
+        if let Some(m) = &self.shared.metrics {
+            m.validate.observe((t_validated - t_group).as_secs_f64());
+            if records > 0 {
+                m.log_write.observe((t_logged - t_validated).as_secs_f64());
+                m.index_apply.observe((t_applied - t_logged).as_secs_f64());
+            }
+            m.group_commands.observe(n as f64);
+            m.group_bytes.observe(group_bytes as f64);
+            m.last_seq.set(seq as i64);
+            m.applied_seq.set(seq as i64);
+            m.log_bytes
+                .set(self.shared.log_bytes.load(Ordering::Relaxed) as i64);
+            let start = self.shared.log_start.load(Ordering::Relaxed);
+            m.log_records.set((seq + 1).saturating_sub(start) as i64);
+            let now = Instant::now();
+            for (req, res) in group.iter().zip(&results) {
+                let outcome = match res {
+                    Ok(_) => "ok",
+                    Err(e) => e.kind().as_str(),
+                };
+                m.ops.with_label_values(&[req.cmd.name(), outcome]).inc();
+                m.end_to_end
+                    .observe(now.saturating_duration_since(req.enqueued).as_secs_f64());
+            }
+        }
         for (req, res) in group.drain(..).zip(results) {
             let _ = req.reply.send(res);
         }

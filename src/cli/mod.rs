@@ -8,9 +8,10 @@ use std::process::ExitCode;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::admin;
+use crate::command::Command;
 use crate::error::{Error, ErrorKind, Result};
 use crate::format::record;
-use crate::namespace::{CreateOptions, MkdirOptions, Options, SetAttrs, Treelog};
+use crate::namespace::{Options, Treelog};
 use crate::store::{Store, StoreOptions};
 use crate::types::{Inode, DEFAULT_BLOCK_SIZE, DEFAULT_DIR_MODE, DEFAULT_FILE_MODE};
 use crate::writer::Durability;
@@ -31,6 +32,13 @@ pub struct Cli {
     /// Machine-readable JSON output.
     #[arg(long, global = true)]
     pub json: bool,
+    /// Talk to this server instead of opening the data directory.
+    #[arg(long, global = true, env = "TREELOG_SERVER")]
+    pub server: Option<String>,
+    /// File holding the shared token (client: sent in the handshake; serve:
+    /// required from clients).
+    #[arg(long, global = true, env = "TREELOG_TOKEN_FILE")]
+    pub token_file: Option<PathBuf>,
     /// fsync each group before acknowledging (`sync`) or not (`none`).
     #[arg(long, global = true, value_enum, default_value_t = DurabilityArg::Sync)]
     pub durability: DurabilityArg,
@@ -159,7 +167,12 @@ pub enum Cmd {
         /// Stop after this many items.
         #[arg(long)]
         limit: Option<u64>,
+        /// Keep waiting for new records (with --server).
+        #[arg(short, long)]
+        follow: bool,
     },
+    /// Run the server.
+    Serve(ServeArgs),
     /// Build a small tree, print it, show the log and verify the index.
     Demo,
     /// Operator commands.
@@ -177,6 +190,39 @@ pub enum Cmd {
         #[arg(long)]
         run: String,
     },
+}
+
+#[derive(Args, Debug)]
+pub struct ServeArgs {
+    /// RPC address.
+    #[arg(long, default_value = "127.0.0.1:7400")]
+    pub listen: std::net::SocketAddr,
+    /// HTTP address (/metrics, /healthz, /readyz).
+    #[arg(long, default_value = "127.0.0.1:7401")]
+    pub http: std::net::SocketAddr,
+    #[arg(long, default_value_t = 1024)]
+    pub max_connections: usize,
+    #[arg(long, default_value_t = 256)]
+    pub max_in_flight: usize,
+    #[arg(long, default_value_t = crate::protocol::DEFAULT_MAX_FRAME)]
+    pub max_frame: usize,
+    #[arg(long, default_value_t = 300)]
+    pub idle_timeout_secs: u64,
+    /// Log retention: keep at most this many records.
+    #[arg(long)]
+    pub retain_records: Option<u64>,
+    /// Log retention: remove records older than this many seconds.
+    #[arg(long)]
+    pub retain_secs: Option<u64>,
+    /// Log retention: keep at most about this many bytes.
+    #[arg(long)]
+    pub retain_bytes: Option<u64>,
+    /// Expire cursors lagging more than this many records.
+    #[arg(long)]
+    pub max_cursor_lag: Option<u64>,
+    /// Token file (also accepted as the global --token-file).
+    #[arg(long = "require-token-file")]
+    pub token_file: Option<PathBuf>,
 }
 
 #[derive(Subcommand, Debug)]
@@ -245,6 +291,10 @@ pub fn exit_code(kind: ErrorKind) -> u8 {
 
 /// Exit code of `admin verify` when the digests differ.
 pub const EXIT_VERIFY_MISMATCH: u8 = 12;
+
+pub mod backend;
+
+use backend::Backend;
 
 pub struct Out {
     json: bool,
@@ -333,11 +383,43 @@ fn print_stat(out: &Out, i: &Inode, path: &str) {
     println!("mtime_ms:   {}", i.attrs.mtime_ms);
 }
 
-fn open(cli: &Cli) -> Result<Treelog> {
+fn open(cli: &Cli) -> Result<Backend> {
+    match &cli.server {
+        Some(addr) => Backend::remote(addr, read_token(cli.token_file.as_deref())?),
+        None => Backend::local(
+            &cli.data,
+            Options::default().durability(cli.durability.into()),
+        ),
+    }
+}
+
+fn open_local(cli: &Cli) -> Result<Treelog> {
+    if cli.server.is_some() {
+        return Err(Error::InvalidArgument(
+            "this command works on a local --data directory only".into(),
+        ));
+    }
     Treelog::open(
         &cli.data,
         Options::default().durability(cli.durability.into()),
     )
+}
+
+/// Reads a token file (surrounding whitespace ignored).
+pub fn read_token(path: Option<&std::path::Path>) -> Result<Option<String>> {
+    match path {
+        None => Ok(None),
+        Some(p) => {
+            let t = std::fs::read_to_string(p)?.trim().to_owned();
+            if t.is_empty() {
+                return Err(Error::InvalidArgument(format!(
+                    "token file {} is empty",
+                    p.display()
+                )));
+            }
+            Ok(Some(t))
+        }
+    }
 }
 
 /// Runs the CLI; returns the process exit code.
@@ -356,8 +438,9 @@ pub fn run(cli: Cli) -> ExitCode {
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 fn list_into(
-    t: &Treelog,
+    t: &Backend,
     out: &Out,
     path: &str,
     long: bool,
@@ -366,13 +449,13 @@ fn list_into(
     limit: Option<usize>,
     json_rows: &mut Vec<serde_json::Value>,
 ) -> Result<()> {
-    let entries = match limit {
-        Some(l) => t.list(path, start_after, l)?.entries,
-        None if start_after.is_some() => {
+    let entries = match (limit, start_after) {
+        (Some(l), _) => t.list(path, start_after, l)?.entries,
+        (None, Some(_)) => {
             let mut v = Vec::new();
             let mut after = start_after.map(str::to_owned);
             loop {
-                let p = t.list(path, after.as_deref(), 1024)?;
+                let p = t.list(path, after.as_deref(), 1000)?;
                 v.extend(p.entries);
                 match p.next_start_after {
                     Some(n) => after = Some(n),
@@ -381,13 +464,14 @@ fn list_into(
             }
             v
         }
-        None => t.list_all(path)?,
+        (None, None) => t.list_all(path)?,
     };
+    let dir = crate::path::canonical(path)?;
     if recursive && !out.json {
-        println!("{path}:");
+        println!("{dir}:");
     }
     for e in &entries {
-        let full = crate::path::join(&crate::path::canonical(path)?, &e.name);
+        let full = crate::path::join(&dir, &e.name);
         if out.json {
             json_rows.push(serde_json::json!({"path": full, "name": e.name, "inode": e.inode}));
         } else if long {
@@ -402,7 +486,7 @@ fn list_into(
     }
     if recursive {
         for e in entries.iter().filter(|e| e.inode.attrs.kind.is_dir()) {
-            let full = crate::path::join(&crate::path::canonical(path)?, &e.name);
+            let full = crate::path::join(&dir, &e.name);
             if !out.json {
                 println!();
             }
@@ -412,40 +496,137 @@ fn list_into(
     Ok(())
 }
 
+fn mutate(cli: &Cli, out: &Out, what: &str, shown: &str, cmd: Command) -> Result<u8> {
+    let t = open(cli)?;
+    let seq = t.submit(cmd)?;
+    out.mutation(what, shown, seq);
+    Ok(0)
+}
+
 fn dispatch(cli: &Cli, out: &Out) -> Result<u8> {
     match &cli.cmd {
-        Cmd::Mkdir { parents, o, path } => {
-            let t = open(cli)?;
-            let seq = t.mkdir(
-                path,
-                MkdirOptions {
-                    parents: *parents,
-                    mode: o.mode.unwrap_or(DEFAULT_DIR_MODE),
-                    owner: o.owner.clone(),
-                    group: o.group.clone(),
-                },
-            )?;
-            out.mutation("mkdir", path, seq);
-        }
+        Cmd::Mkdir { parents, o, path } => mutate(
+            cli,
+            out,
+            "mkdir",
+            path,
+            Command::Mkdir {
+                path: path.clone(),
+                parents: *parents,
+                mode: o.mode.unwrap_or(DEFAULT_DIR_MODE),
+                owner: o.owner.clone(),
+                group: o.group.clone(),
+            },
+        ),
         Cmd::Touch {
             parents,
             o,
             block_size,
             path,
-        } => {
-            let t = open(cli)?;
-            let seq = t.create(
+        } => mutate(
+            cli,
+            out,
+            "create",
+            path,
+            Command::Create {
+                path: path.clone(),
+                parents: *parents,
+                mode: o.mode.unwrap_or(DEFAULT_FILE_MODE),
+                owner: o.owner.clone(),
+                group: o.group.clone(),
+                block_size: *block_size,
+            },
+        ),
+        Cmd::Mv {
+            overwrite,
+            src,
+            dst,
+        } => mutate(
+            cli,
+            out,
+            "rename",
+            &format!("{src} -> {dst}"),
+            Command::Rename {
+                src: src.clone(),
+                dst: dst.clone(),
+                overwrite: *overwrite,
+            },
+        ),
+        Cmd::Rm { recursive, path } => mutate(
+            cli,
+            out,
+            "delete",
+            path,
+            Command::Delete {
+                path: path.clone(),
+                recursive: *recursive,
+            },
+        ),
+        Cmd::Chmod { mode, path } => mutate(
+            cli,
+            out,
+            "chmod",
+            path,
+            Command::SetAttr {
+                path: path.clone(),
+                mode: Some(*mode),
+                owner: None,
+                group: None,
+                mtime_ms: None,
+            },
+        ),
+        Cmd::Chown { spec, path } => {
+            let (owner, group) = match spec.split_once(':') {
+                Some((o, g)) => ((!o.is_empty()).then(|| o.to_owned()), Some(g.to_owned())),
+                None => (Some(spec.clone()), None),
+            };
+            mutate(
+                cli,
+                out,
+                "chown",
                 path,
-                CreateOptions {
-                    parents: *parents,
-                    mode: o.mode.unwrap_or(DEFAULT_FILE_MODE),
-                    owner: o.owner.clone(),
-                    group: o.group.clone(),
-                    block_size: *block_size,
+                Command::SetAttr {
+                    path: path.clone(),
+                    mode: None,
+                    owner,
+                    group,
+                    mtime_ms: None,
                 },
-            )?;
-            out.mutation("create", path, seq);
+            )
         }
+        Cmd::Touchtime { mtime_ms, path } => mutate(
+            cli,
+            out,
+            "set_mtime",
+            path,
+            Command::SetAttr {
+                path: path.clone(),
+                mode: None,
+                owner: None,
+                group: None,
+                mtime_ms: Some(*mtime_ms),
+            },
+        ),
+        Cmd::Complete { path, size } => mutate(
+            cli,
+            out,
+            "complete",
+            path,
+            Command::Complete {
+                path: path.clone(),
+                size: *size,
+            },
+        ),
+        Cmd::Setsize { path, size } => mutate(
+            cli,
+            out,
+            "set_size",
+            path,
+            Command::SetSize {
+                path: path.clone(),
+                size: *size,
+            },
+        ),
         Cmd::Ls {
             long,
             recursive,
@@ -477,81 +658,17 @@ fn dispatch(cli: &Cli, out: &Out) -> Result<u8> {
             if out.json {
                 out.print_json(&rows);
             }
+            Ok(0)
         }
         Cmd::Stat { id, path } => {
             let t = open(cli)?;
             let (ino, p) = match (id, path) {
-                (Some(id), _) => {
-                    let ino = t.stat_id(*id)?;
-                    let p = t.path_of(*id)?;
-                    (ino, p)
-                }
+                (Some(id), _) => (t.stat_id(*id)?, t.path_of(*id)?),
                 (None, Some(p)) => (t.stat(p)?, crate::path::canonical(p)?),
                 (None, None) => return Err(Error::InvalidArgument("give a path or --id".into())),
             };
             print_stat(out, &ino, &p);
-        }
-        Cmd::Mv {
-            overwrite,
-            src,
-            dst,
-        } => {
-            let t = open(cli)?;
-            let seq = t.rename(src, dst, *overwrite)?;
-            out.mutation("rename", &format!("{src} -> {dst}"), seq);
-        }
-        Cmd::Rm { recursive, path } => {
-            let t = open(cli)?;
-            let seq = t.delete(path, *recursive)?;
-            out.mutation("delete", path, seq);
-        }
-        Cmd::Chmod { mode, path } => {
-            let t = open(cli)?;
-            let seq = t.set_attrs(
-                path,
-                SetAttrs {
-                    mode: Some(*mode),
-                    ..Default::default()
-                },
-            )?;
-            out.mutation("chmod", path, seq);
-        }
-        Cmd::Chown { spec, path } => {
-            let (owner, group) = match spec.split_once(':') {
-                Some((o, g)) => ((!o.is_empty()).then(|| o.to_owned()), Some(g.to_owned())),
-                None => (Some(spec.clone()), None),
-            };
-            let t = open(cli)?;
-            let seq = t.set_attrs(
-                path,
-                SetAttrs {
-                    owner,
-                    group,
-                    ..Default::default()
-                },
-            )?;
-            out.mutation("chown", path, seq);
-        }
-        Cmd::Touchtime { mtime_ms, path } => {
-            let t = open(cli)?;
-            let seq = t.set_attrs(
-                path,
-                SetAttrs {
-                    mtime_ms: Some(*mtime_ms),
-                    ..Default::default()
-                },
-            )?;
-            out.mutation("set_mtime", path, seq);
-        }
-        Cmd::Complete { path, size } => {
-            let t = open(cli)?;
-            let seq = t.complete(path, *size)?;
-            out.mutation("complete", path, seq);
-        }
-        Cmd::Setsize { path, size } => {
-            let t = open(cli)?;
-            let seq = t.set_size(path, *size)?;
-            out.mutation("set_size", path, seq);
+            Ok(0)
         }
         Cmd::Tail {
             from,
@@ -560,25 +677,49 @@ fn dispatch(cli: &Cli, out: &Out) -> Result<u8> {
             kinds,
             cursor,
             limit,
-        } => {
-            return tail(
-                cli,
-                out,
-                *from,
-                *snapshot,
-                prefix.clone(),
-                kinds,
-                cursor.clone(),
-                *limit,
-            )
-        }
-        Cmd::Demo => return crate::demo::run(&cli.data, out.json),
-        Cmd::Admin { cmd } => return admin_cmd(cli, out, cmd),
-        Cmd::Bench(args) => return crate::bench::run(args),
+            follow,
+        } => tail(
+            cli,
+            out,
+            *from,
+            *snapshot,
+            prefix.clone(),
+            kinds,
+            cursor.clone(),
+            *limit,
+            *follow,
+        ),
+        Cmd::Serve(args) => serve(cli, args),
+        Cmd::Demo => crate::demo::run(&cli.data, out.json),
+        Cmd::Admin { cmd } => admin_cmd(cli, out, cmd),
+        Cmd::Bench(args) => crate::bench::run(args),
         Cmd::CrashWorker { threads, run } => {
-            return crate::crashworker::run(&cli.data, *threads, run, cli.durability.into())
+            crate::crashworker::run(&cli.data, *threads, run, cli.durability.into())
         }
     }
+}
+
+fn serve(cli: &Cli, a: &ServeArgs) -> Result<u8> {
+    let mut cfg = crate::server::ServerConfig::new(cli.data.clone());
+    cfg.listen = a.listen;
+    cfg.http = a.http;
+    cfg.token = read_token(a.token_file.as_deref().or(cli.token_file.as_deref()))?;
+    cfg.max_connections = a.max_connections;
+    cfg.max_in_flight = a.max_in_flight;
+    cfg.max_frame = a.max_frame;
+    cfg.idle_timeout = std::time::Duration::from_secs(a.idle_timeout_secs);
+    cfg.store = Options::default().durability(cli.durability.into());
+    cfg.store.retention = crate::retention::RetentionPolicy {
+        max_records: a.retain_records,
+        max_age: a.retain_secs.map(std::time::Duration::from_secs),
+        max_bytes: a.retain_bytes,
+        max_cursor_lag: a.max_cursor_lag,
+        interval: None,
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(crate::server::run(cfg))?;
     Ok(0)
 }
 
@@ -624,10 +765,10 @@ fn admin_cmd(cli: &Cli, out: &Out, cmd: &AdminCmd) -> Result<u8> {
             let t = open(cli)?;
             if let Some(name) = drop {
                 t.drop_cursor(name)?;
-                out.mutation("drop_cursor", name, t.committed_seq());
+                out.mutation("drop_cursor", name, t.committed_seq()?);
                 return Ok(0);
             }
-            let cs = t.cursors();
+            let cs = t.cursors()?;
             if out.json {
                 out.print_json(&cs);
             } else {
@@ -648,7 +789,7 @@ fn admin_cmd(cli: &Cli, out: &Out, cmd: &AdminCmd) -> Result<u8> {
             max_bytes,
             max_cursor_lag,
         } => {
-            let t = open(cli)?;
+            let t = open_local(cli)?;
             let rep = t.run_retention(&crate::retention::RetentionPolicy {
                 max_records: *max_records,
                 max_age: max_age.map(std::time::Duration::from_secs),
@@ -815,8 +956,14 @@ fn tail(
     kinds: &[String],
     cursor: Option<String>,
     limit: Option<u64>,
+    follow: bool,
 ) -> Result<u8> {
     use crate::stream::{Filter, StartFrom, StreamItem, SubscribeOptions};
+    if follow && cli.server.is_none() {
+        return Err(Error::InvalidArgument(
+            "--follow needs --server: nothing else can write to a data directory this process holds".into(),
+        ));
+    }
     let t = open(cli)?;
     let kinds = if kinds.is_empty() {
         None
@@ -831,8 +978,10 @@ fn tail(
     let start = match (from, snapshot) {
         (_, true) => StartFrom::Snapshot,
         (Some(n), _) => StartFrom::Seq(n),
-        (None, false) => StartFrom::Seq(t.log_start()),
+        (None, false) if follow => StartFrom::Now,
+        (None, false) => StartFrom::Seq(1),
     };
+    let target = t.committed_seq()?;
     let mut sub = t.subscribe(SubscribeOptions {
         from: start,
         filter: Filter { prefix, kinds },
@@ -840,23 +989,29 @@ fn tail(
         resync_on_move_in: None,
     })?;
     let mut n = 0u64;
+    let mut last_pos = None;
     loop {
         if limit.is_some_and(|l| n >= l) {
             break;
         }
-        let caught_up = sub.position() >= t.committed_seq() && !sub.is_snapshotting();
-        let item = if caught_up {
-            match sub.try_next()? {
-                Some(i) => i,
-                None => break,
-            }
+        if !follow && sub.position().is_some_and(|p| p >= target) {
+            break;
+        }
+        let wait = if follow {
+            std::time::Duration::from_secs(3600)
         } else {
-            match sub.next_timeout(std::time::Duration::from_secs(5))? {
-                Some(i) => i,
-                None => break,
+            std::time::Duration::from_secs(5)
+        };
+        let Some(item) = sub.next_within(wait)? else {
+            if follow {
+                continue;
             }
+            break;
         };
         n += 1;
+        if let Some(p) = item.position() {
+            last_pos = Some(p);
+        }
         if out.json {
             out.print_json(&item);
             continue;
@@ -887,11 +1042,8 @@ fn tail(
             }
         }
     }
-    if let Some(name) = cursor {
-        let pos = sub.position();
-        if pos > 0 {
-            t.ack(&name, pos)?;
-        }
+    if let (Some(name), Some(pos)) = (cursor, last_pos) {
+        t.ack(&name, pos)?;
         if !out.json {
             println!("cursor {name} acknowledged #{pos}");
         }

@@ -1,0 +1,180 @@
+//! What the CLI talks to: the local data directory (embedded store) or a
+//! server (`--server ADDR`), behind one set of blocking calls.
+
+use std::time::Duration;
+
+use crate::client::{Client, ClientOptions, RemoteSubscription};
+use crate::command::Command;
+use crate::error::{Error, Result};
+use crate::format::ROOT_ID;
+use crate::namespace::{Options, Treelog};
+use crate::retention::CursorInfo;
+use crate::stream::{StreamItem, SubscribeOptions, Subscription};
+use crate::types::{DirEntry, Inode, ListPage};
+
+pub enum Backend {
+    Local(Treelog),
+    Remote {
+        rt: tokio::runtime::Runtime,
+        client: Client,
+    },
+}
+
+pub enum Sub<'a> {
+    Local(Subscription),
+    Remote(&'a tokio::runtime::Runtime, Box<RemoteSubscription>),
+}
+
+impl Backend {
+    pub fn local(data: &std::path::Path, opts: Options) -> Result<Backend> {
+        Ok(Backend::Local(Treelog::open(data, opts)?))
+    }
+
+    pub fn remote(addr: &str, token: Option<String>) -> Result<Backend> {
+        let addr = addr
+            .parse()
+            .or_else(|_| {
+                use std::net::ToSocketAddrs;
+                addr.to_socket_addrs()
+                    .map_err(|e| e.to_string())
+                    .and_then(|mut a| a.next().ok_or_else(|| "no address".to_string()))
+            })
+            .map_err(|e| Error::InvalidArgument(format!("bad server address {addr:?}: {e}")))?;
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        let client = rt.block_on(Client::connect(
+            addr,
+            ClientOptions {
+                token,
+                ..Default::default()
+            },
+        ))?;
+        Ok(Backend::Remote { rt, client })
+    }
+
+    pub fn local_store(&self) -> Option<&Treelog> {
+        match self {
+            Backend::Local(t) => Some(t),
+            Backend::Remote { .. } => None,
+        }
+    }
+
+    pub fn submit(&self, cmd: Command) -> Result<u64> {
+        match self {
+            Backend::Local(t) => t.submit(cmd),
+            Backend::Remote { rt, client } => rt.block_on(client.submit(cmd)),
+        }
+    }
+
+    pub fn stat(&self, path: &str) -> Result<Inode> {
+        match self {
+            Backend::Local(t) => t.stat(path),
+            Backend::Remote { rt, client } => rt.block_on(client.stat(path)),
+        }
+    }
+
+    pub fn stat_id(&self, id: u64) -> Result<Inode> {
+        match self {
+            Backend::Local(t) => t.stat_id(id),
+            Backend::Remote { rt, client } => rt.block_on(client.stat_id(id)),
+        }
+    }
+
+    /// The path of an inode, by walking parent ids.
+    pub fn path_of(&self, id: u64) -> Result<String> {
+        let mut names = Vec::new();
+        let mut cur = self.stat_id(id)?;
+        while cur.id != ROOT_ID {
+            names.push(cur.name.clone());
+            if names.len() > 4096 {
+                return Err(Error::corrupt("index", "parent chain loops"));
+            }
+            cur = self.stat_id(cur.parent)?;
+        }
+        names.reverse();
+        let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+        Ok(crate::path::join_all(&refs))
+    }
+
+    pub fn list(&self, path: &str, after: Option<&str>, limit: usize) -> Result<ListPage> {
+        match self {
+            Backend::Local(t) => t.list(path, after, limit),
+            Backend::Remote { rt, client } => {
+                rt.block_on(client.list(path, after, limit.min(u32::MAX as usize) as u32))
+            }
+        }
+    }
+
+    pub fn list_all(&self, path: &str) -> Result<Vec<DirEntry>> {
+        let mut out = Vec::new();
+        let mut after: Option<String> = None;
+        loop {
+            let page = self.list(path, after.as_deref(), 1000)?;
+            out.extend(page.entries);
+            match page.next_start_after {
+                Some(n) => after = Some(n),
+                None => return Ok(out),
+            }
+        }
+    }
+
+    pub fn committed_seq(&self) -> Result<u64> {
+        match self {
+            Backend::Local(t) => Ok(t.committed_seq()),
+            Backend::Remote { rt, client } => rt.block_on(client.ping()),
+        }
+    }
+
+    pub fn cursors(&self) -> Result<Vec<CursorInfo>> {
+        match self {
+            Backend::Local(t) => Ok(t.cursors()),
+            Backend::Remote { rt, client } => rt.block_on(client.cursors()),
+        }
+    }
+
+    pub fn drop_cursor(&self, name: &str) -> Result<()> {
+        match self {
+            Backend::Local(t) => t.drop_cursor(name),
+            Backend::Remote { rt, client } => rt.block_on(client.drop_cursor(name)),
+        }
+    }
+
+    pub fn ack(&self, name: &str, seq: u64) -> Result<()> {
+        match self {
+            Backend::Local(t) => t.ack(name, seq),
+            Backend::Remote { rt, client } => rt.block_on(client.ack(name, seq)),
+        }
+    }
+
+    pub fn subscribe(&self, o: SubscribeOptions) -> Result<Sub<'_>> {
+        match self {
+            Backend::Local(t) => Ok(Sub::Local(t.subscribe(o)?)),
+            Backend::Remote { rt, client } => {
+                Ok(Sub::Remote(rt, Box::new(rt.block_on(client.subscribe(o))?)))
+            }
+        }
+    }
+}
+
+impl Sub<'_> {
+    /// The next item within `wait`, or `None`.
+    pub fn next_within(&mut self, wait: Duration) -> Result<Option<StreamItem>> {
+        match self {
+            Sub::Local(s) => s.next_timeout(wait),
+            Sub::Remote(rt, s) => rt.block_on(async {
+                match tokio::time::timeout(wait, s.next()).await {
+                    Ok(Some(r)) => r.map(Some),
+                    Ok(None) | Err(_) => Ok(None),
+                }
+            }),
+        }
+    }
+
+    pub fn position(&self) -> Option<u64> {
+        match self {
+            Sub::Local(s) => (!s.is_snapshotting()).then(|| s.position()),
+            Sub::Remote(_, s) => s.position(),
+        }
+    }
+}

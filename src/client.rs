@@ -1,0 +1,463 @@
+//! The async Rust client of `treelog serve`.
+//!
+//! One [`Client`] is one TCP connection carrying many requests at once
+//! (pipelining): each request gets an id, and replies are matched back to
+//! their caller as they arrive. Subscriptions get a connection of their own
+//! ([`Client::subscribe`]) so that they can be resumed independently: after a
+//! lost connection, a [`RemoteSubscription`] reconnects and resubscribes from
+//! the last position it delivered (or restarts an unfinished snapshot).
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::io::{AsyncWriteExt, BufWriter};
+use tokio::net::TcpStream;
+use tokio::sync::{mpsc, oneshot};
+
+use crate::command::Command;
+use crate::error::{Error, ErrorKind, Result};
+use crate::protocol::{self, ClientMsg, Hello, RequestBody, ResponseBody, ServerMsg};
+use crate::retention::CursorInfo;
+use crate::stream::{StartFrom, StreamItem, SubscribeOptions};
+use crate::types::{Inode, ListPage};
+
+/// How to reach a server.
+#[derive(Debug, Clone)]
+pub struct ClientOptions {
+    pub token: Option<String>,
+    pub max_frame: usize,
+    pub connect_timeout: Duration,
+    /// How long a subscription keeps trying to reconnect before it gives up.
+    pub resume_for: Duration,
+}
+
+impl Default for ClientOptions {
+    fn default() -> Self {
+        ClientOptions {
+            token: None,
+            max_frame: 16 << 20,
+            connect_timeout: Duration::from_secs(5),
+            resume_for: Duration::from_secs(60),
+        }
+    }
+}
+
+enum Waiter {
+    One(oneshot::Sender<Result<ResponseBody>>),
+    Many(mpsc::Sender<Result<ResponseBody>>),
+}
+
+struct Inner {
+    out: mpsc::Sender<Vec<u8>>,
+    pending: Mutex<HashMap<u64, Waiter>>,
+    next_id: AtomicU64,
+    committed_at_connect: u64,
+}
+
+/// A connection to a treelog server.
+#[derive(Clone)]
+pub struct Client {
+    inner: Arc<Inner>,
+    addr: SocketAddr,
+    opts: ClientOptions,
+}
+
+fn lost(why: impl std::fmt::Display) -> Error {
+    Error::Protocol(format!("connection lost: {why}"))
+}
+
+fn fail_all(inner: &Inner, e: &Error) {
+    let waiters: Vec<Waiter> = match inner.pending.lock() {
+        Ok(mut p) => p.drain().map(|(_, w)| w).collect(),
+        Err(_) => return,
+    };
+    for w in waiters {
+        let err = match e {
+            Error::Remote { kind, message } => Error::Remote {
+                kind: *kind,
+                message: message.clone(),
+            },
+            other => Error::Protocol(other.to_string()),
+        };
+        match w {
+            Waiter::One(tx) => {
+                let _ = tx.send(Err(err));
+            }
+            Waiter::Many(tx) => {
+                let _ = tx.try_send(Err(err));
+            }
+        }
+    }
+}
+
+impl Client {
+    /// Connects and performs the handshake.
+    pub async fn connect(addr: SocketAddr, opts: ClientOptions) -> Result<Client> {
+        let sock = tokio::time::timeout(opts.connect_timeout, TcpStream::connect(addr))
+            .await
+            .map_err(|_| Error::Protocol(format!("connecting to {addr} timed out")))??;
+        let _ = sock.set_nodelay(true);
+        let (mut rd, wr) = sock.into_split();
+        let mut w = BufWriter::new(wr);
+        let hello = protocol::encode(&ClientMsg::Hello(Hello {
+            magic: protocol::MAGIC,
+            version: protocol::PROTOCOL_VERSION,
+            token: opts.token.clone(),
+            client: format!("treelog-client {}", env!("CARGO_PKG_VERSION")),
+        }))?;
+        w.write_all(&hello).await?;
+        w.flush().await?;
+        let first = protocol::read_frame(&mut rd, opts.max_frame)
+            .await?
+            .ok_or_else(|| {
+                Error::Protocol("server closed the connection during the handshake".into())
+            })?;
+        let committed = match protocol::decode::<ServerMsg>(&first)? {
+            ServerMsg::Welcome {
+                version,
+                committed_seq,
+                ..
+            } => {
+                if version != protocol::PROTOCOL_VERSION {
+                    return Err(Error::Protocol(format!("server speaks protocol {version}")));
+                }
+                committed_seq
+            }
+            ServerMsg::Fatal { kind, message } => {
+                return Err(protocol::remote_error(kind, message))
+            }
+            ServerMsg::Response { .. } => {
+                return Err(Error::Protocol("unexpected response before Welcome".into()))
+            }
+        };
+        let (out_tx, mut out_rx) = mpsc::channel::<Vec<u8>>(1024);
+        let inner = Arc::new(Inner {
+            out: out_tx,
+            pending: Mutex::new(HashMap::new()),
+            next_id: AtomicU64::new(1),
+            committed_at_connect: committed,
+        });
+        // Writer task: batches queued frames into few syscalls.
+        tokio::spawn(async move {
+            while let Some(f) = out_rx.recv().await {
+                if w.write_all(&f).await.is_err() {
+                    return;
+                }
+                while let Ok(f) = out_rx.try_recv() {
+                    if w.write_all(&f).await.is_err() {
+                        return;
+                    }
+                }
+                if w.flush().await.is_err() {
+                    return;
+                }
+            }
+        });
+        // Reader task: routes replies to their waiters.
+        let weak = Arc::downgrade(&inner);
+        let max_frame = opts.max_frame;
+        tokio::spawn(async move {
+            let err = loop {
+                let frame = match protocol::read_frame(&mut rd, max_frame).await {
+                    Ok(Some(f)) => f,
+                    Ok(None) => break lost("closed by the server"),
+                    Err(e) => break lost(e),
+                };
+                let Some(inner) = weak.upgrade() else { return };
+                match protocol::decode::<ServerMsg>(&frame) {
+                    Ok(ServerMsg::Response { id, body }) => {
+                        let end =
+                            matches!(body, ResponseBody::StreamEnd | ResponseBody::Error { .. });
+                        let waiter = inner
+                            .pending
+                            .lock()
+                            .ok()
+                            .and_then(|mut p| match p.get(&id) {
+                                Some(Waiter::Many(tx)) if !end => Some(Waiter::Many(tx.clone())),
+                                _ => p.remove(&id),
+                            });
+                        match waiter {
+                            Some(Waiter::One(tx)) => {
+                                let _ = tx.send(Ok(body));
+                            }
+                            Some(Waiter::Many(tx)) => {
+                                let _ = tx.send(Ok(body)).await;
+                            }
+                            None => {}
+                        }
+                    }
+                    Ok(ServerMsg::Fatal { kind, message }) => {
+                        break protocol::remote_error(kind, message)
+                    }
+                    Ok(ServerMsg::Welcome { .. }) => {
+                        break Error::Protocol("unexpected Welcome".into())
+                    }
+                    Err(e) => break lost(e),
+                }
+            };
+            if let Some(inner) = weak.upgrade() {
+                fail_all(&inner, &err);
+            }
+        });
+        Ok(Client { inner, addr, opts })
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The committed sequence the server reported in the handshake.
+    pub fn committed_at_connect(&self) -> u64 {
+        self.inner.committed_at_connect
+    }
+
+    async fn send_request(&self, body: RequestBody, waiter: Waiter) -> Result<u64> {
+        let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
+        let frame = protocol::encode(&ClientMsg::Request { id, body })?;
+        self.inner
+            .pending
+            .lock()
+            .map_err(|_| Error::Protocol("client state poisoned".into()))?
+            .insert(id, waiter);
+        if self.inner.out.send(frame).await.is_err() {
+            if let Ok(mut p) = self.inner.pending.lock() {
+                p.remove(&id);
+            }
+            return Err(lost("writer stopped"));
+        }
+        Ok(id)
+    }
+
+    /// Sends one request and waits for its reply.
+    pub async fn call(&self, body: RequestBody) -> Result<ResponseBody> {
+        let (tx, rx) = oneshot::channel();
+        self.send_request(body, Waiter::One(tx)).await?;
+        match rx.await.map_err(|_| lost("no reply"))?? {
+            ResponseBody::Error { kind, message } => Err(protocol::remote_error(kind, message)),
+            other => Ok(other),
+        }
+    }
+
+    /// Runs a mutation; returns its sequence number.
+    pub async fn submit(&self, cmd: Command) -> Result<u64> {
+        match self.call(RequestBody::Mutate(cmd)).await? {
+            ResponseBody::Seq(s) => Ok(s),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    pub async fn stat(&self, path: &str) -> Result<Inode> {
+        match self
+            .call(RequestBody::Stat {
+                path: path.to_owned(),
+            })
+            .await?
+        {
+            ResponseBody::Inode(i) => Ok(i),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    pub async fn stat_id(&self, id: u64) -> Result<Inode> {
+        match self.call(RequestBody::StatId { id }).await? {
+            ResponseBody::Inode(i) => Ok(i),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    pub async fn list(
+        &self,
+        path: &str,
+        start_after: Option<&str>,
+        limit: u32,
+    ) -> Result<ListPage> {
+        match self
+            .call(RequestBody::List {
+                path: path.to_owned(),
+                start_after: start_after.map(str::to_owned),
+                limit,
+            })
+            .await?
+        {
+            ResponseBody::Page(p) => Ok(p),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    pub async fn ack(&self, cursor: &str, seq: u64) -> Result<()> {
+        self.call(RequestBody::Ack {
+            cursor: cursor.to_owned(),
+            seq,
+        })
+        .await
+        .map(|_| ())
+    }
+
+    pub async fn cursors(&self) -> Result<Vec<CursorInfo>> {
+        match self.call(RequestBody::ListCursors).await? {
+            ResponseBody::Cursors(c) => Ok(c),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    pub async fn drop_cursor(&self, cursor: &str) -> Result<()> {
+        self.call(RequestBody::DropCursor {
+            cursor: cursor.to_owned(),
+        })
+        .await
+        .map(|_| ())
+    }
+
+    /// The server's committed sequence.
+    pub async fn ping(&self) -> Result<u64> {
+        match self.call(RequestBody::Ping).await? {
+            ResponseBody::Seq(s) => Ok(s),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Waits until the server's committed sequence reaches `seq`.
+    pub async fn wait_for(&self, seq: u64, timeout: Duration) -> Result<u64> {
+        match self
+            .call(RequestBody::WaitFor {
+                seq,
+                timeout_ms: timeout.as_millis() as u64,
+            })
+            .await?
+        {
+            ResponseBody::Seq(s) => Ok(s),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Subscribes on a connection of its own, resumed automatically after a
+    /// reconnect.
+    pub async fn subscribe(&self, opts: SubscribeOptions) -> Result<RemoteSubscription> {
+        let mut s = RemoteSubscription {
+            addr: self.addr,
+            copts: self.opts.clone(),
+            opts,
+            conn: None,
+            position: None,
+            snapshot_done: false,
+            reconnects: 0,
+        };
+        s.open().await?;
+        Ok(s)
+    }
+}
+
+fn unexpected(b: ResponseBody) -> Error {
+    Error::Protocol(format!("unexpected reply {b:?}"))
+}
+
+struct SubConn {
+    _client: Client,
+    rx: mpsc::Receiver<Result<ResponseBody>>,
+}
+
+/// A subscription over the network. Use [`RemoteSubscription::next`] or
+/// [`RemoteSubscription::into_stream`].
+pub struct RemoteSubscription {
+    addr: SocketAddr,
+    copts: ClientOptions,
+    opts: SubscribeOptions,
+    conn: Option<SubConn>,
+    /// Position of the last item delivered that completes one.
+    position: Option<u64>,
+    snapshot_done: bool,
+    reconnects: u64,
+}
+
+impl RemoteSubscription {
+    /// Times the subscription reconnected and resumed.
+    pub fn reconnects(&self) -> u64 {
+        self.reconnects
+    }
+
+    /// The position to resume after (last delivered record or progress).
+    pub fn position(&self) -> Option<u64> {
+        self.position
+    }
+
+    async fn open(&mut self) -> Result<()> {
+        let client = Client::connect(self.addr, self.copts.clone()).await?;
+        let mut opts = self.opts.clone();
+        if let Some(p) = self.position {
+            // Resume after what was delivered (a durable cursor, if any,
+            // resumes by itself; an explicit position is at least as new).
+            if opts.from != StartFrom::Snapshot || self.snapshot_done {
+                opts.from = StartFrom::Seq(p + 1);
+                opts.cursor = None;
+            }
+        }
+        let (tx, rx) = mpsc::channel(1024);
+        client
+            .send_request(RequestBody::Subscribe(opts), Waiter::Many(tx))
+            .await?;
+        self.conn = Some(SubConn {
+            _client: client,
+            rx,
+        });
+        Ok(())
+    }
+
+    /// The next item; `None` when the server ended the stream (cancel or
+    /// shutdown without a restart within `resume_for`).
+    pub async fn next(&mut self) -> Option<Result<StreamItem>> {
+        let deadline = tokio::time::Instant::now() + self.copts.resume_for;
+        loop {
+            if self.conn.is_none() {
+                match self.open().await {
+                    Ok(()) => self.reconnects += 1,
+                    Err(e) => {
+                        if tokio::time::Instant::now() >= deadline || !retryable(&e) {
+                            return Some(Err(e));
+                        }
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        continue;
+                    }
+                }
+            }
+            let conn = self.conn.as_mut()?;
+            match conn.rx.recv().await {
+                Some(Ok(ResponseBody::Item(item))) => {
+                    if let Some(p) = item.position() {
+                        self.position = Some(p);
+                    }
+                    if matches!(item, StreamItem::SnapshotEnd { .. }) {
+                        self.snapshot_done = true;
+                    }
+                    return Some(Ok(item));
+                }
+                Some(Ok(ResponseBody::StreamEnd)) => {
+                    // The server is shutting down: resume on its successor.
+                    self.conn = None;
+                }
+                Some(Ok(ResponseBody::Error { kind, message })) => {
+                    self.conn = None;
+                    return Some(Err(protocol::remote_error(kind, message)));
+                }
+                Some(Ok(other)) => return Some(Err(unexpected(other))),
+                Some(Err(e)) if retryable(&e) => self.conn = None,
+                Some(Err(e)) => return Some(Err(e)),
+                None => self.conn = None,
+            }
+        }
+    }
+
+    /// As a `futures` stream.
+    pub fn into_stream(self) -> impl futures_core::Stream<Item = Result<StreamItem>> {
+        futures_util::stream::unfold(self, |mut s| async move { s.next().await.map(|r| (r, s)) })
+    }
+}
+
+fn retryable(e: &Error) -> bool {
+    matches!(
+        e.kind(),
+        ErrorKind::Protocol | ErrorKind::Io | ErrorKind::ShuttingDown | ErrorKind::Busy
+    )
+}

@@ -1,0 +1,193 @@
+//! The wire protocol (documented in `docs/PROTOCOL.md`).
+//!
+//! A connection carries frames: a 4-byte big-endian length followed by that
+//! many bytes of postcard-encoded message. The client's first frame is a
+//! [`Hello`]; the server answers [`ServerMsg::Welcome`] or an error and
+//! closes. After that the client sends [`ClientMsg::Request`]s, each with an
+//! id of its choosing; the server answers each with one
+//! [`ServerMsg::Response`] carrying the same id, in completion order
+//! (pipelining), except subscriptions, which answer with a stream of
+//! responses ending in `StreamEnd` or an error.
+
+use serde::{Deserialize, Serialize};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+
+use crate::command::Command;
+use crate::error::{Error, ErrorKind, Result};
+use crate::retention::CursorInfo;
+use crate::stream::{StreamItem, SubscribeOptions};
+use crate::types::{Inode, ListPage};
+
+/// Bytes 0..4 of every `Hello`.
+pub const MAGIC: [u8; 4] = *b"TLOG";
+/// The protocol version this build speaks.
+pub const PROTOCOL_VERSION: u16 = 1;
+/// Default largest frame either side accepts.
+pub const DEFAULT_MAX_FRAME: usize = 1 << 20;
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Hello {
+    pub magic: [u8; 4],
+    pub version: u16,
+    /// The shared token, when the server requires one.
+    pub token: Option<String>,
+    /// Free text naming the client (for logs).
+    pub client: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ClientMsg {
+    Hello(Hello),
+    Request { id: u64, body: RequestBody },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum RequestBody {
+    /// A namespace mutation; answered with `Seq`.
+    Mutate(Command),
+    /// Answered with `Inode`.
+    Stat { path: String },
+    /// Answered with `Inode`.
+    StatId { id: u64 },
+    /// Answered with `Page`.
+    List {
+        path: String,
+        start_after: Option<String>,
+        limit: u32,
+    },
+    /// Answered with a stream of `Item`s (until cancelled or an error).
+    Subscribe(SubscribeOptions),
+    /// Stops the subscription (or other request) with id `target`; answered
+    /// with `Done`, and the target's stream ends with `StreamEnd`.
+    Cancel { target: u64 },
+    /// Acknowledges a durable cursor position; answered with `Done`.
+    Ack { cursor: String, seq: u64 },
+    /// Answered with `Cursors`.
+    ListCursors,
+    /// Answered with `Done`.
+    DropCursor { cursor: String },
+    /// Waits until the committed sequence reaches `seq` (a read-your-writes
+    /// token from another connection) or `timeout_ms` passes; answered with
+    /// `Seq` (the committed sequence then).
+    WaitFor { seq: u64, timeout_ms: u64 },
+    /// Answered with `Seq` (the committed sequence).
+    Ping,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ServerMsg {
+    Welcome {
+        version: u16,
+        server: String,
+        committed_seq: u64,
+        max_frame: u32,
+    },
+    Response {
+        id: u64,
+        body: ResponseBody,
+    },
+    /// A connection-level error (bad frame, bad handshake, limits); the
+    /// server closes the connection after sending it.
+    Fatal {
+        kind: ErrorKind,
+        message: String,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ResponseBody {
+    Seq(u64),
+    Inode(Inode),
+    Page(ListPage),
+    Item(StreamItem),
+    Cursors(Vec<CursorInfo>),
+    Done,
+    /// The end of a subscription's stream (after `Cancel` or shutdown).
+    StreamEnd,
+    Error {
+        kind: ErrorKind,
+        message: String,
+    },
+}
+
+/// Error details a client turns back into an [`Error`].
+pub fn error_body(e: &Error) -> ResponseBody {
+    ResponseBody::Error {
+        kind: e.kind(),
+        message: e.to_string(),
+    }
+}
+
+/// Rebuilds an error from the wire: the kind is exact, the message is the
+/// server's text.
+pub fn remote_error(kind: ErrorKind, message: String) -> Error {
+    Error::Remote { kind, message }
+}
+
+pub fn encode<T: Serialize>(msg: &T) -> Result<Vec<u8>> {
+    let mut out = vec![0u8; 4];
+    let out = postcard::to_extend(msg, std::mem::take(&mut out))
+        .map_err(|e| Error::InvalidArgument(format!("cannot encode message: {e}")))?;
+    let mut out = out;
+    let len = u32::try_from(out.len() - 4)
+        .map_err(|_| Error::InvalidArgument("message too large".into()))?;
+    out[..4].copy_from_slice(&len.to_be_bytes());
+    Ok(out)
+}
+
+pub fn decode<'a, T: Deserialize<'a>>(payload: &'a [u8]) -> Result<T> {
+    let (v, rest) = postcard::take_from_bytes::<T>(payload)
+        .map_err(|e| Error::corrupt("frame", format!("does not decode: {e}")))?;
+    if !rest.is_empty() {
+        return Err(Error::corrupt(
+            "frame",
+            format!("{} trailing bytes", rest.len()),
+        ));
+    }
+    Ok(v)
+}
+
+/// Reads one frame's payload. `Ok(None)` on a clean end of stream before a
+/// frame starts. A length above `max` is refused before anything is
+/// allocated.
+pub async fn read_frame<R: AsyncRead + Unpin>(r: &mut R, max: usize) -> Result<Option<Vec<u8>>> {
+    let mut len = [0u8; 4];
+    let mut got = 0;
+    while got < 4 {
+        let n = r.read(&mut len[got..]).await?;
+        if n == 0 {
+            return if got == 0 {
+                Ok(None)
+            } else {
+                Err(Error::corrupt(
+                    "frame",
+                    "connection closed inside a length prefix",
+                ))
+            };
+        }
+        got += n;
+    }
+    let len = u32::from_be_bytes(len) as usize;
+    if len > max {
+        return Err(Error::InvalidArgument(format!(
+            "frame of {len} bytes exceeds the limit of {max}"
+        )));
+    }
+    let mut buf = vec![0u8; len];
+    r.read_exact(&mut buf).await.map_err(|e| {
+        if e.kind() == std::io::ErrorKind::UnexpectedEof {
+            Error::corrupt(
+                "frame",
+                format!("connection closed inside a {len}-byte frame"),
+            )
+        } else {
+            Error::Io(e)
+        }
+    })?;
+    Ok(Some(buf))
+}
+
+pub async fn write_frame<W: AsyncWrite + Unpin>(w: &mut W, bytes: &[u8]) -> Result<()> {
+    w.write_all(bytes).await?;
+    Ok(())
+}
