@@ -38,7 +38,7 @@ impl Default for ClientOptions {
     fn default() -> Self {
         ClientOptions {
             token: None,
-            max_frame: 16 << 20,
+            max_frame: 256 << 20,
             connect_timeout: Duration::from_secs(5),
             resume_for: Duration::from_secs(60),
         }
@@ -52,7 +52,8 @@ enum Waiter {
 
 struct Inner {
     out: mpsc::Sender<Vec<u8>>,
-    pending: Mutex<HashMap<u64, Waiter>>,
+    /// `None` once the connection is gone: no request may wait after that.
+    pending: Mutex<Option<HashMap<u64, Waiter>>>,
     next_id: AtomicU64,
     committed_at_connect: u64,
 }
@@ -71,7 +72,10 @@ fn lost(why: impl std::fmt::Display) -> Error {
 
 fn fail_all(inner: &Inner, e: &Error) {
     let waiters: Vec<Waiter> = match inner.pending.lock() {
-        Ok(mut p) => p.drain().map(|(_, w)| w).collect(),
+        Ok(mut p) => p
+            .take()
+            .map(|m| m.into_values().collect())
+            .unwrap_or_default(),
         Err(_) => return,
     };
     for w in waiters {
@@ -110,11 +114,17 @@ impl Client {
         }))?;
         w.write_all(&hello).await?;
         w.flush().await?;
-        let first = protocol::read_frame(&mut rd, opts.max_frame)
-            .await?
-            .ok_or_else(|| {
-                Error::Protocol("server closed the connection during the handshake".into())
-            })?;
+        let first = tokio::time::timeout(
+            opts.connect_timeout,
+            protocol::read_frame(&mut rd, opts.max_frame),
+        )
+        .await
+        .map_err(|_| {
+            Error::Protocol(format!("no handshake reply from {addr} (still replaying?)"))
+        })??
+        .ok_or_else(|| {
+            Error::Protocol("server closed the connection during the handshake".into())
+        })?;
         let committed = match protocol::decode::<ServerMsg>(&first)? {
             ServerMsg::Welcome {
                 version,
@@ -136,7 +146,7 @@ impl Client {
         let (out_tx, mut out_rx) = mpsc::channel::<Vec<u8>>(1024);
         let inner = Arc::new(Inner {
             out: out_tx,
-            pending: Mutex::new(HashMap::new()),
+            pending: Mutex::new(Some(HashMap::new())),
             next_id: AtomicU64::new(1),
             committed_at_connect: committed,
         });
@@ -164,6 +174,8 @@ impl Client {
                 let frame = match protocol::read_frame(&mut rd, max_frame).await {
                     Ok(Some(f)) => f,
                     Ok(None) => break lost("closed by the server"),
+                    // Too large for this client: retrying would meet it again.
+                    Err(e @ Error::InvalidArgument(_)) => break e,
                     Err(e) => break lost(e),
                 };
                 let Some(inner) = weak.upgrade() else { return };
@@ -171,14 +183,13 @@ impl Client {
                     Ok(ServerMsg::Response { id, body }) => {
                         let end =
                             matches!(body, ResponseBody::StreamEnd | ResponseBody::Error { .. });
-                        let waiter = inner
-                            .pending
-                            .lock()
-                            .ok()
-                            .and_then(|mut p| match p.get(&id) {
+                        let waiter = inner.pending.lock().ok().and_then(|mut p| {
+                            let p = p.as_mut()?;
+                            match p.get(&id) {
                                 Some(Waiter::Many(tx)) if !end => Some(Waiter::Many(tx.clone())),
                                 _ => p.remove(&id),
-                            });
+                            }
+                        });
                         match waiter {
                             Some(Waiter::One(tx)) => {
                                 let _ = tx.send(Ok(body));
@@ -217,14 +228,24 @@ impl Client {
     async fn send_request(&self, body: RequestBody, waiter: Waiter) -> Result<u64> {
         let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
         let frame = protocol::encode(&ClientMsg::Request { id, body })?;
-        self.inner
-            .pending
-            .lock()
-            .map_err(|_| Error::Protocol("client state poisoned".into()))?
-            .insert(id, waiter);
+        {
+            let mut p = self
+                .inner
+                .pending
+                .lock()
+                .map_err(|_| Error::Protocol("client state poisoned".into()))?;
+            match p.as_mut() {
+                Some(p) => {
+                    p.insert(id, waiter);
+                }
+                None => return Err(lost("the connection is closed")),
+            }
+        }
         if self.inner.out.send(frame).await.is_err() {
             if let Ok(mut p) = self.inner.pending.lock() {
-                p.remove(&id);
+                if let Some(p) = p.as_mut() {
+                    p.remove(&id);
+                }
             }
             return Err(lost("writer stopped"));
         }
@@ -342,7 +363,8 @@ impl Client {
             opts,
             conn: None,
             position: None,
-            snapshot_done: false,
+            in_snapshot: false,
+            opened: false,
             reconnects: 0,
         };
         s.open().await?;
@@ -368,7 +390,10 @@ pub struct RemoteSubscription {
     conn: Option<SubConn>,
     /// Position of the last item delivered that completes one.
     position: Option<u64>,
-    snapshot_done: bool,
+    /// Between a SnapshotStart and its SnapshotEnd.
+    in_snapshot: bool,
+    /// Whether a subscription was opened before (so `open` resumes).
+    opened: bool,
     reconnects: u64,
 }
 
@@ -386,18 +411,35 @@ impl RemoteSubscription {
     async fn open(&mut self) -> Result<()> {
         let client = Client::connect(self.addr, self.copts.clone()).await?;
         let mut opts = self.opts.clone();
-        if let Some(p) = self.position {
-            // Resume after what was delivered (a durable cursor, if any,
-            // resumes by itself; an explicit position is at least as new).
-            if opts.from != StartFrom::Snapshot || self.snapshot_done {
+        // Keep the resync behaviour of the original request on resume.
+        opts.resync_on_move_in = Some(
+            opts.resync_on_move_in
+                .unwrap_or(opts.from == StartFrom::Snapshot),
+        );
+        if self.opened {
+            if self.in_snapshot || (self.position.is_none() && opts.from == StartFrom::Snapshot) {
+                // A snapshot (initial or resync) was cut off: start it over.
+                // Acks still go to the cursor by name.
+                opts.from = StartFrom::Snapshot;
+                opts.cursor = None;
+            } else if let Some(p) = self.position {
+                // Resume right after what was delivered.
                 opts.from = StartFrom::Seq(p + 1);
                 opts.cursor = None;
             }
+        }
+        if opts.from == StartFrom::Now {
+            // Pin "now" to a sequence, so that a resume before the first
+            // record still starts at the right place.
+            let c = client.ping().await?;
+            opts.from = StartFrom::Seq(c + 1);
+            self.position = Some(c);
         }
         let (tx, rx) = mpsc::channel(1024);
         client
             .send_request(RequestBody::Subscribe(opts), Waiter::Many(tx))
             .await?;
+        self.opened = true;
         self.conn = Some(SubConn {
             _client: client,
             rx,
@@ -405,8 +447,10 @@ impl RemoteSubscription {
         Ok(())
     }
 
-    /// The next item; `None` when the server ended the stream (cancel or
-    /// shutdown without a restart within `resume_for`).
+    /// The next item. After a lost connection or a server shutdown it
+    /// reconnects and resumes (for up to `resume_for`), so it returns an
+    /// error only when that fails or the server refuses the subscription.
+    /// Every `SnapshotStart` means: replace your model with the snapshot.
     pub async fn next(&mut self) -> Option<Result<StreamItem>> {
         let deadline = tokio::time::Instant::now() + self.copts.resume_for;
         loop {
@@ -428,8 +472,10 @@ impl RemoteSubscription {
                     if let Some(p) = item.position() {
                         self.position = Some(p);
                     }
-                    if matches!(item, StreamItem::SnapshotEnd { .. }) {
-                        self.snapshot_done = true;
+                    match item {
+                        StreamItem::SnapshotStart { .. } => self.in_snapshot = true,
+                        StreamItem::SnapshotEnd { .. } => self.in_snapshot = false,
+                        _ => {}
                     }
                     return Some(Ok(item));
                 }

@@ -38,8 +38,9 @@ pub struct ServerConfig {
     pub max_in_flight: usize,
     pub max_subscriptions: usize,
     pub handshake_timeout: Duration,
+    /// A connection without subscriptions that sends no complete frame for
+    /// this long is closed.
     pub idle_timeout: Duration,
-    pub read_timeout: Duration,
     pub shutdown_grace: Duration,
     pub store: Options,
 }
@@ -57,7 +58,6 @@ impl ServerConfig {
             max_subscriptions: 64,
             handshake_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(300),
-            read_timeout: Duration::from_secs(30),
             shutdown_grace: Duration::from_secs(10),
             store: Options::default(),
         }
@@ -68,7 +68,7 @@ struct State {
     cfg: ServerConfig,
     store: OnceLock<Arc<Treelog>>,
     ready: AtomicBool,
-    /// Standalone metrics until the store (which owns the real ones) is open.
+    /// The store's metrics, once it is open.
     metrics: OnceLock<Arc<Metrics>>,
     conn_slots: Arc<Semaphore>,
     shutdown: watch::Receiver<bool>,
@@ -435,6 +435,26 @@ async fn serve_connection(
             Ok(None) => break Ok(()),
             Err(e) => break Err(e),
         };
+        // Subscriptions register before the next read, so that the idle
+        // timeout never applies to a connection that carries one.
+        let mut cancel = None;
+        if let RequestBody::Subscribe(_) = &body {
+            let (tx, rx) = watch::channel(false);
+            let admitted = match ctx.subs.lock() {
+                Ok(subs) if subs.contains_key(&id) => Err("a request with this id is still active"),
+                Ok(mut subs) if subs.len() < ctx.max_subscriptions => {
+                    subs.insert(id, tx);
+                    Ok(())
+                }
+                _ => Err("too many subscriptions on this connection"),
+            };
+            if let Err(why) = admitted {
+                let body = protocol::error_body(&Error::Busy(why.into()));
+                let _ = send(&ctx.out, &ServerMsg::Response { id, body }).await;
+                continue;
+            }
+            cancel = Some(rx);
+        }
         // Back-pressure: at most max_in_flight requests per connection; the
         // connection stops reading until one finishes.
         let permit = match ctx.in_flight.clone().acquire_owned().await {
@@ -446,7 +466,7 @@ async fn serve_connection(
             if let Some(m) = &ctx.metrics {
                 m.in_flight.inc();
             }
-            handle(&ctx, id, body, permit).await;
+            handle(&ctx, id, body, permit, cancel).await;
             if let Some(m) = &ctx.metrics {
                 m.in_flight.dec();
             }
@@ -487,6 +507,7 @@ async fn handle(
     id: u64,
     body: RequestBody,
     permit: tokio::sync::OwnedSemaphorePermit,
+    cancel: Option<watch::Receiver<bool>>,
 ) {
     let name = request_name(&body);
     let t = &ctx.t;
@@ -535,8 +556,11 @@ async fn handle(
         }
         RequestBody::Subscribe(opts) => {
             drop(permit);
-            subscription(ctx, id, opts).await;
-            count(ctx, name, "ok");
+            let outcome = match cancel {
+                Some(c) => subscription(ctx, id, opts, c).await,
+                None => "internal",
+            };
+            count(ctx, name, outcome);
             return;
         }
     };
@@ -579,28 +603,23 @@ fn timed_read<T>(ctx: &ConnCtx, op: &str, f: impl FnOnce() -> Result<T>) -> Resu
     r
 }
 
-async fn subscription(ctx: &Arc<ConnCtx>, id: u64, opts: crate::stream::SubscribeOptions) {
-    let (cancel_tx, mut cancel_rx) = watch::channel(false);
-    let admitted = match ctx.subs.lock() {
-        Ok(mut subs) if subs.len() < ctx.max_subscriptions => {
-            subs.insert(id, cancel_tx);
-            true
+/// Streams a subscription until it is cancelled, fails, or the server
+/// shuts down. Returns the outcome label for metrics.
+async fn subscription(
+    ctx: &Arc<ConnCtx>,
+    id: u64,
+    opts: crate::stream::SubscribeOptions,
+    mut cancel_rx: watch::Receiver<bool>,
+) -> &'static str {
+    let unregister = || {
+        if let Ok(mut subs) = ctx.subs.lock() {
+            subs.remove(&id);
         }
-        _ => false,
     };
-    if !admitted {
-        let body = protocol::error_body(&Error::Busy(
-            "too many subscriptions on this connection".into(),
-        ));
-        let _ = send(&ctx.out, &ServerMsg::Response { id, body }).await;
-        return;
-    }
     let mut sub = match ctx.t.subscribe(opts) {
         Ok(s) => s,
         Err(e) => {
-            if let Ok(mut subs) = ctx.subs.lock() {
-                subs.remove(&id);
-            }
+            unregister();
             let _ = send(
                 &ctx.out,
                 &ServerMsg::Response {
@@ -609,14 +628,14 @@ async fn subscription(ctx: &Arc<ConnCtx>, id: u64, opts: crate::stream::Subscrib
                 },
             )
             .await;
-            return;
+            return e.kind().as_str();
         }
     };
     if let Some(m) = &ctx.metrics {
         m.subscribers.inc();
     }
     let mut shutdown = ctx.shutdown.clone();
-    loop {
+    let outcome = loop {
         let item = tokio::select! {
             _ = cancel_rx.changed() => None,
             _ = shutdown.changed() => None,
@@ -632,7 +651,7 @@ async fn subscription(ctx: &Arc<ConnCtx>, id: u64, opts: crate::stream::Subscrib
                     },
                 )
                 .await;
-                break;
+                break "ok";
             }
             Some(Ok(item)) => ResponseBody::Item(item),
             Some(Err(e)) => {
@@ -644,24 +663,23 @@ async fn subscription(ctx: &Arc<ConnCtx>, id: u64, opts: crate::stream::Subscrib
                     },
                 )
                 .await;
-                break;
+                break e.kind().as_str();
             }
         };
         // A slow client fills the connection's queue; this waits (and the
         // subscription stops reading) instead of buffering without bound.
         if !send(&ctx.out, &ServerMsg::Response { id, body }).await {
-            break;
+            break "disconnected";
         }
         if let Some(m) = &ctx.metrics {
             m.delivered.inc();
         }
-    }
-    if let Ok(mut subs) = ctx.subs.lock() {
-        subs.remove(&id);
-    }
+    };
+    unregister();
     if let Some(m) = &ctx.metrics {
         m.subscribers.dec();
     }
+    outcome
 }
 
 // ---------------------------------------------------------------------------
