@@ -340,6 +340,18 @@ impl Client {
         }
     }
 
+    /// (committed sequence, log start) of the server.
+    pub async fn info(&self) -> Result<(u64, u64)> {
+        match self.call(RequestBody::Info).await? {
+            ResponseBody::Info {
+                committed_seq,
+                log_start,
+                ..
+            } => Ok((committed_seq, log_start)),
+            other => Err(unexpected(other)),
+        }
+    }
+
     /// Waits until the server's committed sequence reaches `seq`.
     pub async fn wait_for(&self, seq: u64, timeout: Duration) -> Result<u64> {
         match self

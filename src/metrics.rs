@@ -23,6 +23,9 @@ fn latency_buckets() -> Vec<f64> {
     exponential_buckets(5e-6, 2.0, 19).unwrap_or_default()
 }
 
+/// Read operations counted in `treelog_reads_total`.
+pub const READ_OPS: [&str; 3] = ["stat", "stat_id", "list"];
+
 pub struct Metrics {
     pub registry: Registry,
     // write path
@@ -52,6 +55,8 @@ pub struct Metrics {
     pub retention_removed: IntCounter,
     // reads
     pub reads: IntCounterVec,
+    /// `reads{op, "ok"}` resolved once: stat, stat_id, list.
+    pub reads_ok: [IntCounter; 3],
     pub path_lookups: IntCounter,
     pub read_seconds: HistogramVec,
     // rocksdb
@@ -74,6 +79,11 @@ impl Metrics {
     pub fn new() -> prometheus::Result<Metrics> {
         let r = Registry::new();
         let stage = |name: &str, help: &str| hist(name, help, latency_buckets());
+        let reads = IntCounterVec::new(
+            Opts::new("treelog_reads_total", "Read operations by kind and outcome"),
+            &["op", "outcome"],
+        )?;
+        let reads_ok = READ_OPS.map(|op| reads.with_label_values(&[op, "ok"]));
         let m = Metrics {
             queue_wait: stage(
                 "treelog_write_queue_wait_seconds",
@@ -164,10 +174,8 @@ impl Metrics {
                 "treelog_retention_removed_records_total",
                 "Log records removed by retention",
             )?,
-            reads: IntCounterVec::new(
-                Opts::new("treelog_reads_total", "Read operations by kind and outcome"),
-                &["op", "outcome"],
-            )?,
+            reads,
+            reads_ok,
             path_lookups: IntCounter::new(
                 "treelog_path_lookups_total",
                 "Edge lookups made while resolving paths",
@@ -241,6 +249,17 @@ impl Metrics {
         };
         m.register()?;
         Ok(m)
+    }
+
+    /// Counts a read (op index into `READ_OPS`) and its path lookups.
+    pub fn read(&self, op: usize, ok_or_kind: Option<&str>, lookups: u64) {
+        match ok_or_kind {
+            None => self.reads_ok[op].inc(),
+            Some(kind) => self.reads.with_label_values(&[READ_OPS[op], kind]).inc(),
+        }
+        if lookups > 0 {
+            self.path_lookups.inc_by(lookups);
+        }
     }
 
     fn register(&self) -> prometheus::Result<()> {

@@ -384,14 +384,29 @@ impl Treelog {
 
     // -- reads ---------------------------------------------------------------
 
+    fn count_read<T>(&self, op: usize, lookups: u64, r: &Result<T>) {
+        if let Some(m) = &self.shared.metrics {
+            m.read(op, r.as_ref().err().map(|e| e.kind().as_str()), lookups);
+        }
+    }
+
     pub fn stat(&self, path: &str) -> Result<Inode> {
         let dicts = self.shared.dicts();
-        engine::resolve(&self.shared.store.index(), &dicts, path)
+        let r = engine::resolve(&self.shared.store.index(), &dicts, path);
+        self.count_read(
+            0,
+            path.split('/').filter(|c| !c.is_empty()).count() as u64,
+            &r,
+        );
+        r
     }
 
     pub fn stat_id(&self, id: u64) -> Result<Inode> {
         let dicts = self.shared.dicts();
-        engine::get_inode(&self.shared.store.index(), &dicts, id)?.ok_or(Error::InodeNotFound(id))
+        let r = engine::get_inode(&self.shared.store.index(), &dicts, id)
+            .and_then(|o| o.ok_or(Error::InodeNotFound(id)));
+        self.count_read(1, 0, &r);
+        r
     }
 
     /// The current path of an inode.
@@ -403,6 +418,16 @@ impl Treelog {
     /// One page of a directory listing: names after `start_after` in byte
     /// order, at most `limit` of them.
     pub fn list(&self, dir: &str, start_after: Option<&str>, limit: usize) -> Result<ListPage> {
+        let r = self.list_inner(dir, start_after, limit);
+        self.count_read(
+            2,
+            dir.split('/').filter(|c| !c.is_empty()).count() as u64,
+            &r,
+        );
+        r
+    }
+
+    fn list_inner(&self, dir: &str, start_after: Option<&str>, limit: usize) -> Result<ListPage> {
         let dicts = self.shared.dicts();
         let index = self.shared.store.index();
         let ino = engine::resolve(&index, &dicts, dir)?;

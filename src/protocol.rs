@@ -72,6 +72,8 @@ pub enum RequestBody {
     WaitFor { seq: u64, timeout_ms: u64 },
     /// Answered with `Seq` (the committed sequence).
     Ping,
+    /// Answered with `Info`.
+    Info,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -104,6 +106,12 @@ pub enum ResponseBody {
     Done,
     /// The end of a subscription's stream (after `Cancel` or shutdown).
     StreamEnd,
+    /// Watermarks of the server's store.
+    Info {
+        committed_seq: u64,
+        log_start: u64,
+        log_bytes: u64,
+    },
     Error {
         kind: ErrorKind,
         message: String,

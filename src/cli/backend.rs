@@ -126,6 +126,13 @@ impl Backend {
         }
     }
 
+    pub fn log_start(&self) -> Result<u64> {
+        match self {
+            Backend::Local(t) => Ok(t.log_start()),
+            Backend::Remote { rt, client } => rt.block_on(client.info()).map(|i| i.1),
+        }
+    }
+
     pub fn cursors(&self) -> Result<Vec<CursorInfo>> {
         match self {
             Backend::Local(t) => Ok(t.cursors()),

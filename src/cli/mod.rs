@@ -979,7 +979,7 @@ fn tail(
         (_, true) => StartFrom::Snapshot,
         (Some(n), _) => StartFrom::Seq(n),
         (None, false) if follow => StartFrom::Now,
-        (None, false) => StartFrom::Seq(1),
+        (None, false) => StartFrom::Seq(t.log_start()?),
     };
     let target = t.committed_seq()?;
     let mut sub = t.subscribe(SubscribeOptions {
@@ -1011,6 +1011,12 @@ fn tail(
         n += 1;
         if let Some(p) = item.position() {
             last_pos = Some(p);
+            // Following forever: acknowledge as we go.
+            if follow {
+                if let Some(name) = &cursor {
+                    t.ack(name, p)?;
+                }
+            }
         }
         if out.json {
             out.print_json(&item);

@@ -1,0 +1,120 @@
+#!/usr/bin/env python3
+"""Generates grafana/dashboards/treelog.json (run it after changing panels).
+
+Every query uses metric names that `treelog serve` exports on /metrics;
+tests/grafana.rs checks that against a real server.
+"""
+import json, os
+
+DS = {"type": "prometheus", "uid": "${datasource}"}
+RI = "$__rate_interval"
+panels = []
+y = 0
+
+
+def row(title):
+    global y
+    panels.append({"type": "row", "title": title, "collapsed": False,
+                   "gridPos": {"h": 1, "w": 24, "x": 0, "y": y}, "id": len(panels) + 1, "panels": []})
+    y += 1
+
+
+def ts(title, targets, unit="short", w=12, desc=""):
+    global y
+    x = 0 if (not panels or panels[-1]["type"] == "row" or panels[-1]["gridPos"]["x"] + panels[-1]["gridPos"]["w"] >= 24) else 12
+    if x == 0 and panels and panels[-1]["type"] != "row":
+        y += 8
+    panels.append({
+        "type": "timeseries", "title": title, "description": desc, "datasource": DS,
+        "id": len(panels) + 1,
+        "gridPos": {"h": 8, "w": w, "x": x, "y": y},
+        "fieldConfig": {"defaults": {"unit": unit}, "overrides": []},
+        "options": {"legend": {"displayMode": "list", "placement": "bottom"}, "tooltip": {"mode": "multi"}},
+        "targets": [{"datasource": DS, "expr": e, "legendFormat": l, "refId": chr(65 + i)} for i, (e, l) in enumerate(targets)],
+    })
+
+
+def q(h, quant):
+    return f'histogram_quantile({quant}, sum by (le) (rate({h}_bucket[{RI}])))'
+
+
+row("Write path")
+ts("Operations per second by kind", [(f'sum by (op) (rate(treelog_operations_total{{outcome="ok"}}[{RI}]))', "{{op}}")], "ops",
+   desc="Committed commands per second.")
+ts("Refused operations by error kind", [(f'sum by (op, outcome) (rate(treelog_operations_total{{outcome!="ok"}}[{RI}]))', "{{op}} {{outcome}}")], "ops")
+ts("Write latency p99 per stage", [
+    (q("treelog_write_queue_wait_seconds", 0.99), "queue wait"),
+    (q("treelog_write_validate_seconds", 0.99), "validate"),
+    (q("treelog_write_log_seconds", 0.99), "log write + fsync"),
+    (q("treelog_write_index_apply_seconds", 0.99), "index apply"),
+    (q("treelog_write_end_to_end_seconds", 0.99), "end to end"),
+], "s")
+ts("Write latency p50 per stage", [
+    (q("treelog_write_queue_wait_seconds", 0.5), "queue wait"),
+    (q("treelog_write_log_seconds", 0.5), "log write + fsync"),
+    (q("treelog_write_end_to_end_seconds", 0.5), "end to end"),
+], "s")
+ts("Group size (commands per fsync)", [
+    (f'rate(treelog_write_group_commands_sum[{RI}]) / rate(treelog_write_group_commands_count[{RI}])', "mean"),
+    (q("treelog_write_group_commands", 0.99), "p99"),
+    (f'rate(treelog_write_group_commands_count[{RI}])', "groups/s"),
+])
+ts("Log bytes per group", [(q("treelog_write_group_bytes", 0.5), "p50"), (q("treelog_write_group_bytes", 0.99), "p99")], "bytes")
+
+row("Watermarks, log and replay")
+ts("Sequence watermarks", [("treelog_last_seq", "last"), ("treelog_applied_seq", "applied"), ("treelog_log_start_seq", "log start")])
+ts("Log size", [("treelog_log_records", "records"), ("treelog_log_bytes", "bytes")])
+ts("Writer health and replay", [("treelog_writer_failed", "writer failed"), ("treelog_replay_running", "replay running"),
+                                (f"rate(treelog_replay_records_total[{RI}])", "replayed records/s")])
+ts("Retention", [(f"increase(treelog_retention_removed_records_total[{RI}])", "records removed"),
+                 (f"increase(treelog_cursors_expired_total[{RI}])", "cursors expired")])
+
+row("Change streams")
+ts("Subscribers and delivery", [("treelog_stream_subscribers", "subscribers"),
+                                (f"rate(treelog_stream_items_delivered_total[{RI}])", "items/s delivered")])
+ts("Cursor lag (records)", [("treelog_cursor_lag_records", "{{cursor}}")],
+   desc="Records between each durable cursor and the end of the log; alert before it reaches the expiry bound.")
+ts("Cursor positions", [("treelog_cursor_acked_seq", "{{cursor}}"), ("treelog_last_seq", "last")])
+
+row("Reads")
+ts("Reads per second", [(f"sum by (op) (rate(treelog_reads_total[{RI}]))", "{{op}}"),
+                        (f"rate(treelog_path_lookups_total[{RI}])", "path component lookups")], "ops")
+ts("Read latency p99 (server)", [(f'histogram_quantile(0.99, sum by (le, op) (rate(treelog_read_seconds_bucket[{RI}])))', "{{op}}")], "s")
+
+row("RocksDB")
+ts("Estimated keys per column family", [("treelog_rocksdb_estimated_keys", "{{cf}}")])
+ts("Live SST bytes per column family", [("treelog_rocksdb_live_sst_bytes", "{{cf}}")], "bytes")
+ts("Memtable bytes per column family", [("treelog_rocksdb_memtable_bytes", "{{cf}}")], "bytes")
+ts("Pending compaction bytes and block cache", [("treelog_rocksdb_pending_compaction_bytes", "pending {{cf}}"),
+                                                ("treelog_rocksdb_block_cache_usage_bytes", "block cache")], "bytes")
+
+row("Server and process")
+ts("Connections and requests in flight", [("treelog_server_connections", "connections"), ("treelog_server_requests_in_flight", "in flight"),
+                                          (f"rate(treelog_server_connections_rejected_total[{RI}])", "rejected/s")])
+ts("Requests per second", [(f"sum by (request) (rate(treelog_server_requests_total[{RI}]))", "{{request}}")], "reqps")
+ts("Rejected frames and auth failures", [(f"rate(treelog_server_rejected_frames_total[{RI}])", "bad frames/s"),
+                                         (f"rate(treelog_server_auth_failures_total[{RI}])", "auth failures/s"),
+                                         (f"rate(treelog_server_connections_accepted_total[{RI}])", "accepted/s")])
+ts("Process CPU", [(f"rate(process_cpu_seconds_total[{RI}])", "cpu cores")], "percentunit")
+ts("Process memory and file descriptors", [("process_resident_memory_bytes", "resident bytes"), ("process_open_fds", "open fds")])
+
+dash = {
+    "title": "treelog",
+    "uid": "treelog-overview",
+    "tags": ["treelog"],
+    "timezone": "browser",
+    "schemaVersion": 39,
+    "version": 1,
+    "refresh": "10s",
+    "time": {"from": "now-1h", "to": "now"},
+    "templating": {"list": [{
+        "name": "datasource", "label": "Prometheus", "type": "datasource", "query": "prometheus",
+        "current": {}, "hide": 0, "refresh": 1, "regex": "", "options": []}]},
+    "annotations": {"list": []},
+    "panels": panels,
+}
+out = os.path.join(os.path.dirname(os.path.abspath(__file__)), "dashboards", "treelog.json")
+with open(out, "w") as f:
+    json.dump(dash, f, indent=2)
+    f.write("\n")
+print(f"wrote {out}: {len([p for p in panels if p['type'] != 'row'])} panels")
