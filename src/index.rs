@@ -207,3 +207,63 @@ impl<R: IndexRead + ?Sized> IndexRead for Overlay<'_, R> {
         Ok(merged.into_iter().take(limit).collect())
     }
 }
+
+/// The writer's cache of index reads.
+///
+/// The writer is the only mutator of the index, so it can keep an exact
+/// copy of the entries it read or wrote: after each committed group it
+/// stores the group's writes here. Path resolution during validation then
+/// mostly avoids RocksDB. Bounded: when full it is cleared.
+pub struct ReadCache {
+    map: std::collections::HashMap<(Cf, Vec<u8>), Option<Vec<u8>>>,
+    capacity: usize,
+}
+
+impl ReadCache {
+    pub fn new(capacity: usize) -> ReadCache {
+        ReadCache {
+            map: std::collections::HashMap::new(),
+            capacity,
+        }
+    }
+
+    fn insert(&mut self, cf: Cf, key: Vec<u8>, value: Option<Vec<u8>>) {
+        if self.capacity == 0 {
+            return;
+        }
+        if self.map.len() >= self.capacity {
+            self.map.clear();
+        }
+        self.map.insert((cf, key), value);
+    }
+
+    /// Records a committed group's writes.
+    pub fn absorb(&mut self, w: &OverlayWrites) {
+        for (cf, m) in [(Cf::Inodes, &w.inodes), (Cf::Edges, &w.edges)] {
+            for (k, v) in m {
+                self.insert(cf, k.clone(), v.clone());
+            }
+        }
+    }
+}
+
+/// [`IndexRead`] through a [`ReadCache`]. Scans are not cached.
+pub struct CachedIndex<'a, R: IndexRead + ?Sized> {
+    pub base: &'a R,
+    pub cache: &'a std::cell::RefCell<ReadCache>,
+}
+
+impl<R: IndexRead + ?Sized> IndexRead for CachedIndex<'_, R> {
+    fn get(&self, cf: Cf, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        if let Some(v) = self.cache.borrow().map.get(&(cf, key.to_vec())) {
+            return Ok(v.clone());
+        }
+        let v = self.base.get(cf, key)?;
+        self.cache.borrow_mut().insert(cf, key.to_vec(), v.clone());
+        Ok(v)
+    }
+
+    fn scan(&self, cf: Cf, prefix: &[u8], after: Option<&[u8]>, limit: usize) -> Result<Vec<Kv>> {
+        self.base.scan(cf, prefix, after, limit)
+    }
+}

@@ -143,6 +143,8 @@ pub struct Writer {
     cfg: WriterConfig,
     last_seq: u64,
     last_time_ms: u64,
+    replier: Option<crossbeam_channel::Sender<Vec<Reply>>>,
+    cache: std::cell::RefCell<crate::index::ReadCache>,
 }
 
 impl Writer {
@@ -159,11 +161,21 @@ impl Writer {
             cfg,
             last_seq,
             last_time_ms,
+            replier: None,
+            cache: std::cell::RefCell::new(crate::index::ReadCache::new(1 << 20)),
         }
     }
 
     /// Runs until every sender of `rx` is gone.
     pub fn run(mut self, rx: Receiver<Request>) {
+        let (reply_tx, reply_rx) = crossbeam_channel::unbounded();
+        let replier = std::thread::Builder::new()
+            .name("treelog-replier".into())
+            .spawn(move || replier(reply_rx))
+            .ok();
+        if replier.is_some() {
+            self.replier = Some(reply_tx);
+        }
         let mut group: Vec<Request> = Vec::with_capacity(self.cfg.max_group_commands);
         while let Ok(first) = rx.recv() {
             let mut bytes = first.cmd.approx_bytes();
@@ -179,6 +191,11 @@ impl Writer {
             }
             self.commit_group(&mut group);
             debug_assert!(group.is_empty());
+        }
+        // Let the replier drain and stop before the writer reports done.
+        self.replier.take();
+        if let Some(h) = replier {
+            let _ = h.join();
         }
     }
 
@@ -213,7 +230,11 @@ impl Writer {
             self.engine.state.dicts.owners.len(),
             self.engine.state.dicts.groups.len(),
         );
-        let index = self.shared.store.index();
+        let db_index = self.shared.store.index();
+        let index = crate::index::CachedIndex {
+            base: &db_index,
+            cache: &self.cache,
+        };
         let mut overlay = Overlay::new(&index);
         let mut batch = WriteBatch::default();
         let mut results: Vec<Result<u64>> = Vec::with_capacity(group.len());
@@ -290,6 +311,9 @@ impl Writer {
                 .log_bytes
                 .fetch_add(group_bytes, Ordering::AcqRel)
                 + group_bytes;
+            // The writes are about to be the committed index: the cache
+            // takes them now (if the write fails the writer stops anyway).
+            self.cache.borrow_mut().absorb(overlay.writes());
             if let Err(e) =
                 self.shared
                     .store
@@ -347,8 +371,34 @@ impl Writer {
                     .observe(now.saturating_duration_since(req.enqueued).as_secs_f64());
             }
         }
-        for (req, res) in group.drain(..).zip(results) {
-            let _ = req.reply.send(res);
+        // Waking the callers costs a syscall each; a separate thread does it
+        // so that the writer can start the next group meanwhile. The group is
+        // committed and published already: nothing here can fail it.
+        let replies: Vec<Reply> = group.drain(..).map(|r| r.reply).zip(results).collect();
+        match &self.replier {
+            Some(tx) => {
+                if let Err(e) = tx.send(replies) {
+                    for (reply, res) in e.into_inner() {
+                        let _ = reply.send(res);
+                    }
+                }
+            }
+            None => {
+                for (reply, res) in replies {
+                    let _ = reply.send(res);
+                }
+            }
+        }
+    }
+}
+
+type Reply = (tokio::sync::oneshot::Sender<Result<u64>>, Result<u64>);
+
+/// Sends replies handed over by the writer until the writer is gone.
+fn replier(rx: Receiver<Vec<Reply>>) {
+    while let Ok(batch) = rx.recv() {
+        for (reply, res) in batch {
+            let _ = reply.send(res);
         }
     }
 }

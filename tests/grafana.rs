@@ -16,12 +16,16 @@ use treelog::{Command, Durability};
 
 async fn http_get(addr: SocketAddr, path: &str) -> String {
     let mut s = TcpStream::connect(addr).await.unwrap();
-    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes()).await.unwrap();
+    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
     let mut buf = Vec::new();
     s.read_to_end(&mut buf).await.unwrap();
     let text = String::from_utf8_lossy(&buf).into_owned();
     assert!(text.starts_with("HTTP/1.1 200"), "{text}");
-    text.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default()
+    text.split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default()
 }
 
 /// A server that has seen every kind of activity the dashboard shows.
@@ -31,19 +35,37 @@ async fn server_after_workload(dir: &std::path::Path) -> ServerHandle {
     cfg.http = "127.0.0.1:0".parse().unwrap();
     cfg.store = cfg.store.durability(Durability::None);
     let h = start(cfg).await.unwrap();
-    let c = Client::connect(h.bound.rpc, ClientOptions::default()).await.unwrap();
+    let c = Client::connect(h.bound.rpc, ClientOptions::default())
+        .await
+        .unwrap();
     for i in 0..50 {
-        c.submit(Command::Mkdir { path: format!("/m/d{i}"), parents: true, mode: 0o755, owner: "u".into(), group: "g".into() })
-            .await
-            .unwrap();
+        c.submit(Command::Mkdir {
+            path: format!("/m/d{i}"),
+            parents: true,
+            mode: 0o755,
+            owner: "u".into(),
+            group: "g".into(),
+        })
+        .await
+        .unwrap();
     }
-    assert!(c.submit(Command::Delete { path: "/m".into(), recursive: false }).await.is_err());
+    assert!(c
+        .submit(Command::Delete {
+            path: "/m".into(),
+            recursive: false
+        })
+        .await
+        .is_err());
     c.stat("/m/d1").await.unwrap();
     assert!(c.stat("/nope").await.is_err());
     c.stat_id(2).await.unwrap();
     c.list("/m", None, 10).await.unwrap();
     let mut sub = c
-        .subscribe(SubscribeOptions { from: StartFrom::Seq(1), cursor: Some("dash".into()), ..Default::default() })
+        .subscribe(SubscribeOptions {
+            from: StartFrom::Seq(1),
+            cursor: Some("dash".into()),
+            ..Default::default()
+        })
         .await
         .unwrap();
     let mut n = 0;
@@ -57,8 +79,12 @@ async fn server_after_workload(dir: &std::path::Path) -> ServerHandle {
 }
 
 fn dashboard_metric_names() -> BTreeSet<String> {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/grafana/dashboards/treelog.json");
-    let dash: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/grafana/dashboards/treelog.json"
+    );
+    let dash: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
     let mut names = BTreeSet::new();
     let mut exprs = 0;
     for panel in dash["panels"].as_array().unwrap() {
@@ -89,8 +115,14 @@ async fn every_dashboard_metric_is_exported() {
         .filter_map(|l| l.split(|c| c == '{' || c == ' ').next())
         .collect();
     let names = dashboard_metric_names();
-    let missing: Vec<&String> = names.iter().filter(|n| !exported.contains(n.as_str())).collect();
-    assert!(missing.is_empty(), "dashboard uses metrics the server does not export: {missing:?}");
+    let missing: Vec<&String> = names
+        .iter()
+        .filter(|n| !exported.contains(n.as_str()))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "dashboard uses metrics the server does not export: {missing:?}"
+    );
     println!("{} dashboard metric names, all exported", names.len());
     h.shutdown().await.unwrap();
 }
@@ -101,7 +133,12 @@ async fn metrics_pass_promtool_check() {
     let h = server_after_workload(dir.path()).await;
     let text = http_get(h.bound.http, "/metrics").await;
     h.shutdown().await.unwrap();
-    let child = Proc::new("promtool").args(["check", "metrics"]).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn();
+    let child = Proc::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn();
     let mut child = match child {
         Ok(c) => c,
         Err(e) => {
@@ -109,15 +146,32 @@ async fn metrics_pass_promtool_check() {
             if std::env::var("TREELOG_REQUIRE_PROMTOOL").is_ok() {
                 panic!("promtool is required but cannot run: {e}");
             }
-            eprintln!("SKIPPED: promtool not installed ({e}); `apt-get install prometheus` provides it");
+            eprintln!(
+                "SKIPPED: promtool not installed ({e}); `apt-get install prometheus` provides it"
+            );
             return;
         }
     };
-    child.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
     let out = child.wait_with_output().unwrap();
-    let report = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    assert!(out.status.success(), "promtool check metrics failed:\n{report}");
+    let report = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.status.success(),
+        "promtool check metrics failed:\n{report}"
+    );
     // promtool prints lint problems (e.g. missing units, counters without
     // _total) even when it exits 0; there must be none.
-    assert!(report.trim().is_empty(), "promtool lint findings:\n{report}");
+    assert!(
+        report.trim().is_empty(),
+        "promtool lint findings:\n{report}"
+    );
 }

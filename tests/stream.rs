@@ -297,6 +297,16 @@ fn snapshot_then_stream(prefix: &str) {
     } else {
         prefix.to_owned()
     };
+    // (The random operations may have left a file where a directory of
+    // the prefix should be.)
+    let mut anc = String::new();
+    for c in format!("{base}/z").split('/').filter(|c| !c.is_empty()) {
+        anc.push('/');
+        anc.push_str(c);
+        if t.stat(&anc).is_ok_and(|i| !i.attrs.kind.is_dir()) {
+            t.delete(&anc, false).unwrap();
+        }
+    }
     t.mkdir_p(&format!("{base}/z/y")).unwrap();
     t.create(&format!("{base}/z/f"), CreateOptions::default())
         .unwrap();

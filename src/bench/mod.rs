@@ -155,6 +155,20 @@ pub fn run_creates(
     })
 }
 
+/// Mean group size and per-stage times of the writer, from its metrics.
+pub fn writer_breakdown(m: &crate::metrics::Metrics) -> String {
+    let mean =
+        |h: &prometheus::Histogram| h.get_sample_sum() / (h.get_sample_count().max(1) as f64);
+    format!(
+        "  (treelog writer: {:.1} commands/group; per group: validate {:.0} us, log write+fsync {:.0} us, index apply {:.0} us; queue wait {:.0} us/command)",
+        mean(&m.group_commands),
+        mean(&m.validate) * 1e6,
+        mean(&m.log_write) * 1e6,
+        mean(&m.index_apply) * 1e6,
+        mean(&m.queue_wait) * 1e6
+    )
+}
+
 pub fn run(args: &BenchArgs) -> Result<u8> {
     match &args.cmd {
         BenchCmd::Stream {
@@ -202,9 +216,19 @@ pub fn run(args: &BenchArgs) -> Result<u8> {
                     let _ = std::fs::remove_dir_all(&path);
                     let f = match sys.as_str() {
                         "treelog" => {
-                            let t: Arc<dyn Creator> =
-                                Arc::new(Treelog::open(&path, Options::default())?);
-                            run_creates(sys, t, n, *ops, *dirs, "c")?
+                            let t = Arc::new(Treelog::open(&path, Options::default())?);
+                            let f = run_creates(
+                                sys,
+                                t.clone() as Arc<dyn Creator>,
+                                n,
+                                *ops,
+                                *dirs,
+                                "c",
+                            )?;
+                            if let Some(m) = t.metrics() {
+                                println!("{}", writer_breakdown(m));
+                            }
+                            f
                         }
                         "seed-serialized" => {
                             let s: Arc<dyn Creator> = Arc::new(seed::SeedStore::open(&path, true)?);
