@@ -7,8 +7,9 @@
 
 use std::fmt;
 
-/// What a caller can act on. Stable: new variants may be added, existing ones
-/// keep their meaning (and their wire code, see `code()`).
+/// What a caller can act on. Stable: new variants are only appended, and
+/// existing ones keep their meaning and position (the position is the wire
+/// code, see `docs/PROTOCOL.md`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub enum ErrorKind {
     /// A path component or inode id does not exist.
@@ -53,7 +54,7 @@ pub enum ErrorKind {
     Protocol,
     /// The shared token was missing or wrong.
     Unauthorized,
-    /// A server limit was reached (connections, in-flight requests).
+    /// A server limit was reached (connections, subscriptions per connection).
     Busy,
     /// An I/O or RocksDB failure.
     Io,

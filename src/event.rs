@@ -119,3 +119,23 @@ impl Event {
         }
     }
 }
+
+/// A record whose events are shared (reference counted): the form kept in
+/// the tail cache and filtered by subscribers, so that a hundred
+/// subscribers do not copy every event a hundred times.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SharedRecord {
+    pub seq: u64,
+    pub time_ms: u64,
+    pub events: Vec<std::sync::Arc<Event>>,
+}
+
+impl From<Record> for SharedRecord {
+    fn from(r: Record) -> SharedRecord {
+        SharedRecord {
+            seq: r.seq,
+            time_ms: r.time_ms,
+            events: r.events.into_iter().map(std::sync::Arc::new).collect(),
+        }
+    }
+}

@@ -40,6 +40,10 @@ pub struct Options {
     pub tail_cache_records: usize,
     /// Collect Prometheus metrics (see [`crate::metrics`]).
     pub metrics: bool,
+    /// Subscribers and watermark waiters are woken by a notifier thread at
+    /// most once per this interval (zero: the writer wakes them directly on
+    /// every group).
+    pub wake_interval: Duration,
 }
 
 impl Default for Options {
@@ -51,6 +55,7 @@ impl Default for Options {
             retention: RetentionPolicy::default(),
             tail_cache_records: 8192,
             metrics: true,
+            wake_interval: Duration::from_micros(500),
         }
     }
 }
@@ -145,6 +150,7 @@ pub struct Treelog {
     tx: Option<Sender<Request>>,
     writer: Option<JoinHandle<()>>,
     retention: Option<RetentionHandle>,
+    notifier: Option<JoinHandle<()>>,
     report: OpenReport,
 }
 
@@ -204,6 +210,17 @@ impl Treelog {
             metrics,
             store,
         });
+        let notifier = if opts.wake_interval.is_zero() {
+            None
+        } else {
+            let sh = shared.clone();
+            let every = opts.wake_interval;
+            Some(
+                std::thread::Builder::new()
+                    .name("treelog-notifier".into())
+                    .spawn(move || sh.committed.run_notifier(every))?,
+            )
+        };
         let (tx, rx) = crossbeam_channel::bounded(opts.queue_capacity.max(1));
         let w = Writer::new(shared.clone(), state, last_seq, last_time, opts.writer);
         let writer = std::thread::Builder::new()
@@ -218,6 +235,7 @@ impl Treelog {
             shared,
             tx: Some(tx),
             writer: Some(writer),
+            notifier,
             retention,
             report: OpenReport {
                 replayed,
@@ -494,13 +512,12 @@ impl Treelog {
                 from = crate::stream::StartFrom::Seq(acked + 1);
             }
         }
-        Subscription::new(
-            self.shared.clone(),
-            o.filter,
-            from,
-            o.resync_on_move_in,
-            o.cursor,
-        )
+        // Resync by default when the caller asked for a snapshot-based
+        // model, whether or not a cursor made this run resume instead.
+        let resync = o
+            .resync_on_move_in
+            .or(Some(o.from == crate::stream::StartFrom::Snapshot));
+        Subscription::new(self.shared.clone(), o.filter, from, resync, o.cursor)
     }
 
     /// Acknowledges that the consumer of cursor `name` processed every record
@@ -585,6 +602,10 @@ impl Treelog {
         }
         self.tx.take();
         if let Some(h) = self.writer.take() {
+            let _ = h.join();
+        }
+        if let Some(h) = self.notifier.take() {
+            self.shared.committed.stop_notifier();
             let _ = h.join();
         }
     }

@@ -57,7 +57,7 @@ pub enum RequestBody {
     },
     /// Answered with a stream of `Item`s (until cancelled or an error).
     Subscribe(SubscribeOptions),
-    /// Stops the subscription (or other request) with id `target`; answered
+    /// Stops the subscription with id `target`; answered
     /// with `Done`, and the target's stream ends with `StreamEnd`.
     Cancel { target: u64 },
     /// Acknowledges a durable cursor position; answered with `Done`.
@@ -106,15 +106,15 @@ pub enum ResponseBody {
     Done,
     /// The end of a subscription's stream (after `Cancel` or shutdown).
     StreamEnd,
-    /// Watermarks of the server's store.
+    Error {
+        kind: ErrorKind,
+        message: String,
+    },
+    /// Watermarks of the server's store (reply to `Info`).
     Info {
         committed_seq: u64,
         log_start: u64,
         log_bytes: u64,
-    },
-    Error {
-        kind: ErrorKind,
-        message: String,
     },
 }
 

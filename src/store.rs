@@ -519,10 +519,11 @@ impl Store {
     }
 }
 
+type RawKv = std::result::Result<(Box<[u8]>, Box<[u8]>), rocksdb::Error>;
+
 /// Iterator over decoded log records.
 pub struct LogIter<'a> {
-    inner:
-        Box<dyn Iterator<Item = std::result::Result<(Box<[u8]>, Box<[u8]>), rocksdb::Error>> + 'a>,
+    inner: Box<dyn Iterator<Item = RawKv> + 'a>,
     expect: u64,
     /// Bytes of the record values returned so far.
     pub bytes: u64,

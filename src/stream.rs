@@ -122,7 +122,9 @@ pub enum Scope {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ScopedEvent {
     pub scope: Scope,
-    pub event: Event,
+    /// Shared with the tail cache and other subscribers (serialised as the
+    /// plain event).
+    pub event: Arc<Event>,
 }
 
 /// One item of a change stream.
@@ -166,11 +168,11 @@ impl StreamItem {
 /// Applies the filter to one record. Returns the delivered events and
 /// whether a resync is needed (a directory moved into the subtree, or the
 /// subtree root was re-rooted under a moved directory).
-pub fn filter_events(events: &[Event], f: &Filter) -> (Vec<ScopedEvent>, bool) {
+pub fn filter_events(events: &[Arc<Event>], f: &Filter) -> (Vec<ScopedEvent>, bool) {
     let mut out = Vec::new();
     let mut resync = false;
     for ev in events {
-        let scope = match (&f.prefix, ev) {
+        let scope = match (&f.prefix, &**ev) {
             (None, _) => Some(Scope::Inside),
             (
                 Some(p),
@@ -487,7 +489,7 @@ impl Subscription {
                     format!("expected record {seq}, found another key"),
                 ));
             }
-            let rec = record::decode_record(v, Some(seq))?;
+            let rec = crate::event::SharedRecord::from(record::decode_record(v, Some(seq))?);
             if self.take_record(&rec) {
                 return Ok(true);
             }
@@ -499,7 +501,7 @@ impl Subscription {
 
     /// Filters one record into the buffer. Returns true when a resync
     /// snapshot was started (stop reading the log).
-    fn take_record(&mut self, rec: &crate::event::Record) -> bool {
+    fn take_record(&mut self, rec: &crate::event::SharedRecord) -> bool {
         debug_assert_eq!(rec.seq, self.next_seq);
         let (events, resync) = filter_events(&rec.events, &self.filter);
         self.next_seq = rec.seq + 1;

@@ -12,7 +12,7 @@
 use std::collections::VecDeque;
 use std::sync::{Arc, RwLock};
 
-use crate::event::Record;
+use crate::event::SharedRecord as Record;
 
 pub struct TailCache {
     capacity: usize,

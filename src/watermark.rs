@@ -8,22 +8,41 @@ use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 pub struct Watermark {
+    /// When set, waiters are woken by a notifier thread (see
+    /// [`Watermark::run_notifier`]), not by the publisher.
+    notify: Mutex<NotifyState>,
+    notify_cond: Condvar,
     value: AtomicU64,
     lock: Mutex<()>,
     cond: Condvar,
     watch: tokio::sync::watch::Sender<u64>,
-    /// When the latest value was published (for delivery-latency figures).
-    published: Mutex<(u64, Instant)>,
+    /// The latest published value and when (nanoseconds after `base`), for
+    /// delivery-latency figures; lock-free so that readers never contend
+    /// with the writer.
+    published_seq: AtomicU64,
+    published_nanos: AtomicU64,
+    base: Instant,
+}
+
+#[derive(Default)]
+struct NotifyState {
+    delegated: bool,
+    pending: bool,
+    stop: bool,
 }
 
 impl Watermark {
     pub fn new(v: u64) -> Watermark {
         Watermark {
+            notify: Mutex::new(NotifyState::default()),
+            notify_cond: Condvar::new(),
             value: AtomicU64::new(v),
             lock: Mutex::new(()),
             cond: Condvar::new(),
             watch: tokio::sync::watch::Sender::new(v),
-            published: Mutex::new((v, Instant::now())),
+            published_seq: AtomicU64::new(v),
+            published_nanos: AtomicU64::new(0),
+            base: Instant::now(),
         }
     }
 
@@ -31,17 +50,70 @@ impl Watermark {
         self.value.load(Ordering::Acquire)
     }
 
-    /// Raises the watermark and wakes every waiter. Never lowers it.
+    /// Raises the watermark and wakes every waiter (or has the notifier do
+    /// it). Never lowers it.
     pub fn publish(&self, v: u64) {
         let prev = self.value.fetch_max(v, Ordering::AcqRel);
         debug_assert!(prev <= v, "watermark moved backwards: {prev} -> {v}");
-        *self.published.lock().unwrap_or_else(|p| p.into_inner()) = (v, Instant::now());
+        self.published_nanos
+            .store(self.base.elapsed().as_nanos() as u64, Ordering::Release);
+        self.published_seq.store(v, Ordering::Release);
+        {
+            let mut n = self.notify.lock().unwrap_or_else(|p| p.into_inner());
+            if n.delegated {
+                n.pending = true;
+                self.notify_cond.notify_one();
+                return;
+            }
+        }
+        self.wake_all();
+    }
+
+    fn wake_all(&self) {
+        let v = self.get();
         {
             // Taking the lock orders this notify after a waiter's check.
             let _g = self.lock.lock().unwrap_or_else(|p| p.into_inner());
             self.cond.notify_all();
         }
         self.watch.send_modify(|w| *w = (*w).max(v));
+    }
+
+    /// Wakes waiters on behalf of the publisher, at most once per
+    /// `min_interval`: with many subscribers the writer does not pay for
+    /// waking each of them on every group, and under load they wake once per
+    /// interval for everything committed meanwhile. Runs until
+    /// [`Watermark::stop_notifier`].
+    pub fn run_notifier(&self, min_interval: Duration) {
+        self.notify
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .delegated = true;
+        loop {
+            {
+                let mut n = self.notify.lock().unwrap_or_else(|p| p.into_inner());
+                while !n.pending && !n.stop {
+                    n = self.notify_cond.wait(n).unwrap_or_else(|p| p.into_inner());
+                }
+                if n.stop {
+                    n.delegated = false;
+                    drop(n);
+                    self.wake_all();
+                    return;
+                }
+                n.pending = false;
+            }
+            self.wake_all();
+            // Pacing, not synchronisation: publications during this pause
+            // are delivered together by the next wake.
+            std::thread::sleep(min_interval);
+        }
+    }
+
+    pub fn stop_notifier(&self) {
+        let mut n = self.notify.lock().unwrap_or_else(|p| p.into_inner());
+        n.stop = true;
+        self.notify_cond.notify_all();
     }
 
     /// Blocks until the watermark reaches `v` or `timeout` passes. Returns
@@ -75,7 +147,9 @@ impl Watermark {
 
     /// The latest published value and when it was published.
     pub fn last_published(&self) -> (u64, Instant) {
-        *self.published.lock().unwrap_or_else(|p| p.into_inner())
+        let seq = self.published_seq.load(Ordering::Acquire);
+        let nanos = self.published_nanos.load(Ordering::Acquire);
+        (seq, self.base + Duration::from_nanos(nanos))
     }
 
     /// A receiver that sees every published value.

@@ -240,7 +240,7 @@ impl Writer {
         let mut results: Vec<Result<u64>> = Vec::with_capacity(group.len());
         let mut seq = self.last_seq;
         let mut group_bytes = 0u64;
-        let mut group_records: Vec<Arc<Record>> = Vec::new();
+        let mut group_records: Vec<Arc<crate::event::SharedRecord>> = Vec::new();
         let mut fatal: Option<String> = None;
         let log_cf = match self.shared.store.cf(CF_LOG) {
             Ok(cf) => cf,
@@ -269,7 +269,7 @@ impl Writer {
                             group_bytes += v.len() as u64;
                             batch.put_cf(log_cf, format::log_key(seq), v);
                             results.push(Ok(seq));
-                            group_records.push(Arc::new(rec));
+                            group_records.push(Arc::new(rec.into()));
                         }
                         Err(e) => {
                             fatal = Some(format!("encoding record {seq}: {e}"));

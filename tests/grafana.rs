@@ -112,7 +112,7 @@ async fn every_dashboard_metric_is_exported() {
     let exported: BTreeSet<&str> = text
         .lines()
         .filter(|l| !l.starts_with('#') && !l.is_empty())
-        .filter_map(|l| l.split(|c| c == '{' || c == ' ').next())
+        .filter_map(|l| l.split(['{', ' ']).next())
         .collect();
     let names = dashboard_metric_names();
     let missing: Vec<&String> = names

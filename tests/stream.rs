@@ -71,7 +71,7 @@ impl Mirror {
             StreamItem::Record { events, .. } => {
                 for se in events {
                     self.scopes.insert(format!("{:?}", se.scope));
-                    match (&se.scope, &se.event) {
+                    match (&se.scope, &*se.event) {
                         (Scope::Ancestor, _) => {
                             let p = self.prefix.clone();
                             self.remove_subtree(&p);
@@ -503,7 +503,7 @@ fn kind_filter_and_progress() {
             assert_eq!(seq, 3);
             let paths: Vec<String> = events
                 .iter()
-                .map(|e| match &e.event {
+                .map(|e| match &*e.event {
                     Event::Delete { path, .. } => path.clone(),
                     other => panic!("{other:?}"),
                 })

@@ -11,6 +11,7 @@
 //!   one name can both succeed) — shown so nobody is misled by RocksDB's own
 //!   write grouping.
 
+pub mod network;
 pub mod seed;
 pub mod stream;
 
@@ -54,6 +55,23 @@ pub enum BenchCmd {
         /// Also write the results as JSON to this file.
         #[arg(long)]
         json_out: Option<std::path::PathBuf>,
+    },
+    /// The server over loopback beside in-process figures.
+    Network {
+        #[arg(long, default_value_t = 40_000)]
+        ops: usize,
+        #[arg(long)]
+        dir: Option<std::path::PathBuf>,
+    },
+    /// Create throughput with metrics on and off, side by side.
+    Metrics {
+        #[arg(long, default_value_t = 40_000)]
+        ops: usize,
+        /// Alternating rounds per setting.
+        #[arg(long, default_value_t = 3)]
+        rounds: usize,
+        #[arg(long)]
+        dir: Option<std::path::PathBuf>,
     },
     /// Change-stream figures: throughput with subscribers, delivery
     /// latency, catch-up rate.
@@ -155,6 +173,51 @@ pub fn run_creates(
     })
 }
 
+fn scratch(dir: &Option<std::path::PathBuf>) -> Result<std::path::PathBuf> {
+    let base = dir.clone().unwrap_or_else(|| {
+        std::env::temp_dir().join(format!("treelog-bench-{}", std::process::id()))
+    });
+    std::fs::create_dir_all(&base)?;
+    Ok(base)
+}
+
+/// Creates/s with metrics on and off, alternating rounds in one run.
+fn metrics_overhead(base: &std::path::Path, ops: usize, rounds: usize) -> Result<()> {
+    println!("== metrics cost: durable creates, 64 callers, {ops} per round, {rounds} rounds each, alternating");
+    let mut on = Vec::new();
+    let mut off = Vec::new();
+    for r in 0..rounds {
+        for enabled in [true, false] {
+            let path = base.join(format!("metrics-{enabled}-{r}"));
+            let _ = std::fs::remove_dir_all(&path);
+            let o = Options {
+                metrics: enabled,
+                ..Default::default()
+            };
+            let t: Arc<dyn Creator> = Arc::new(Treelog::open(&path, o)?);
+            let f = run_creates("treelog", t, 64, ops, 1000, "m")?;
+            println!(
+                "  round {r} metrics {:<3}: {:>10.0} creates/s",
+                if enabled { "on" } else { "off" },
+                f.ops_per_sec
+            );
+            if enabled {
+                on.push(f.ops_per_sec)
+            } else {
+                off.push(f.ops_per_sec)
+            }
+            let _ = std::fs::remove_dir_all(&path);
+        }
+    }
+    let med = |v: &mut Vec<f64>| {
+        v.sort_by(|a, b| a.total_cmp(b));
+        v[v.len() / 2]
+    };
+    let (a, b) = (med(&mut on), med(&mut off));
+    println!("  median: on {a:.0}, off {b:.0}; on/off = {:.3}", a / b);
+    Ok(())
+}
+
 /// Mean group size and per-stage times of the writer, from its metrics.
 pub fn writer_breakdown(m: &crate::metrics::Metrics) -> String {
     let mean =
@@ -171,6 +234,22 @@ pub fn writer_breakdown(m: &crate::metrics::Metrics) -> String {
 
 pub fn run(args: &BenchArgs) -> Result<u8> {
     match &args.cmd {
+        BenchCmd::Network { ops, dir } => {
+            let base = scratch(dir)?;
+            network::run(&base, *ops)?;
+            if dir.is_none() {
+                let _ = std::fs::remove_dir_all(&base);
+            }
+            Ok(0)
+        }
+        BenchCmd::Metrics { ops, rounds, dir } => {
+            let base = scratch(dir)?;
+            metrics_overhead(&base, *ops, *rounds)?;
+            if dir.is_none() {
+                let _ = std::fs::remove_dir_all(&base);
+            }
+            Ok(0)
+        }
         BenchCmd::Stream {
             ops,
             catchup_records,

@@ -1,7 +1,8 @@
 //! `treelog bench stream`: change-stream figures.
 //!
 //! - writer throughput (durable creates, 64 callers) with 0 and with 100
-//!   subscribers attached and consuming;
+//!   subscribers attached and consuming (as async tasks on a one-worker
+//!   runtime, the way the server runs them);
 //! - commit-to-delivery latency with 1 and 100 subscribers at a steady write
 //!   load: for each delivered record that was the newest committed one, the
 //!   time from the writer publishing it to the subscriber holding it;
@@ -18,28 +19,32 @@ use crate::writer::Durability;
 
 use super::{percentile, run_creates, Creator};
 
+/// Subscribers as tasks on a one-worker tokio runtime, as a server runs
+/// them: they share one core instead of 100 threads preempting the writer.
 fn spawn_subscribers(
+    rt: &tokio::runtime::Runtime,
     t: &Arc<Treelog>,
     n: usize,
     stop: &Arc<AtomicBool>,
-) -> Result<Vec<std::thread::JoinHandle<Vec<Duration>>>> {
+) -> Result<Vec<tokio::task::JoinHandle<Vec<Duration>>>> {
     let mut hs = Vec::new();
     for _ in 0..n {
         let mut sub = t.subscribe(SubscribeOptions::default())?;
         let t = t.clone();
         let stop = stop.clone();
-        hs.push(std::thread::spawn(move || {
+        hs.push(rt.spawn(async move {
             let mut lat = Vec::new();
             while !stop.load(Ordering::Relaxed) {
-                match sub.next_timeout(Duration::from_millis(50)) {
-                    Ok(Some(StreamItem::Record { seq, .. })) => {
+                let next = tokio::time::timeout(Duration::from_millis(50), sub.next_async()).await;
+                match next {
+                    Ok(Ok(StreamItem::Record { seq, .. })) => {
                         let (newest, at) = t.watermark().last_published();
                         if newest == seq {
                             lat.push(at.elapsed());
                         }
                     }
-                    Ok(_) => {}
-                    Err(_) => break,
+                    Ok(Ok(_)) | Err(_) => {}
+                    Ok(Err(_)) => break,
                 }
             }
             lat
@@ -48,7 +53,24 @@ fn spawn_subscribers(
     Ok(hs)
 }
 
+fn join_all(
+    rt: &tokio::runtime::Runtime,
+    hs: Vec<tokio::task::JoinHandle<Vec<Duration>>>,
+) -> Vec<Duration> {
+    rt.block_on(async {
+        let mut out = Vec::new();
+        for h in hs {
+            out.extend(h.await.unwrap_or_default());
+        }
+        out
+    })
+}
+
 pub fn run(base: &std::path::Path, ops: usize, catchup_records: u64) -> Result<()> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()?;
     println!("== writer throughput with subscribers (durable creates, 64 callers, {ops} creates)");
     let mut rates = Vec::new();
     for subs in [0usize, 100] {
@@ -56,12 +78,10 @@ pub fn run(base: &std::path::Path, ops: usize, catchup_records: u64) -> Result<(
         let _ = std::fs::remove_dir_all(&path);
         let t = Arc::new(Treelog::open(&path, Options::default())?);
         let stop = Arc::new(AtomicBool::new(false));
-        let hs = spawn_subscribers(&t, subs, &stop)?;
+        let hs = spawn_subscribers(&rt, &t, subs, &stop)?;
         let f = run_creates("treelog", t.clone() as Arc<dyn Creator>, 64, ops, 1000, "s")?;
         stop.store(true, Ordering::Relaxed);
-        for h in hs {
-            let _ = h.join();
-        }
+        join_all(&rt, hs);
         println!("  {subs:>3} subscribers: {:>10.0} creates/s", f.ops_per_sec);
         rates.push(f.ops_per_sec);
         drop(t);
@@ -75,7 +95,7 @@ pub fn run(base: &std::path::Path, ops: usize, catchup_records: u64) -> Result<(
         let _ = std::fs::remove_dir_all(&path);
         let t = Arc::new(Treelog::open(&path, Options::default())?);
         let stop = Arc::new(AtomicBool::new(false));
-        let hs = spawn_subscribers(&t, subs, &stop)?;
+        let hs = spawn_subscribers(&rt, &t, subs, &stop)?;
         run_creates(
             "treelog",
             t.clone() as Arc<dyn Creator>,
@@ -85,10 +105,7 @@ pub fn run(base: &std::path::Path, ops: usize, catchup_records: u64) -> Result<(
             "l",
         )?;
         stop.store(true, Ordering::Relaxed);
-        let mut lat: Vec<Duration> = Vec::new();
-        for h in hs {
-            lat.extend(h.join().unwrap_or_default());
-        }
+        let mut lat = join_all(&rt, hs);
         lat.sort_unstable();
         println!(
             "  {subs:>3} subscribers: p50 {:>7.0} us  p99 {:>7.0} us  ({} samples)",

@@ -772,7 +772,7 @@ fn admin_cmd(cli: &Cli, out: &Out, cmd: &AdminCmd) -> Result<u8> {
             if out.json {
                 out.print_json(&cs);
             } else {
-                println!("{:<24} {:>12} {:>10} {}", "cursor", "acked", "lag", "state");
+                println!("{:<24} {:>12} {:>10} state", "cursor", "acked", "lag");
                 for c in cs {
                     let state = match c.state.expired {
                         Some((at, start)) => format!("EXPIRED at {at} (log start {start})"),

@@ -1,0 +1,176 @@
+//! `treelog bench network`: the server over loopback TCP beside the same
+//! work in-process, in one run.
+//!
+//! - creates/s, 1 connection with 64 requests in flight (pipelining);
+//! - creates/s, 16 connections with 4 in flight each;
+//! - creates/s in-process, 64 tokio tasks calling `submit_async`;
+//! - stats/s over 1 connection with 64 in flight, and in-process with 2
+//!   threads.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use crate::client::{Client, ClientOptions};
+use crate::command::Command;
+use crate::error::{Error, Result};
+use crate::namespace::{Options, Treelog};
+use crate::server::{start, ServerConfig};
+
+fn create_cmd(p: String) -> Command {
+    Command::Create {
+        path: p,
+        parents: false,
+        mode: 0o644,
+        owner: String::new(),
+        group: String::new(),
+        block_size: 128 << 20,
+    }
+}
+
+fn mkdir_cmd(p: String) -> Command {
+    Command::Mkdir {
+        path: p,
+        parents: true,
+        mode: 0o755,
+        owner: String::new(),
+        group: String::new(),
+    }
+}
+
+/// Runs `total` operations with `lanes` concurrent loops over `clients`
+/// (round robin); returns ops/s.
+async fn drive<F, Fut>(lanes: usize, total: usize, op: F) -> Result<f64>
+where
+    F: Fn(usize, u64) -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = Result<()>> + Send,
+{
+    let op = Arc::new(op);
+    let next = Arc::new(AtomicU64::new(0));
+    let t0 = Instant::now();
+    let mut tasks = Vec::new();
+    for lane in 0..lanes {
+        let op = op.clone();
+        let next = next.clone();
+        tasks.push(tokio::spawn(async move {
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= total as u64 {
+                    return Ok::<(), Error>(());
+                }
+                op(lane, i).await?;
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.map_err(|e| Error::Protocol(e.to_string()))??;
+    }
+    Ok(total as f64 / t0.elapsed().as_secs_f64())
+}
+
+pub fn run(base: &std::path::Path, ops: usize) -> Result<()> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(async {
+        println!("== network (loopback TCP) vs in-process, durable creates, {ops} per run");
+        let mut cfg = ServerConfig::new(base.join("net"));
+        cfg.listen = "127.0.0.1:0"
+            .parse()
+            .map_err(|e| Error::InvalidArgument(format!("{e}")))?;
+        cfg.http = "127.0.0.1:0"
+            .parse()
+            .map_err(|e| Error::InvalidArgument(format!("{e}")))?;
+        let h = start(cfg).await?;
+        let addr = h.bound.rpc;
+        let c = Client::connect(addr, ClientOptions::default()).await?;
+        for d in 0..1000 {
+            c.submit(mkdir_cmd(format!("/n1/d{d}"))).await?;
+            c.submit(mkdir_cmd(format!("/n16/d{d}"))).await?;
+        }
+        let c1 = c.clone();
+        let one = drive(64, ops, move |_, i| {
+            let c = c1.clone();
+            async move {
+                c.submit(create_cmd(format!("/n1/d{}/f{i}", i % 1000)))
+                    .await
+                    .map(|_| ())
+            }
+        })
+        .await?;
+        println!("  creates/s, 1 connection x 64 in flight:   {one:>10.0}");
+        let mut conns = Vec::new();
+        for _ in 0..16 {
+            conns.push(Client::connect(addr, ClientOptions::default()).await?);
+        }
+        let conns = Arc::new(conns);
+        let sixteen = drive(64, ops, move |lane, i| {
+            let c = conns[lane % 16].clone();
+            async move {
+                c.submit(create_cmd(format!("/n16/d{}/f{i}", i % 1000)))
+                    .await
+                    .map(|_| ())
+            }
+        })
+        .await?;
+        println!("  creates/s, 16 connections x 4 in flight:  {sixteen:>10.0}");
+        let c2 = c.clone();
+        let stats_net = drive(64, ops * 4, move |_, i| {
+            let c = c2.clone();
+            async move {
+                c.stat(&format!("/n1/d{}/f{}", i % 1000, i % ops as u64))
+                    .await
+                    .map(|_| ())
+            }
+        })
+        .await?;
+        println!("  stats/s,   1 connection x 64 in flight:   {stats_net:>10.0}");
+        drop(c);
+        h.shutdown().await?;
+
+        // In-process, same shape: 64 concurrent async callers.
+        let t = Arc::new(Treelog::open(base.join("inproc"), Options::default())?);
+        for d in 0..1000 {
+            t.submit_async(mkdir_cmd(format!("/p/d{d}"))).await?;
+        }
+        let t1 = t.clone();
+        let inproc = drive(64, ops, move |_, i| {
+            let t = t1.clone();
+            async move {
+                t.submit_async(create_cmd(format!("/p/d{}/f{i}", i % 1000)))
+                    .await
+                    .map(|_| ())
+            }
+        })
+        .await?;
+        println!("  creates/s, in-process, 64 async callers:  {inproc:>10.0}");
+        println!(
+            "  ratio network (1 conn) / in-process:      {:>10.2}",
+            one / inproc
+        );
+        println!(
+            "  ratio network (16 conns) / in-process:    {:>10.2}",
+            sixteen / inproc
+        );
+        let t2 = t.clone();
+        let stats_in = tokio::task::spawn_blocking(move || {
+            let t0 = Instant::now();
+            let n = ops * 4;
+            std::thread::scope(|s| {
+                for th in 0..2 {
+                    let t = &t2;
+                    s.spawn(move || {
+                        for i in (th..n).step_by(2) {
+                            let _ = t.stat(&format!("/p/d{}/f{}", i % 1000, i % ops));
+                        }
+                    });
+                }
+            });
+            n as f64 / t0.elapsed().as_secs_f64()
+        })
+        .await
+        .map_err(|e| Error::Protocol(e.to_string()))?;
+        println!("  stats/s,   in-process, 2 threads:         {stats_in:>10.0}");
+        Ok(())
+    })
+}
