@@ -143,29 +143,14 @@ impl Client {
                 return Err(Error::Protocol("unexpected response before Welcome".into()))
             }
         };
-        let (out_tx, mut out_rx) = mpsc::channel::<Vec<u8>>(1024);
+        let (out_tx, out_rx) = mpsc::channel::<Vec<u8>>(1024);
         let inner = Arc::new(Inner {
             out: out_tx,
             pending: Mutex::new(Some(HashMap::new())),
             next_id: AtomicU64::new(1),
             committed_at_connect: committed,
         });
-        // Writer task: batches queued frames into few syscalls.
-        tokio::spawn(async move {
-            while let Some(f) = out_rx.recv().await {
-                if w.write_all(&f).await.is_err() {
-                    return;
-                }
-                while let Ok(f) = out_rx.try_recv() {
-                    if w.write_all(&f).await.is_err() {
-                        return;
-                    }
-                }
-                if w.flush().await.is_err() {
-                    return;
-                }
-            }
-        });
+        tokio::spawn(protocol::write_loop(out_rx, w.into_inner()));
         // Reader task: routes replies to their waiters.
         let weak = Arc::downgrade(&inner);
         let max_frame = opts.max_frame;

@@ -199,3 +199,23 @@ pub async fn write_frame<W: AsyncWrite + Unpin>(w: &mut W, bytes: &[u8]) -> Resu
     w.write_all(bytes).await?;
     Ok(())
 }
+
+/// Writes queued frames to `w` until the queue closes, batching whatever is
+/// queued into one flush (few syscalls under load).
+pub async fn write_loop<W: AsyncWrite + Unpin>(mut rx: tokio::sync::mpsc::Receiver<Vec<u8>>, w: W) {
+    let mut w = tokio::io::BufWriter::with_capacity(64 << 10, w);
+    while let Some(f) = rx.recv().await {
+        if w.write_all(&f).await.is_err() {
+            return;
+        }
+        while let Ok(f) = rx.try_recv() {
+            if w.write_all(&f).await.is_err() {
+                return;
+            }
+        }
+        if w.flush().await.is_err() {
+            return;
+        }
+    }
+    let _ = w.shutdown().await;
+}

@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use subtle::ConstantTimeEq;
-use tokio::io::{AsyncWriteExt, BufWriter};
+use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch, Semaphore};
 
@@ -272,25 +272,9 @@ async fn send(out: &Out, msg: &ServerMsg) -> bool {
 async fn connection(sock: TcpStream, state: Arc<State>) -> Result<()> {
     let _ = sock.set_nodelay(true);
     let (mut rd, wr) = sock.into_split();
-    let (out_tx, mut out_rx) = mpsc::channel::<Vec<u8>>(1024);
+    let (out_tx, out_rx) = mpsc::channel::<Vec<u8>>(1024);
     // One task owns the socket's write half and batches frames.
-    let writer = tokio::spawn(async move {
-        let mut w = BufWriter::with_capacity(64 << 10, wr);
-        while let Some(f) = out_rx.recv().await {
-            if w.write_all(&f).await.is_err() {
-                return;
-            }
-            while let Ok(f) = out_rx.try_recv() {
-                if w.write_all(&f).await.is_err() {
-                    return;
-                }
-            }
-            if w.flush().await.is_err() {
-                return;
-            }
-        }
-        let _ = w.shutdown().await;
-    });
+    let writer = tokio::spawn(protocol::write_loop(out_rx, wr));
     let result = serve_connection(&mut rd, &out_tx, &state).await;
     if let Err(e) = &result {
         if let Some(m) = state.metrics() {

@@ -571,25 +571,40 @@ impl IndexRead for DbIndex<'_> {
         if cf == Cf::Edges && prefix.len() == 8 {
             ro.set_prefix_same_as_start(true);
         }
-        let mut it = self.store.db.raw_iterator_cf_opt(h, ro);
-        match after {
-            Some(a) if a >= prefix => {
-                it.seek(a);
-                if it.key() == Some(a) {
-                    it.next();
-                }
-            }
-            _ => it.seek(prefix),
-        }
-        let mut out = Vec::new();
-        while out.len() < limit {
-            match (it.key(), it.value()) {
-                (Some(k), Some(v)) if k.starts_with(prefix) => out.push((k.to_vec(), v.to_vec())),
-                _ => break,
-            }
-            it.next();
-        }
-        it.status()?;
-        Ok(out)
+        scan_iter(
+            self.store.db.raw_iterator_cf_opt(h, ro),
+            prefix,
+            after,
+            limit,
+        )
     }
+}
+
+/// Up to `limit` entries with key prefix `prefix` after `after`, from a raw
+/// iterator (shared by the live and the snapshot index views).
+pub fn scan_iter(
+    mut it: rocksdb::DBRawIteratorWithThreadMode<'_, DB>,
+    prefix: &[u8],
+    after: Option<&[u8]>,
+    limit: usize,
+) -> Result<Vec<Kv>> {
+    match after {
+        Some(a) if a >= prefix => {
+            it.seek(a);
+            if it.key() == Some(a) {
+                it.next();
+            }
+        }
+        _ => it.seek(prefix),
+    }
+    let mut out = Vec::new();
+    while out.len() < limit {
+        match (it.key(), it.value()) {
+            (Some(k), Some(v)) if k.starts_with(prefix) => out.push((k.to_vec(), v.to_vec())),
+            _ => break,
+        }
+        it.next();
+    }
+    it.status()?;
+    Ok(out)
 }

@@ -563,26 +563,12 @@ impl IndexRead for SnapIndex<'_> {
         })?;
         let mut ro = ReadOptions::default();
         ro.set_snapshot(self.snap);
-        let mut it = self.store.db().raw_iterator_cf_opt(h, ro);
-        match after {
-            Some(a) if a >= prefix => {
-                it.seek(a);
-                if it.key() == Some(a) {
-                    it.next();
-                }
-            }
-            _ => it.seek(prefix),
-        }
-        let mut out = Vec::new();
-        while out.len() < limit {
-            match (it.key(), it.value()) {
-                (Some(k), Some(v)) if k.starts_with(prefix) => out.push((k.to_vec(), v.to_vec())),
-                _ => break,
-            }
-            it.next();
-        }
-        it.status()?;
-        Ok(out)
+        crate::store::scan_iter(
+            self.store.db().raw_iterator_cf_opt(h, ro),
+            prefix,
+            after,
+            limit,
+        )
     }
 }
 
