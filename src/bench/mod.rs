@@ -14,6 +14,7 @@
 pub mod network;
 pub mod seed;
 pub mod stream;
+pub mod suite;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -55,6 +56,21 @@ pub enum BenchCmd {
         /// Also write the results as JSON to this file.
         #[arg(long)]
         json_out: Option<std::path::PathBuf>,
+    },
+    /// treelog beside the seeds' design, the raw RocksDB limit and SQLite:
+    /// creates, stat at depth 6, replay (see docs/BENCHMARKS.md).
+    Suite {
+        #[arg(long, default_value_t = 20_000)]
+        ops: usize,
+        #[arg(long, default_value = "1,8,64", value_delimiter = ',')]
+        callers: Vec<usize>,
+        /// Records in the replay log.
+        #[arg(long, default_value_t = 1_000_000)]
+        replay_records: u64,
+        #[arg(long)]
+        json_out: Option<std::path::PathBuf>,
+        #[arg(long)]
+        dir: Option<std::path::PathBuf>,
     },
     /// The server over loopback beside in-process figures.
     Network {
@@ -234,6 +250,20 @@ pub fn writer_breakdown(m: &crate::metrics::Metrics) -> String {
 
 pub fn run(args: &BenchArgs) -> Result<u8> {
     match &args.cmd {
+        BenchCmd::Suite {
+            ops,
+            callers,
+            replay_records,
+            json_out,
+            dir,
+        } => {
+            let base = scratch(dir)?;
+            suite::run(&base, *ops, callers, *replay_records, json_out.as_deref())?;
+            if dir.is_none() {
+                let _ = std::fs::remove_dir_all(&base);
+            }
+            Ok(0)
+        }
         BenchCmd::Network { ops, dir } => {
             let base = scratch(dir)?;
             network::run(&base, *ops)?;

@@ -1,0 +1,448 @@
+//! `treelog bench suite`: treelog side by side with the seeds' design, the
+//! raw RocksDB limit and SQLite, in one process run, with ratios and JSON.
+//!
+//! Workloads here: durable creates (1/8/64 callers over 1,000 directories),
+//! stat by path at depth 6 (2 threads), and replay (rebuild of the index from
+//! a long log). The remaining workloads of the suite (mkdir, list, rename,
+//! delete, mixed, scale to 10M inodes) are not built yet.
+
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use indicatif::{ProgressBar, ProgressStyle};
+use rocksdb::{ColumnFamilyDescriptor, WriteBatch, WriteOptions, DB};
+
+use crate::error::{Error, Result};
+use crate::event::{Event, Record};
+use crate::format::{self, record, InodeEntry};
+use crate::namespace::{Options, Treelog};
+use crate::types::{Attrs, FileType};
+use crate::writer::Durability;
+
+use super::{run_creates, seed::SeedStore, Creator, Figure};
+
+fn sql(e: rusqlite::Error) -> Error {
+    Error::InvalidArgument(format!("sqlite: {e}"))
+}
+
+/// SQLite with a node/edge schema like JuiceFS's SQL metadata engine, WAL
+/// mode, `synchronous=FULL`, one transaction per operation.
+pub struct SqliteStore {
+    conn: Mutex<rusqlite::Connection>,
+}
+
+impl SqliteStore {
+    pub fn open(dir: &Path) -> Result<SqliteStore> {
+        std::fs::create_dir_all(dir)?;
+        let conn = rusqlite::Connection::open(dir.join("meta.db")).map_err(sql)?;
+        conn.execute_batch(
+            "PRAGMA journal_mode=WAL;
+             PRAGMA synchronous=FULL;
+             CREATE TABLE IF NOT EXISTS node (inode INTEGER PRIMARY KEY, type INTEGER NOT NULL,
+                 mode INTEGER NOT NULL, uid INTEGER NOT NULL, gid INTEGER NOT NULL,
+                 mtime INTEGER NOT NULL, ctime INTEGER NOT NULL, length INTEGER NOT NULL,
+                 parent INTEGER NOT NULL);
+             CREATE TABLE IF NOT EXISTS edge (parent INTEGER NOT NULL, name BLOB NOT NULL,
+                 inode INTEGER NOT NULL, type INTEGER NOT NULL, PRIMARY KEY (parent, name));
+             INSERT OR IGNORE INTO node VALUES (1, 2, 493, 0, 0, 0, 0, 0, 0);",
+        )
+        .map_err(sql)?;
+        Ok(SqliteStore {
+            conn: Mutex::new(conn),
+        })
+    }
+
+    fn lookup(
+        tx: &rusqlite::Transaction<'_>,
+        parent: i64,
+        name: &str,
+    ) -> Result<Option<(i64, i64)>> {
+        use rusqlite::OptionalExtension;
+        tx.query_row(
+            "SELECT inode, type FROM edge WHERE parent = ?1 AND name = ?2",
+            rusqlite::params![parent, name.as_bytes()],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .optional()
+        .map_err(sql)
+    }
+
+    fn create_one(&self, p: &str, dir: bool) -> Result<()> {
+        let comps = crate::path::components(p)?;
+        let (last, parents) = comps
+            .split_last()
+            .ok_or_else(|| Error::AlreadyExists("/".into()))?;
+        let mut conn = self.conn.lock().unwrap_or_else(|e| e.into_inner());
+        let tx = conn
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+            .map_err(sql)?;
+        let mut cur = 1i64;
+        for c in parents {
+            match Self::lookup(&tx, cur, c)? {
+                Some((id, 2)) => cur = id,
+                Some(_) => return Err(Error::NotADirectory(p.to_owned())),
+                None => return Err(Error::NotFound(p.to_owned())),
+            }
+        }
+        if Self::lookup(&tx, cur, last)?.is_some() {
+            return Err(Error::AlreadyExists(p.to_owned()));
+        }
+        let now = crate::writer::now_ms() as i64;
+        let ty = if dir { 2 } else { 1 };
+        tx.execute(
+            "INSERT INTO node (type, mode, uid, gid, mtime, ctime, length, parent) VALUES (?1, ?2, 0, 0, ?3, ?3, 0, ?4)",
+            rusqlite::params![ty, if dir { 0o755 } else { 0o644 }, now, cur],
+        )
+        .map_err(sql)?;
+        let id = tx.last_insert_rowid();
+        tx.execute(
+            "INSERT INTO edge (parent, name, inode, type) VALUES (?1, ?2, ?3, ?4)",
+            rusqlite::params![cur, last.as_bytes(), id, ty],
+        )
+        .map_err(sql)?;
+        tx.commit().map_err(sql)
+    }
+
+    pub fn stat(&self, p: &str) -> Result<i64> {
+        let comps = crate::path::components(p)?;
+        let mut conn = self.conn.lock().unwrap_or_else(|e| e.into_inner());
+        let tx = conn.transaction().map_err(sql)?;
+        let mut cur = 1i64;
+        for c in &comps {
+            cur = Self::lookup(&tx, cur, c)?
+                .ok_or_else(|| Error::NotFound(p.to_owned()))?
+                .0;
+        }
+        let len: i64 = tx
+            .query_row("SELECT length FROM node WHERE inode = ?1", [cur], |r| {
+                r.get(0)
+            })
+            .map_err(sql)?;
+        Ok(len)
+    }
+}
+
+impl Creator for SqliteStore {
+    fn mkdir_p(&self, p: &str) -> Result<()> {
+        let comps = crate::path::components(p)?;
+        for i in 1..=comps.len() {
+            match self.create_one(&crate::path::join_all(&comps[..i]), true) {
+                Ok(()) | Err(Error::AlreadyExists(_)) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    fn create(&self, p: &str) -> Result<()> {
+        self.create_one(p, false)
+    }
+}
+
+/// The raw RocksDB limit: pre-encoded batches with the bytes treelog writes
+/// per create (a log record through the WAL, then the inode, the edge and
+/// `applied_seq` without it), one fsync per group of `group` creates, no
+/// validation, one thread.
+fn raw_rocksdb(dir: &Path, ops: usize, group: usize) -> Result<Figure> {
+    let mut o = rocksdb::Options::default();
+    o.create_if_missing(true);
+    o.create_missing_column_families(true);
+    o.set_atomic_flush(true);
+    let mut cfs: Vec<ColumnFamilyDescriptor> = crate::store::index_cf_descriptors()
+        .into_iter()
+        .map(|(n, o)| ColumnFamilyDescriptor::new(n, o))
+        .collect();
+    cfs.push(ColumnFamilyDescriptor::new(
+        "log",
+        rocksdb::Options::default(),
+    ));
+    cfs.push(ColumnFamilyDescriptor::new(
+        "meta",
+        rocksdb::Options::default(),
+    ));
+    let db = DB::open_cf_descriptors(&o, dir, cfs)?;
+    let cf = |n: &str| {
+        db.cf_handle(n)
+            .ok_or_else(|| Error::corrupt("bench", "missing cf"))
+    };
+    // Pre-encode every operation's bytes.
+    let now = crate::writer::now_ms();
+    let attrs = Attrs {
+        kind: FileType::File,
+        size: 0,
+        block_size: 128 << 20,
+        ctime_ms: now,
+        mtime_ms: now,
+        mode: 0o644,
+        complete: false,
+        owner: String::new(),
+        group: String::new(),
+    };
+    let mut pre = Vec::with_capacity(ops);
+    for i in 0..ops {
+        let id = 10_000 + i as u64;
+        let parent = 2 + (i % 1000) as u64;
+        let name = format!("f0_{i}");
+        let rec = Record {
+            seq: i as u64 + 1,
+            time_ms: now,
+            events: vec![Event::Create {
+                id,
+                parent,
+                name: name.clone(),
+                path: format!("/bench/c/d{}/{name}", i % 1000),
+                attrs: attrs.clone(),
+            }],
+        };
+        let entry = InodeEntry {
+            parent_id: parent,
+            size: 0,
+            block_size: 128 << 20,
+            creation_time_ms: now,
+            modification_time_ms: now,
+            mode: 0o644,
+            flags: 0,
+            owner_id: 0,
+            group_id: 0,
+            name: name.as_bytes().to_vec(),
+        };
+        pre.push((
+            format::log_key(rec.seq),
+            record::encode_record(&rec)?,
+            format::inode_key(id),
+            entry.encode(),
+            format::edge_key(parent, name.as_bytes()),
+            format::edge_value(id),
+        ));
+    }
+    let (log, inodes, edges, meta) = (cf("log")?, cf("inodes")?, cf("edges")?, cf("meta")?);
+    let mut synced = WriteOptions::default();
+    synced.set_sync(true);
+    let mut nowal = WriteOptions::default();
+    nowal.disable_wal(true);
+    let t0 = Instant::now();
+    for chunk in pre.chunks(group.max(1)) {
+        let mut b = WriteBatch::default();
+        for (lk, lv, ..) in chunk {
+            b.put_cf(log, lk, lv);
+        }
+        db.write_opt(b, &synced)?;
+        let mut b = WriteBatch::default();
+        for (_, _, ik, iv, ek, ev) in chunk {
+            b.put_cf(inodes, ik, iv);
+            b.put_cf(edges, ek, ev);
+        }
+        b.put_cf(meta, b"applied_seq", 1u64.to_be_bytes());
+        db.write_opt(b, &nowal)?;
+    }
+    let secs = t0.elapsed().as_secs_f64();
+    Ok(Figure {
+        system: "raw-rocksdb".into(),
+        callers: group,
+        ops,
+        seconds: secs,
+        ops_per_sec: ops as f64 / secs,
+        p50_us: 0.0,
+        p99_us: 0.0,
+    })
+}
+
+fn bar(len: u64, msg: &str) -> ProgressBar {
+    let pb = ProgressBar::new(len);
+    if let Ok(style) =
+        ProgressStyle::with_template("{msg:>24} [{bar:40}] {pos}/{len} ({per_sec}, eta {eta})")
+    {
+        pb.set_style(style.progress_chars("=> "));
+    }
+    pb.set_message(msg.to_owned());
+    pb
+}
+
+/// Stat-by-path at depth 6 with 2 threads; returns stats/s.
+fn stats_depth6(stat: Arc<dyn Fn(&str) -> bool + Send + Sync>, files: usize, ops: usize) -> f64 {
+    let t0 = Instant::now();
+    std::thread::scope(|s| {
+        for th in 0..2 {
+            let stat = stat.clone();
+            s.spawn(move || {
+                let mut ok = 0usize;
+                for i in (th..ops).step_by(2) {
+                    let f = (i * 7919) % files;
+                    if stat(&format!("/s/l1/l2/l3/l4/d{}/f{f}", f % 10)) {
+                        ok += 1;
+                    }
+                }
+                ok
+            });
+        }
+    });
+    ops as f64 / t0.elapsed().as_secs_f64()
+}
+
+pub fn run(
+    base: &Path,
+    ops: usize,
+    callers: &[usize],
+    replay_records: u64,
+    json_out: Option<&Path>,
+) -> Result<()> {
+    let mut figures: Vec<Figure> = Vec::new();
+    println!("== durable creates ({ops} per run, 1,000 directories)");
+    println!("{:<20} {:>8} {:>12}", "system", "callers", "creates/s");
+    for &n in callers {
+        for sys in ["treelog", "seed-serialized", "raw-rocksdb", "sqlite"] {
+            let path = base.join(format!("suite-{sys}-{n}"));
+            let _ = std::fs::remove_dir_all(&path);
+            let sys_ops = if sys == "sqlite" || sys == "seed-serialized" {
+                ops.min(5_000)
+            } else {
+                ops
+            };
+            let f = match sys {
+                "treelog" => run_creates(
+                    sys,
+                    Arc::new(Treelog::open(&path, Options::default())?),
+                    n,
+                    sys_ops,
+                    1000,
+                    "c",
+                )?,
+                "seed-serialized" => run_creates(
+                    sys,
+                    Arc::new(SeedStore::open(&path, true)?),
+                    n,
+                    sys_ops,
+                    1000,
+                    "c",
+                )?,
+                "sqlite" => run_creates(
+                    sys,
+                    Arc::new(SqliteStore::open(&path)?),
+                    n,
+                    sys_ops,
+                    1000,
+                    "c",
+                )?,
+                _ => raw_rocksdb(&path, sys_ops, n)?,
+            };
+            println!("{:<20} {:>8} {:>12.0}", f.system, f.callers, f.ops_per_sec);
+            figures.push(f);
+            let _ = std::fs::remove_dir_all(&path);
+        }
+        let get = |s: &str| {
+            figures
+                .iter()
+                .find(|f| f.system == s && f.callers == n)
+                .map(|f| f.ops_per_sec)
+                .unwrap_or(f64::NAN)
+        };
+        let t = get("treelog");
+        println!(
+            "  ratios at {n} callers: treelog/seed-serialized {:.1}x, treelog/sqlite {:.1}x, treelog/raw-rocksdb {:.2}x",
+            t / get("seed-serialized"),
+            t / get("sqlite"),
+            t / get("raw-rocksdb")
+        );
+    }
+
+    println!("== stat by path, depth 6, 2 threads");
+    let files = 100_000usize;
+    let path = base.join("suite-stat");
+    let _ = std::fs::remove_dir_all(&path);
+    let t = Arc::new(Treelog::open(
+        &path,
+        Options::default().durability(Durability::None),
+    )?);
+    let pb = bar(files as u64, "building tree");
+    let mut pending = std::collections::VecDeque::new();
+    for f in 0..files {
+        pending.push_back(t.submit_pipelined(crate::Command::Create {
+            path: format!("/s/l1/l2/l3/l4/d{}/f{f}", f % 10),
+            parents: true,
+            mode: 0o644,
+            owner: String::new(),
+            group: String::new(),
+            block_size: 0,
+        })?);
+        if pending.len() > 1024 {
+            if let Some(p) = pending.pop_front() {
+                p.wait()?;
+            }
+        }
+        pb.inc(1);
+    }
+    for p in pending {
+        p.wait()?;
+    }
+    pb.finish_and_clear();
+    let tt = t.clone();
+    let rate = stats_depth6(
+        Arc::new(move |p: &str| tt.stat(p).is_ok()),
+        files,
+        1_000_000,
+    );
+    println!("{:<20} {:>12.0} stats/s", "treelog", rate);
+    figures.push(Figure {
+        system: "treelog-stat-depth6".into(),
+        callers: 2,
+        ops: 1_000_000,
+        seconds: 1_000_000.0 / rate,
+        ops_per_sec: rate,
+        p50_us: 0.0,
+        p99_us: 0.0,
+    });
+    drop(t);
+    let _ = std::fs::remove_dir_all(&path);
+
+    println!("== replay: rebuild the index from a log of {replay_records} records");
+    let path = base.join("suite-replay");
+    let _ = std::fs::remove_dir_all(&path);
+    {
+        let t = Treelog::open(&path, Options::default().durability(Durability::None))?;
+        let pb = bar(replay_records, "building log");
+        let mut pending = std::collections::VecDeque::new();
+        for i in 0..replay_records {
+            pending.push_back(t.submit_pipelined(crate::Command::Mkdir {
+                path: format!("/r{}/d{i}", i % 1000),
+                parents: true,
+                mode: 0o755,
+                owner: String::new(),
+                group: String::new(),
+            })?);
+            if pending.len() > 2048 {
+                if let Some(p) = pending.pop_front() {
+                    p.wait()?;
+                }
+            }
+            pb.inc(1);
+        }
+        for p in pending {
+            p.wait()?;
+        }
+        pb.finish_and_clear();
+        t.close()?;
+    }
+    let t0 = Instant::now();
+    let n = crate::store::Store::rebuild(&path, &Default::default())?;
+    let secs = t0.elapsed().as_secs_f64();
+    println!(
+        "{:<20} {:>12.0} records/s ({n} records in {secs:.2} s)",
+        "treelog replay",
+        n as f64 / secs
+    );
+    figures.push(Figure {
+        system: "treelog-replay".into(),
+        callers: 1,
+        ops: n as usize,
+        seconds: secs,
+        ops_per_sec: n as f64 / secs,
+        p50_us: 0.0,
+        p99_us: 0.0,
+    });
+    let _ = std::fs::remove_dir_all(&path);
+    if let Some(p) = json_out {
+        std::fs::write(p, serde_json::to_vec_pretty(&figures).unwrap_or_default())?;
+    }
+    Ok(())
+}
