@@ -67,6 +67,10 @@ pub enum BenchCmd {
         /// Records in the replay log.
         #[arg(long, default_value_t = 1_000_000)]
         replay_records: u64,
+        /// Also grow a namespace to this many inodes and report rates at
+        /// 100k, 1M and 10M (long; not run in CI).
+        #[arg(long)]
+        scale: Option<u64>,
         #[arg(long)]
         json_out: Option<std::path::PathBuf>,
         #[arg(long)]
@@ -254,11 +258,16 @@ pub fn run(args: &BenchArgs) -> Result<u8> {
             ops,
             callers,
             replay_records,
+            scale,
             json_out,
             dir,
         } => {
             let base = scratch(dir)?;
             suite::run(&base, *ops, callers, *replay_records, json_out.as_deref())?;
+            suite::workloads(&base, *ops)?;
+            if let Some(n) = scale {
+                suite::scale(&base, *n)?;
+            }
             if dir.is_none() {
                 let _ = std::fs::remove_dir_all(&base);
             }

@@ -446,3 +446,252 @@ pub fn run(
     }
     Ok(())
 }
+
+/// Runs `n` operations from `threads` threads, `op(i)` each; returns ops/s.
+fn par(threads: usize, n: usize, op: impl Fn(usize) -> Result<()> + Sync) -> Result<f64> {
+    let t0 = Instant::now();
+    let errors = std::sync::atomic::AtomicUsize::new(0);
+    std::thread::scope(|s| {
+        for th in 0..threads {
+            let op = &op;
+            let errors = &errors;
+            s.spawn(move || {
+                for i in (th..n).step_by(threads) {
+                    if op(i).is_err() {
+                        errors.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    }
+                }
+            });
+        }
+    });
+    let e = errors.load(std::sync::atomic::Ordering::Relaxed);
+    if e > 0 {
+        return Err(Error::InvalidArgument(format!("{e} operations failed")));
+    }
+    Ok(n as f64 / t0.elapsed().as_secs_f64())
+}
+
+/// The namespace workloads on treelog (durable, 64 callers for writes,
+/// 2 threads for reads).
+pub fn workloads(base: &Path, ops: usize) -> Result<Vec<Figure>> {
+    use crate::namespace::CreateOptions;
+    let path = base.join("suite-workloads");
+    let _ = std::fs::remove_dir_all(&path);
+    let t = Treelog::open(&path, Options::default())?;
+    let mut out = Vec::new();
+    let mut fig = |name: &str, threads: usize, n: usize, rate: f64| {
+        println!("{name:<34} {rate:>12.0} ops/s");
+        out.push(Figure {
+            system: format!("treelog-{name}"),
+            callers: threads,
+            ops: n,
+            seconds: n as f64 / rate,
+            ops_per_sec: rate,
+            p50_us: 0.0,
+            p99_us: 0.0,
+        });
+    };
+    println!("== workloads on treelog ({ops} operations each; writes durable, 64 callers)");
+    let r = par(64, ops, |i| {
+        t.mkdir(
+            &format!("/mk/d{}/e{i}", i % 1000),
+            crate::MkdirOptions {
+                parents: true,
+                ..Default::default()
+            },
+        )
+        .map(|_| ())
+    })?;
+    fig("mkdir -p (1,000 parents)", 64, ops, r);
+    par(64, ops, |i| {
+        t.create(&format!("/mk/d{}/f{i}", i % 1000), CreateOptions::default())
+            .map(|_| ())
+    })?;
+    let r = par(64, ops, |i| {
+        t.rename(
+            &format!("/mk/d{}/f{i}", i % 1000),
+            &format!("/mk/d{}/g{i}", i % 1000),
+            false,
+        )
+        .map(|_| ())
+    })?;
+    fig("rename within a directory", 64, ops, r);
+    let r = par(64, ops, |i| {
+        t.rename(
+            &format!("/mk/d{}/g{i}", i % 1000),
+            &format!("/mk/d{}/h{i}", (i + 1) % 1000),
+            false,
+        )
+        .map(|_| ())
+    })?;
+    fig("rename across directories", 64, ops, r);
+    let r = par(64, ops, |i| {
+        t.delete(&format!("/mk/d{}/h{i}", (i + 1) % 1000), false)
+            .map(|_| ())
+    })?;
+    fig("delete a file", 64, ops, r);
+    // Listings: directories of 10 and of 10,000 entries.
+    for i in 0..10 {
+        t.create(
+            &format!("/l10/f{i}"),
+            CreateOptions {
+                parents: true,
+                ..Default::default()
+            },
+        )?;
+    }
+    par(64, 10_000, |i| {
+        t.create(
+            &format!("/l10k/f{i:05}"),
+            CreateOptions {
+                parents: true,
+                ..Default::default()
+            },
+        )
+        .map(|_| ())
+    })?;
+    let n = ops * 5;
+    let r = par(2, n, |_| t.list("/l10", None, 1000).map(|_| ()))?;
+    fig("list a 10-entry directory", 2, n, r);
+    let n = 200;
+    let r = par(2, n, |_| {
+        let all = t.list_all("/l10k")?;
+        if all.len() == 10_000 {
+            Ok(())
+        } else {
+            Err(Error::InvalidArgument("short listing".into()))
+        }
+    })?;
+    fig("list a 10,000-entry directory", 2, n, r);
+    // Mixed: 70% stat, 20% create, 10% rename/delete, 64 callers.
+    let r = par(64, ops, |i| match i % 10 {
+        0..=6 => t
+            .stat(&format!(
+                "/mk/d{}/e{}",
+                ((i * 31) % ops) % 1000,
+                (i * 31) % ops
+            ))
+            .map(|_| ()),
+        7 | 8 => t
+            .create(&format!("/mk/d{}/x{i}", i % 1000), CreateOptions::default())
+            .map(|_| ()),
+        _ => t
+            .mkdir(&format!("/mk/d{}/y{i}", i % 1000), Default::default())
+            .and_then(|_| t.delete(&format!("/mk/d{}/y{i}", i % 1000), false))
+            .map(|_| ()),
+    })?;
+    fig("mixed 70% stat/20% create/10% mv-rm", 64, ops, r);
+    drop(t);
+    let _ = std::fs::remove_dir_all(&path);
+    Ok(out)
+}
+
+fn rss_bytes() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines().find(|l| l.starts_with("VmRSS:")).and_then(|l| {
+                l.split_whitespace()
+                    .nth(1)
+                    .and_then(|k| k.parse::<u64>().ok())
+            })
+        })
+        .map(|kb| kb * 1024)
+        .unwrap_or(0)
+}
+
+/// Grows one namespace to `target` inodes; at 100k, 1M and 10M (those not
+/// above `target`) measures durable creates/s (64 callers) and stats/s
+/// (2 threads), RSS, and on-disk bytes per inode of the index (after
+/// compaction) and of the log.
+pub fn scale(base: &Path, target: u64) -> Result<()> {
+    let path = base.join("suite-scale");
+    let _ = std::fs::remove_dir_all(&path);
+    println!("== scale to {target} inodes");
+    println!(
+        "{:>12} {:>12} {:>12} {:>10} {:>14} {:>12}",
+        "inodes", "creates/s", "stats/s", "RSS MiB", "index B/inode", "log B/rec"
+    );
+    let mut have = 1u64;
+    for checkpoint in [100_000u64, 1_000_000, 10_000_000] {
+        if checkpoint > target {
+            break;
+        }
+        {
+            let t = Treelog::open(&path, Options::default().durability(Durability::None))?;
+            let pb = bar(checkpoint - have, "growing");
+            let mut pending = std::collections::VecDeque::new();
+            while have < checkpoint {
+                pending.push_back(t.submit_pipelined(crate::Command::Create {
+                    path: format!("/g/d{}/f{have}", have % 10_000),
+                    parents: true,
+                    mode: 0o644,
+                    owner: String::new(),
+                    group: String::new(),
+                    block_size: 0,
+                })?);
+                if pending.len() > 4096 {
+                    if let Some(p) = pending.pop_front() {
+                        p.wait()?;
+                    }
+                }
+                have += 1;
+                pb.inc(1);
+            }
+            for p in pending {
+                p.wait()?;
+            }
+            pb.finish_and_clear();
+            t.close()?;
+        }
+        let t = Treelog::open(&path, Options::default())?;
+        let n = 20_000;
+        let c = par(64, n, |i| {
+            t.create(
+                &format!("/m{checkpoint}/d{}/f{i}", i % 1000),
+                crate::namespace::CreateOptions {
+                    parents: true,
+                    ..Default::default()
+                },
+            )
+            .map(|_| ())
+        })?;
+        have += n as u64;
+        let s = par(2, 200_000, |i| {
+            t.stat(&format!(
+                "/g/d{}/f{}",
+                (i * 7919 + 1) as u64 % checkpoint % 10_000,
+                ((i * 7919) as u64 % (checkpoint - 1)) + 1
+            ))
+            .map(|_| ())
+            .or(Ok(()))
+        })?;
+        let store = t.store();
+        for cf in [crate::store::CF_INODES, crate::store::CF_EDGES] {
+            store
+                .db()
+                .compact_range_cf(store.cf(cf)?, None::<&[u8]>, None::<&[u8]>);
+        }
+        let prop = |cf: &'static str| -> Result<u64> {
+            Ok(store
+                .db()
+                .property_int_value_cf(store.cf(cf)?, "rocksdb.live-sst-files-size")?
+                .unwrap_or(0))
+        };
+        let index = prop(crate::store::CF_INODES)? + prop(crate::store::CF_EDGES)?;
+        store.flush()?;
+        let log = prop(crate::store::CF_LOG)?;
+        println!(
+            "{:>12} {:>12.0} {:>12.0} {:>10.0} {:>14.1} {:>12.1}",
+            have,
+            c,
+            s,
+            rss_bytes() as f64 / (1 << 20) as f64,
+            index as f64 / have as f64,
+            log as f64 / t.committed_seq().max(1) as f64
+        );
+        t.close()?;
+    }
+    let _ = std::fs::remove_dir_all(&path);
+    Ok(())
+}
