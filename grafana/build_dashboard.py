@@ -79,6 +79,9 @@ ts("Cursor positions", [("treelog_cursor_acked_seq", "{{cursor}}"), ("treelog_la
 row("Reads")
 ts("Reads per second", [(f"sum by (op) (rate(treelog_reads_total[{RI}]))", "{{op}}"),
                         (f"rate(treelog_path_lookups_total[{RI}])", "path component lookups")], "ops")
+ts("Writer read cache", [(f"rate(treelog_writer_cache_hits_total[{RI}])", "hits/s"),
+                         (f"rate(treelog_writer_cache_misses_total[{RI}])", "misses/s")], "ops",
+   desc="Index lookups made while validating commands, served from the writer's exact cache or from RocksDB.")
 ts("Read latency p99 (server)", [(f'histogram_quantile(0.99, sum by (le, op) (rate(treelog_read_seconds_bucket[{RI}])))', "{{op}}")], "s")
 
 row("RocksDB")

@@ -217,6 +217,9 @@ impl<R: IndexRead + ?Sized> IndexRead for Overlay<'_, R> {
 pub struct ReadCache {
     map: std::collections::HashMap<(Cf, Vec<u8>), Option<Vec<u8>>>,
     capacity: usize,
+    /// Lookups served from the cache / from RocksDB since the last `take_counts`.
+    hits: u64,
+    misses: u64,
 }
 
 impl ReadCache {
@@ -224,7 +227,17 @@ impl ReadCache {
         ReadCache {
             map: std::collections::HashMap::new(),
             capacity,
+            hits: 0,
+            misses: 0,
         }
+    }
+
+    /// (hits, misses) since the last call.
+    pub fn take_counts(&mut self) -> (u64, u64) {
+        let c = (self.hits, self.misses);
+        self.hits = 0;
+        self.misses = 0;
+        c
     }
 
     fn insert(&mut self, cf: Cf, key: Vec<u8>, value: Option<Vec<u8>>) {
@@ -255,8 +268,13 @@ pub struct CachedIndex<'a, R: IndexRead + ?Sized> {
 
 impl<R: IndexRead + ?Sized> IndexRead for CachedIndex<'_, R> {
     fn get(&self, cf: Cf, key: &[u8]) -> Result<Option<Vec<u8>>> {
-        if let Some(v) = self.cache.borrow().map.get(&(cf, key.to_vec())) {
-            return Ok(v.clone());
+        {
+            let mut c = self.cache.borrow_mut();
+            if let Some(v) = c.map.get(&(cf, key.to_vec())).cloned() {
+                c.hits += 1;
+                return Ok(v);
+            }
+            c.misses += 1;
         }
         let v = self.base.get(cf, key)?;
         self.cache.borrow_mut().insert(cf, key.to_vec(), v.clone());

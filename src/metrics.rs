@@ -59,6 +59,8 @@ pub struct Metrics {
     pub reads_ok: [IntCounter; 3],
     pub path_lookups: IntCounter,
     pub read_seconds: HistogramVec,
+    pub writer_cache_hits: IntCounter,
+    pub writer_cache_misses: IntCounter,
     // rocksdb
     pub cf_keys: IntGaugeVec,
     pub cf_sst_bytes: IntGaugeVec,
@@ -185,6 +187,14 @@ impl Metrics {
                     .buckets(latency_buckets()),
                 &["op"],
             )?,
+            writer_cache_hits: IntCounter::new(
+                "treelog_writer_cache_hits_total",
+                "Index lookups during validation served by the writer's read cache",
+            )?,
+            writer_cache_misses: IntCounter::new(
+                "treelog_writer_cache_misses_total",
+                "Index lookups during validation that went to RocksDB",
+            )?,
             cf_keys: IntGaugeVec::new(
                 Opts::new(
                     "treelog_rocksdb_estimated_keys",
@@ -296,6 +306,8 @@ impl Metrics {
             &self.cursors_expired,
             &self.retention_removed,
             &self.path_lookups,
+            &self.writer_cache_hits,
+            &self.writer_cache_misses,
             &self.connections_total,
             &self.connections_rejected,
             &self.bad_frames,

@@ -347,6 +347,9 @@ impl Writer {
         st.records.fetch_add(records, Ordering::Relaxed);
         st.max_group_commands.fetch_max(n, Ordering::Relaxed);
         if let Some(m) = &self.shared.metrics {
+            let (hits, misses) = self.cache.borrow_mut().take_counts();
+            m.writer_cache_hits.inc_by(hits);
+            m.writer_cache_misses.inc_by(misses);
             m.validate.observe((t_validated - t_group).as_secs_f64());
             if records > 0 {
                 m.log_write.observe((t_logged - t_validated).as_secs_f64());
