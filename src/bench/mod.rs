@@ -238,6 +238,36 @@ fn metrics_overhead(base: &std::path::Path, ops: usize, rounds: usize) -> Result
     Ok(())
 }
 
+/// Submits `n` commands made by `cmd(i)` with up to `window` in flight
+/// (pipelined), ticking `progress` once per command.
+pub fn bulk_load(
+    t: &Treelog,
+    n: u64,
+    window: usize,
+    cmd: impl Fn(u64) -> crate::Command,
+    progress: Option<&indicatif::ProgressBar>,
+) -> Result<()> {
+    let mut pending = std::collections::VecDeque::with_capacity(window + 1);
+    for i in 0..n {
+        pending.push_back(t.submit_pipelined(cmd(i))?);
+        if pending.len() > window {
+            if let Some(p) = pending.pop_front() {
+                p.wait()?;
+            }
+        }
+        if let Some(pb) = progress {
+            pb.inc(1);
+        }
+    }
+    for p in pending {
+        p.wait()?;
+    }
+    if let Some(pb) = progress {
+        pb.finish_and_clear();
+    }
+    Ok(())
+}
+
 /// Mean group size and per-stage times of the writer, from its metrics.
 pub fn writer_breakdown(m: &crate::metrics::Metrics) -> String {
     let mean =

@@ -142,24 +142,19 @@ pub fn run(base: &std::path::Path, ops: usize, catchup_records: u64) -> Result<(
     let _ = std::fs::remove_dir_all(&path);
     let t = Treelog::open(&path, Options::default().durability(Durability::None))?;
     let t0 = Instant::now();
-    let mut pending = std::collections::VecDeque::new();
-    for i in 0..catchup_records {
-        pending.push_back(t.submit_pipelined(crate::Command::Mkdir {
+    super::bulk_load(
+        &t,
+        catchup_records,
+        2048,
+        |i| crate::Command::Mkdir {
             path: format!("/c{}/d{i}", i % 1000),
             parents: true,
             mode: 0o755,
             owner: String::new(),
             group: String::new(),
-        })?);
-        if pending.len() >= 2048 {
-            if let Some(p) = pending.pop_front() {
-                p.wait()?;
-            }
-        }
-    }
-    for p in pending {
-        p.wait()?;
-    }
+        },
+        None,
+    )?;
     println!(
         "  (log built in {:.1} s; last seq {})",
         t0.elapsed().as_secs_f64(),

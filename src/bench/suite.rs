@@ -355,27 +355,20 @@ pub fn run(
         Options::default().durability(Durability::None),
     )?);
     let pb = bar(files as u64, "building tree");
-    let mut pending = std::collections::VecDeque::new();
-    for f in 0..files {
-        pending.push_back(t.submit_pipelined(crate::Command::Create {
+    super::bulk_load(
+        &t,
+        files as u64,
+        1024,
+        |f| crate::Command::Create {
             path: format!("/s/l1/l2/l3/l4/d{}/f{f}", f % 10),
             parents: true,
             mode: 0o644,
             owner: String::new(),
             group: String::new(),
             block_size: 0,
-        })?);
-        if pending.len() > 1024 {
-            if let Some(p) = pending.pop_front() {
-                p.wait()?;
-            }
-        }
-        pb.inc(1);
-    }
-    for p in pending {
-        p.wait()?;
-    }
-    pb.finish_and_clear();
+        },
+        Some(&pb),
+    )?;
     let tt = t.clone();
     let rate = stats_depth6(
         Arc::new(move |p: &str| tt.stat(p).is_ok()),
@@ -401,26 +394,19 @@ pub fn run(
     {
         let t = Treelog::open(&path, Options::default().durability(Durability::None))?;
         let pb = bar(replay_records, "building log");
-        let mut pending = std::collections::VecDeque::new();
-        for i in 0..replay_records {
-            pending.push_back(t.submit_pipelined(crate::Command::Mkdir {
+        super::bulk_load(
+            &t,
+            replay_records,
+            2048,
+            |i| crate::Command::Mkdir {
                 path: format!("/r{}/d{i}", i % 1000),
                 parents: true,
                 mode: 0o755,
                 owner: String::new(),
                 group: String::new(),
-            })?);
-            if pending.len() > 2048 {
-                if let Some(p) = pending.pop_front() {
-                    p.wait()?;
-                }
-            }
-            pb.inc(1);
-        }
-        for p in pending {
-            p.wait()?;
-        }
-        pb.finish_and_clear();
+            },
+            Some(&pb),
+        )?;
         t.close()?;
     }
     let t0 = Instant::now();
@@ -620,28 +606,22 @@ pub fn scale(base: &Path, target: u64) -> Result<()> {
         {
             let t = Treelog::open(&path, Options::default().durability(Durability::None))?;
             let pb = bar(checkpoint - have, "growing");
-            let mut pending = std::collections::VecDeque::new();
-            while have < checkpoint {
-                pending.push_back(t.submit_pipelined(crate::Command::Create {
-                    path: format!("/g/d{}/f{have}", have % 10_000),
+            let from = have;
+            super::bulk_load(
+                &t,
+                checkpoint - have,
+                4096,
+                |i| crate::Command::Create {
+                    path: format!("/g/d{}/f{}", (from + i) % 10_000, from + i),
                     parents: true,
                     mode: 0o644,
                     owner: String::new(),
                     group: String::new(),
                     block_size: 0,
-                })?);
-                if pending.len() > 4096 {
-                    if let Some(p) = pending.pop_front() {
-                        p.wait()?;
-                    }
-                }
-                have += 1;
-                pb.inc(1);
-            }
-            for p in pending {
-                p.wait()?;
-            }
-            pb.finish_and_clear();
+                },
+                Some(&pb),
+            )?;
+            have = checkpoint;
             t.close()?;
         }
         let t = Treelog::open(&path, Options::default())?;
