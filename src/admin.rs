@@ -138,7 +138,6 @@ pub fn check_structure(store: &Store) -> Result<Vec<String>> {
             state.id_bound
         ));
     }
-    let _ = NEXT_ID_KEY;
     Ok(problems)
 }
 

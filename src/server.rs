@@ -262,6 +262,11 @@ fn token_ok(expected: &Option<String>, given: &Option<String>) -> bool {
 
 type Out = mpsc::Sender<Vec<u8>>;
 
+/// Sends the response `body` to request `id`; false once the connection is gone.
+async fn respond(out: &Out, id: u64, body: ResponseBody) -> bool {
+    send(out, &ServerMsg::Response { id, body }).await
+}
+
 async fn send(out: &Out, msg: &ServerMsg) -> bool {
     match protocol::encode(msg) {
         Ok(f) => out.send(f).await.is_ok(),
@@ -434,7 +439,7 @@ async fn serve_connection(
             };
             if let Err(why) = admitted {
                 let body = protocol::error_body(&Error::Busy(why.into()));
-                let _ = send(&ctx.out, &ServerMsg::Response { id, body }).await;
+                let _ = respond(&ctx.out, id, body).await;
                 continue;
             }
             cancel = Some(rx);
@@ -563,7 +568,7 @@ async fn handle(
         },
     );
     let body = res.unwrap_or_else(|e| protocol::error_body(&e));
-    let _ = send(&ctx.out, &ServerMsg::Response { id, body }).await;
+    let _ = respond(&ctx.out, id, body).await;
     drop(permit);
 }
 
@@ -602,14 +607,7 @@ async fn subscription(
         Ok(s) => s,
         Err(e) => {
             unregister();
-            let _ = send(
-                &ctx.out,
-                &ServerMsg::Response {
-                    id,
-                    body: protocol::error_body(&e),
-                },
-            )
-            .await;
+            let _ = respond(&ctx.out, id, protocol::error_body(&e)).await;
             return e.kind().as_str();
         }
     };
@@ -625,32 +623,18 @@ async fn subscription(
         };
         let body = match item {
             None => {
-                let _ = send(
-                    &ctx.out,
-                    &ServerMsg::Response {
-                        id,
-                        body: ResponseBody::StreamEnd,
-                    },
-                )
-                .await;
+                let _ = respond(&ctx.out, id, ResponseBody::StreamEnd).await;
                 break "ok";
             }
             Some(Ok(item)) => ResponseBody::Item(item),
             Some(Err(e)) => {
-                let _ = send(
-                    &ctx.out,
-                    &ServerMsg::Response {
-                        id,
-                        body: protocol::error_body(&e),
-                    },
-                )
-                .await;
+                let _ = respond(&ctx.out, id, protocol::error_body(&e)).await;
                 break e.kind().as_str();
             }
         };
         // A slow client fills the connection's queue; this waits (and the
         // subscription stops reading) instead of buffering without bound.
-        if !send(&ctx.out, &ServerMsg::Response { id, body }).await {
+        if !respond(&ctx.out, id, body).await {
             break "disconnected";
         }
         if let Some(m) = &ctx.metrics {

@@ -245,13 +245,11 @@ impl Writer {
         let log_cf = match self.shared.store.cf(CF_LOG) {
             Ok(cf) => cf,
             Err(e) => {
-                fatal = Some(e.to_string());
                 // Unreachable in practice: the CF is checked at open.
                 self.fail(e.to_string());
                 for r in group.drain(..) {
                     let _ = r.reply.send(Err(Error::WriterStopped(e.to_string())));
                 }
-                let _ = fatal;
                 return;
             }
         };

@@ -119,6 +119,21 @@ pub struct Figure {
     pub p99_us: f64,
 }
 
+impl Figure {
+    /// A throughput figure without latency percentiles.
+    pub fn rate(system: impl Into<String>, callers: usize, ops: usize, seconds: f64) -> Figure {
+        Figure {
+            system: system.into(),
+            callers,
+            ops,
+            seconds,
+            ops_per_sec: ops as f64 / seconds,
+            p50_us: 0.0,
+            p99_us: 0.0,
+        }
+    }
+}
+
 /// Something that can create a file by path, from many threads.
 pub trait Creator: Send + Sync {
     fn mkdir_p(&self, path: &str) -> Result<()>;

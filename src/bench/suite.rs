@@ -237,15 +237,7 @@ fn raw_rocksdb(dir: &Path, ops: usize, group: usize) -> Result<Figure> {
         db.write_opt(b, &nowal)?;
     }
     let secs = t0.elapsed().as_secs_f64();
-    Ok(Figure {
-        system: "raw-rocksdb".into(),
-        callers: group,
-        ops,
-        seconds: secs,
-        ops_per_sec: ops as f64 / secs,
-        p50_us: 0.0,
-        p99_us: 0.0,
-    })
+    Ok(Figure::rate("raw-rocksdb", group, ops, secs))
 }
 
 fn bar(len: u64, msg: &str) -> ProgressBar {
@@ -376,15 +368,12 @@ pub fn run(
         1_000_000,
     );
     println!("{:<20} {:>12.0} stats/s", "treelog", rate);
-    figures.push(Figure {
-        system: "treelog-stat-depth6".into(),
-        callers: 2,
-        ops: 1_000_000,
-        seconds: 1_000_000.0 / rate,
-        ops_per_sec: rate,
-        p50_us: 0.0,
-        p99_us: 0.0,
-    });
+    figures.push(Figure::rate(
+        "treelog-stat-depth6",
+        2,
+        1_000_000,
+        1_000_000.0 / rate,
+    ));
     drop(t);
     let _ = std::fs::remove_dir_all(&path);
 
@@ -417,15 +406,7 @@ pub fn run(
         "treelog replay",
         n as f64 / secs
     );
-    figures.push(Figure {
-        system: "treelog-replay".into(),
-        callers: 1,
-        ops: n as usize,
-        seconds: secs,
-        ops_per_sec: n as f64 / secs,
-        p50_us: 0.0,
-        p99_us: 0.0,
-    });
+    figures.push(Figure::rate("treelog-replay", 1, n as usize, secs));
     let _ = std::fs::remove_dir_all(&path);
     if let Some(p) = json_out {
         std::fs::write(p, serde_json::to_vec_pretty(&figures).unwrap_or_default())?;
@@ -467,15 +448,12 @@ pub fn workloads(base: &Path, ops: usize) -> Result<Vec<Figure>> {
     let mut out = Vec::new();
     let mut fig = |name: &str, threads: usize, n: usize, rate: f64| {
         println!("{name:<34} {rate:>12.0} ops/s");
-        out.push(Figure {
-            system: format!("treelog-{name}"),
-            callers: threads,
-            ops: n,
-            seconds: n as f64 / rate,
-            ops_per_sec: rate,
-            p50_us: 0.0,
-            p99_us: 0.0,
-        });
+        out.push(Figure::rate(
+            format!("treelog-{name}"),
+            threads,
+            n,
+            n as f64 / rate,
+        ));
     };
     println!("== workloads on treelog ({ops} operations each; writes durable, 64 callers)");
     let r = par(64, ops, |i| {
