@@ -308,8 +308,11 @@ pub fn run(args: &BenchArgs) -> Result<u8> {
             dir,
         } => {
             let base = scratch(dir)?;
-            suite::run(&base, *ops, callers, *replay_records, json_out.as_deref())?;
-            suite::workloads(&base, *ops)?;
+            let mut figures = suite::run(&base, *ops, callers, *replay_records)?;
+            figures.extend(suite::workloads(&base, *ops)?);
+            if let Some(p) = json_out {
+                std::fs::write(p, serde_json::to_vec_pretty(&figures).unwrap_or_default())?;
+            }
             if let Some(n) = scale {
                 suite::scale(&base, *n)?;
             }

@@ -272,13 +272,7 @@ fn stats_depth6(stat: Arc<dyn Fn(&str) -> bool + Send + Sync>, files: usize, ops
     ops as f64 / t0.elapsed().as_secs_f64()
 }
 
-pub fn run(
-    base: &Path,
-    ops: usize,
-    callers: &[usize],
-    replay_records: u64,
-    json_out: Option<&Path>,
-) -> Result<()> {
+pub fn run(base: &Path, ops: usize, callers: &[usize], replay_records: u64) -> Result<Vec<Figure>> {
     let mut figures: Vec<Figure> = Vec::new();
     println!("== durable creates ({ops} per run, 1,000 directories)");
     println!("{:<20} {:>8} {:>12}", "system", "callers", "creates/s");
@@ -408,10 +402,7 @@ pub fn run(
     );
     figures.push(Figure::rate("treelog-replay", 1, n as usize, secs));
     let _ = std::fs::remove_dir_all(&path);
-    if let Some(p) = json_out {
-        std::fs::write(p, serde_json::to_vec_pretty(&figures).unwrap_or_default())?;
-    }
-    Ok(())
+    Ok(figures)
 }
 
 /// Runs `n` operations from `threads` threads, `op(i)` each; returns ops/s.
