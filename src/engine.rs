@@ -150,17 +150,23 @@ fn must_inode(view: &(impl IndexRead + ?Sized), dicts: &DictSet, id: u64) -> Res
 /// Resolves a path to its inode.
 pub fn resolve(view: &(impl IndexRead + ?Sized), dicts: &DictSet, p: &str) -> Result<Inode> {
     let comps = path::components(p)?;
-    let mut cur = must_inode(view, dicts, ROOT_ID)?;
+    // Walk the edges alone and read only the last inode: a file has no
+    // edges under it, so whether a component that has no such child is a
+    // file or a directory matters only on that (error) path.
+    let mut cur = ROOT_ID;
     for (i, c) in comps.iter().enumerate() {
-        if !cur.attrs.kind.is_dir() {
-            return Err(Error::NotADirectory(path::join_all(&comps[..i])));
-        }
-        match get_child(view, cur.id, c)? {
-            Some(id) => cur = must_inode(view, dicts, id)?,
-            None => return Err(Error::NotFound(path::join_all(&comps[..=i]))),
+        match get_child(view, cur, c)? {
+            Some(id) => cur = id,
+            None => {
+                return Err(if must_inode(view, dicts, cur)?.attrs.kind.is_dir() {
+                    Error::NotFound(path::join_all(&comps[..=i]))
+                } else {
+                    Error::NotADirectory(path::join_all(&comps[..i]))
+                })
+            }
         }
     }
-    Ok(cur)
+    must_inode(view, dicts, cur)
 }
 
 /// The full path of an inode, by walking parent links.

@@ -24,6 +24,7 @@ pub mod metrics;
 pub mod namespace;
 pub mod path;
 pub mod protocol;
+pub mod readcache;
 pub mod retention;
 pub mod server;
 pub mod store;

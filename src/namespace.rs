@@ -6,7 +6,7 @@
 
 use std::path::Path;
 use std::sync::atomic::AtomicU64;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -44,6 +44,9 @@ pub struct Options {
     /// most once per this interval (zero: the writer wakes them directly on
     /// every group).
     pub wake_interval: Duration,
+    /// Index entries (inodes and edges) kept in memory for readers (see
+    /// [`crate::readcache`]); about 130 bytes each. Zero disables it.
+    pub read_cache_entries: usize,
 }
 
 impl Default for Options {
@@ -56,6 +59,7 @@ impl Default for Options {
             tail_cache_records: 8192,
             metrics: true,
             wake_interval: Duration::from_micros(500),
+            read_cache_entries: 1 << 19,
         }
     }
 }
@@ -198,7 +202,7 @@ impl Treelog {
             s => store.read_record(s)?.map(|r| r.time_ms).unwrap_or(0),
         };
         let shared = Arc::new(Shared {
-            dicts: RwLock::new(Arc::new(state.dicts.clone())),
+            dicts: arc_swap::ArcSwap::from_pointee(state.dicts.clone()),
             committed: Watermark::new(last_seq),
             failure: Default::default(),
             stats: Default::default(),
@@ -207,6 +211,7 @@ impl Treelog {
             cursors: std::sync::Mutex::new(cursors),
             retention_lock: Default::default(),
             tail: crate::tailcache::TailCache::new(opts.tail_cache_records),
+            read_cache: crate::readcache::IndexCache::new(opts.read_cache_entries),
             metrics,
             store,
         });
@@ -402,6 +407,14 @@ impl Treelog {
 
     // -- reads ---------------------------------------------------------------
 
+    /// The index as readers see it: through the shared read cache.
+    fn reads(&self) -> crate::readcache::CachedReads<'_, crate::store::DbIndex<'_>> {
+        crate::readcache::CachedReads {
+            base: self.shared.store.index(),
+            cache: &self.shared.read_cache,
+        }
+    }
+
     fn count_read<T>(&self, op: usize, lookups: u64, r: &Result<T>) {
         if let Some(m) = &self.shared.metrics {
             m.read(op, r.as_ref().err().map(|e| e.kind().as_str()), lookups);
@@ -410,7 +423,7 @@ impl Treelog {
 
     pub fn stat(&self, path: &str) -> Result<Inode> {
         let dicts = self.shared.dicts();
-        let r = engine::resolve(&self.shared.store.index(), &dicts, path);
+        let r = engine::resolve(&self.reads(), &dicts, path);
         self.count_read(
             0,
             path.split('/').filter(|c| !c.is_empty()).count() as u64,
@@ -421,7 +434,7 @@ impl Treelog {
 
     pub fn stat_id(&self, id: u64) -> Result<Inode> {
         let dicts = self.shared.dicts();
-        let r = engine::get_inode(&self.shared.store.index(), &dicts, id)
+        let r = engine::get_inode(&self.reads(), &dicts, id)
             .and_then(|o| o.ok_or(Error::InodeNotFound(id)));
         self.count_read(1, 0, &r);
         r
@@ -430,7 +443,7 @@ impl Treelog {
     /// The current path of an inode.
     pub fn path_of(&self, id: u64) -> Result<String> {
         let dicts = self.shared.dicts();
-        engine::path_of(&self.shared.store.index(), &dicts, id)
+        engine::path_of(&self.reads(), &dicts, id)
     }
 
     /// One page of a directory listing: names after `start_after` in byte
@@ -447,7 +460,7 @@ impl Treelog {
 
     fn list_inner(&self, dir: &str, start_after: Option<&str>, limit: usize) -> Result<ListPage> {
         let dicts = self.shared.dicts();
-        let index = self.shared.store.index();
+        let index = self.reads();
         let ino = engine::resolve(&index, &dicts, dir)?;
         if !ino.attrs.kind.is_dir() {
             return Err(Error::NotADirectory(path::canonical(dir)?));

@@ -249,7 +249,7 @@ impl Store {
         let mut ov = Overlay::new(&empty);
         engine::initial_index_writes(&mut ov);
         let mut b = WriteBatch::default();
-        self.add_index_writes(&mut b, ov.take_writes())?;
+        self.add_index_writes(&mut b, &ov.take_writes())?;
         let m = self.cf(CF_META)?;
         b.put_cf(
             m,
@@ -377,8 +377,8 @@ impl Store {
         Ok(())
     }
 
-    pub fn add_index_writes(&self, b: &mut WriteBatch, w: OverlayWrites) -> Result<()> {
-        for (cf, m) in [(Cf::Inodes, w.inodes), (Cf::Edges, w.edges)] {
+    pub fn add_index_writes(&self, b: &mut WriteBatch, w: &OverlayWrites) -> Result<()> {
+        for (cf, m) in [(Cf::Inodes, &w.inodes), (Cf::Edges, &w.edges)] {
             let h = self.index_cf(cf)?;
             for (k, v) in m {
                 match v {
@@ -394,7 +394,7 @@ impl Store {
     /// the WAL (the log is the durable copy).
     pub fn write_index(
         &self,
-        w: OverlayWrites,
+        w: &OverlayWrites,
         applied_seq: u64,
         log_bytes: Option<u64>,
     ) -> Result<()> {
@@ -482,12 +482,12 @@ impl Store {
             // Bound the overlay: write out every few thousand index keys.
             if ov.writes().len() >= 20_000 {
                 let bytes = bytes_before + (records.bytes - base_bytes);
-                self.write_index(ov.take_writes(), pending_seq, Some(bytes))?;
+                self.write_index(&ov.take_writes(), pending_seq, Some(bytes))?;
                 progress(pending_seq, last_hint);
             }
         }
         let bytes = bytes_before + (records.bytes - base_bytes);
-        self.write_index(ov.take_writes(), pending_seq, Some(bytes))?;
+        self.write_index(&ov.take_writes(), pending_seq, Some(bytes))?;
         progress(pending_seq, last_hint);
         Ok((n, pending_seq))
     }
@@ -517,7 +517,7 @@ impl Store {
             let empty = crate::index::MemIndex::default();
             let mut ov = Overlay::new(&empty);
             engine::initial_index_writes(&mut ov);
-            store.write_index(ov.take_writes(), 0, Some(0))?;
+            store.write_index(&ov.take_writes(), 0, Some(0))?;
             store.flush()?;
         }
         let store = Store::open(path, so)?;

@@ -10,7 +10,7 @@
 //! acknowledged, and a restart recovers from the log.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use crossbeam_channel::Receiver;
@@ -89,7 +89,9 @@ pub struct Shared {
     pub store: Store,
     /// The dictionaries readers decode with. The writer publishes a new
     /// snapshot *before* it writes index entries that use a new id.
-    pub dicts: RwLock<Arc<DictSet>>,
+    /// Readers load it without a shared lock (a read-write lock here was
+    /// the most contended cache line of stat-heavy loads).
+    pub dicts: arc_swap::ArcSwap<DictSet>,
     /// Highest sequence whose record is durable and applied to the index.
     pub committed: Watermark,
     /// Why the writer stopped, once it has.
@@ -108,11 +110,15 @@ pub struct Shared {
     pub tail: crate::tailcache::TailCache,
     /// Prometheus metrics; `None` when disabled.
     pub metrics: Option<Arc<crate::metrics::Metrics>>,
+    /// The readers' cache of index entries; the writer updates it after
+    /// each group's index write.
+    pub read_cache: crate::readcache::IndexCache,
 }
 
 impl Shared {
-    pub fn dicts(&self) -> Arc<DictSet> {
-        self.dicts.read().unwrap_or_else(|p| p.into_inner()).clone()
+    /// The current dictionaries, without touching a shared reference count.
+    pub fn dicts(&self) -> arc_swap::Guard<Arc<DictSet>> {
+        self.dicts.load()
     }
 
     pub fn failure(&self) -> Option<String> {
@@ -302,7 +308,7 @@ impl Writer {
             );
             if dicts_after != dicts_before {
                 let snapshot = Arc::new(self.engine.state.dicts.clone());
-                *self.shared.dicts.write().unwrap_or_else(|p| p.into_inner()) = snapshot;
+                self.shared.dicts.store(snapshot);
             }
             let log_bytes = self
                 .shared
@@ -311,15 +317,14 @@ impl Writer {
                 + group_bytes;
             // The writes are about to be the committed index: the cache
             // takes them now (if the write fails the writer stops anyway).
-            self.cache.borrow_mut().absorb(overlay.writes());
-            if let Err(e) =
-                self.shared
-                    .store
-                    .write_index(overlay.take_writes(), seq, Some(log_bytes))
-            {
+            let writes = overlay.take_writes();
+            self.cache.borrow_mut().absorb(&writes);
+            match self.shared.store.write_index(&writes, seq, Some(log_bytes)) {
+                // Readers' cache after RocksDB: see `readcache` on why.
+                Ok(()) => self.shared.read_cache.apply(&writes),
                 // The records are durable and will be replayed on restart,
                 // but this process can no longer serve a consistent index.
-                fatal = Some(format!("index write failed: {e}"));
+                Err(e) => fatal = Some(format!("index write failed: {e}")),
             }
         }
         drop(overlay);

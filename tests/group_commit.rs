@@ -110,3 +110,63 @@ fn async_callers_do_not_block_the_runtime() {
     assert_eq!(t.list_all("/async").unwrap().len(), 200);
     assert_eq!(t.stat("/async/d7").unwrap().attrs.owner, "svc");
 }
+
+/// Readers go through the shared read cache (`treelog::readcache`): every
+/// acknowledged create, rename and delete is visible to the next stat, from
+/// any thread, while other threads keep the cache busy with the same paths.
+#[test]
+fn reads_see_every_acknowledged_write_through_the_cache() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = Arc::new(
+        Treelog::open(dir.path(), Options::default().durability(Durability::None)).unwrap(),
+    );
+    t.mkdir_p("/a/b").unwrap();
+    t.mkdir_p("/c").unwrap();
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    // Stops the readers also when an assertion below fails (the scope
+    // would otherwise wait for them forever).
+    struct StopOnDrop<'a>(&'a std::sync::atomic::AtomicBool);
+    impl Drop for StopOnDrop<'_> {
+        fn drop(&mut self) {
+            self.0.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+    std::thread::scope(|s| {
+        // Readers that keep loading the same entries into the cache.
+        for _ in 0..2 {
+            s.spawn(|| {
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    for i in 0..20 {
+                        let _ = t.stat(&format!("/a/b/f{i}"));
+                        let _ = t.stat(&format!("/c/g{i}"));
+                    }
+                }
+            });
+        }
+        let _stop = StopOnDrop(&stop);
+        for round in 0..50 {
+            for i in 0..20 {
+                let (f, g) = (format!("/a/b/f{i}"), format!("/c/g{i}"));
+                t.create(&f, CreateOptions::default()).unwrap();
+                let ino = t.stat(&f).unwrap();
+                t.rename(&f, &g, false).unwrap();
+                assert_eq!(
+                    t.stat(&f).unwrap_err().kind(),
+                    ErrorKind::NotFound,
+                    "round {round}"
+                );
+                assert_eq!(t.stat(&g).unwrap().id, ino.id);
+                assert_eq!(t.stat_id(ino.id).unwrap().parent, t.stat("/c").unwrap().id);
+                t.delete(&g, false).unwrap();
+                assert_eq!(t.stat(&g).unwrap_err().kind(), ErrorKind::NotFound);
+                assert_eq!(t.stat_id(ino.id).unwrap_err().kind(), ErrorKind::NotFound);
+            }
+        }
+    });
+    // A fresh process sees the same as the cache did.
+    let n = t.list_all("/c").unwrap().len();
+    drop(t);
+    let t = Treelog::open(dir.path(), Options::default()).unwrap();
+    assert_eq!(t.list_all("/c").unwrap().len(), n);
+    assert_eq!(n, 0);
+}
