@@ -58,7 +58,9 @@ pub enum BenchCmd {
         json_out: Option<std::path::PathBuf>,
     },
     /// treelog beside the seeds' design, the raw RocksDB limit and SQLite:
-    /// creates, stat at depth 6, replay (see docs/BENCHMARKS.md).
+    /// creates, replay, then mkdir, rename, delete, stat at depth 6, list
+    /// and a mixed load on treelog, seed-serialized and SQLite (see
+    /// docs/BENCHMARKS.md).
     Suite {
         #[arg(long, default_value_t = 20_000)]
         ops: usize,
@@ -146,6 +148,87 @@ impl Creator for Treelog {
     }
     fn create(&self, path: &str) -> Result<()> {
         Treelog::create(self, path, CreateOptions::default()).map(|_| ())
+    }
+}
+
+/// The namespace operations of `bench suite`'s workloads, implemented by
+/// every compared system. Every write is durable (synced) before it returns.
+pub trait BenchNamespace: Creator {
+    /// One directory; its parent must exist.
+    fn mkdir(&self, path: &str) -> Result<()>;
+    /// Resolves `path` and reads the inode's attributes.
+    fn stat(&self, path: &str) -> Result<()>;
+    /// The number of entries of a directory (reading every entry's name and
+    /// attributes, as a listing returns them).
+    fn list(&self, path: &str) -> Result<usize>;
+    /// Renames `from` to `to`, replacing nothing: an existing `to` is an
+    /// error.
+    fn rename(&self, from: &str, to: &str) -> Result<()>;
+    /// Deletes a file or an empty directory.
+    fn delete(&self, path: &str) -> Result<()>;
+    /// Setup, not measured: creates `dirs` in order (each after its parent),
+    /// then the files `files` (whose parents exist), ticking `progress` once
+    /// per path. May skip the per-operation sync; everything is durable when
+    /// it returns.
+    fn load(
+        &self,
+        dirs: &[String],
+        files: &[String],
+        progress: Option<&indicatif::ProgressBar>,
+    ) -> Result<()>;
+}
+
+impl BenchNamespace for Treelog {
+    fn mkdir(&self, path: &str) -> Result<()> {
+        Treelog::mkdir(self, path, crate::MkdirOptions::default()).map(|_| ())
+    }
+    fn stat(&self, path: &str) -> Result<()> {
+        Treelog::stat(self, path).map(|_| ())
+    }
+    fn list(&self, path: &str) -> Result<usize> {
+        Treelog::list_all(self, path).map(|v| v.len())
+    }
+    fn rename(&self, from: &str, to: &str) -> Result<()> {
+        Treelog::rename(self, from, to, false).map(|_| ())
+    }
+    fn delete(&self, path: &str) -> Result<()> {
+        Treelog::delete(self, path, false).map(|_| ())
+    }
+    /// Pipelined durable commands: group commit syncs them in large groups.
+    fn load(
+        &self,
+        dirs: &[String],
+        files: &[String],
+        progress: Option<&indicatif::ProgressBar>,
+    ) -> Result<()> {
+        let nd = dirs.len();
+        bulk_load(
+            self,
+            (nd + files.len()) as u64,
+            1024,
+            |i| {
+                let i = i as usize;
+                if i < nd {
+                    crate::Command::Mkdir {
+                        path: dirs[i].clone(),
+                        parents: false,
+                        mode: 0o755,
+                        owner: String::new(),
+                        group: String::new(),
+                    }
+                } else {
+                    crate::Command::Create {
+                        path: files[i - nd].clone(),
+                        parents: false,
+                        mode: 0o644,
+                        owner: String::new(),
+                        group: String::new(),
+                        block_size: 0,
+                    }
+                }
+            },
+            progress,
+        )
     }
 }
 
