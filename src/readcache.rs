@@ -142,19 +142,39 @@ impl IndexCache {
         })
     }
 
+    /// Only edges go to the first level: resolving a path reads the edge
+    /// of every ancestor (the keys all threads share), but only the last
+    /// inode; listings read many inodes once and would only churn it.
     fn l1_put(&self, cf: Cf, key: &[u8], slot: Slot, value: &Value, generation: u64) {
+        if cf != Cf::Edges {
+            return;
+        }
         L1.with(|l1| {
             let mut l1 = l1.borrow_mut();
             if l1.is_empty() {
                 l1.resize_with(L1_ENTRIES, || None);
             }
-            l1[slot.0 % L1_ENTRIES] = Some(L1Entry {
+            let e = l1[slot.0 % L1_ENTRIES].get_or_insert_with(|| L1Entry {
                 owner: self.owner,
                 cf,
-                key: key.to_vec(),
-                value: value.clone(),
+                key: Vec::new(),
+                value: None,
                 generation,
             });
+            // Reuse the evicted entry's buffers.
+            e.owner = self.owner;
+            e.cf = cf;
+            e.generation = generation;
+            e.key.clear();
+            e.key.extend_from_slice(key);
+            match value {
+                Some(v) => {
+                    let buf = e.value.get_or_insert_with(Vec::new);
+                    buf.clear();
+                    buf.extend_from_slice(v);
+                }
+                None => e.value = None,
+            }
         })
     }
 
