@@ -215,7 +215,8 @@ impl<R: IndexRead + ?Sized> IndexRead for Overlay<'_, R> {
 /// stores the group's writes here. Path resolution during validation then
 /// mostly avoids RocksDB. Bounded: when full it is cleared.
 pub struct ReadCache {
-    map: std::collections::HashMap<(Cf, Vec<u8>), Option<Vec<u8>>>,
+    /// Per column family (`Cf as usize`), so lookups borrow the key.
+    maps: [std::collections::HashMap<Vec<u8>, Option<Vec<u8>>>; 2],
     capacity: usize,
     /// Lookups served from the cache / from RocksDB since the last `take_counts`.
     hits: u64,
@@ -225,7 +226,7 @@ pub struct ReadCache {
 impl ReadCache {
     pub fn new(capacity: usize) -> ReadCache {
         ReadCache {
-            map: std::collections::HashMap::new(),
+            maps: Default::default(),
             capacity,
             hits: 0,
             misses: 0,
@@ -244,10 +245,11 @@ impl ReadCache {
         if self.capacity == 0 {
             return;
         }
-        if self.map.len() >= self.capacity {
-            self.map.clear();
+        let map = &mut self.maps[cf as usize];
+        if map.len() >= self.capacity / 2 {
+            map.clear();
         }
-        self.map.insert((cf, key), value);
+        map.insert(key, value);
     }
 
     /// Records a committed group's writes.
@@ -270,7 +272,7 @@ impl<R: IndexRead + ?Sized> IndexRead for CachedIndex<'_, R> {
     fn get(&self, cf: Cf, key: &[u8]) -> Result<Option<Vec<u8>>> {
         {
             let mut c = self.cache.borrow_mut();
-            if let Some(v) = c.map.get(&(cf, key.to_vec())).cloned() {
+            if let Some(v) = c.maps[cf as usize].get(key).cloned() {
                 c.hits += 1;
                 return Ok(v);
             }

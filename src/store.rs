@@ -96,6 +96,8 @@ fn cf_options(name: &str, so: &StoreOptions, cache: &Cache) -> Options {
     match name {
         CF_INODES => {
             // Point lookups by 8-byte id.
+            o.set_memtable_prefix_bloom_ratio(0.05);
+            o.set_memtable_whole_key_filtering(true);
             o.set_block_based_table_factory(&index_table(cache));
             o.set_compression_type(DBCompressionType::Lz4);
             o.set_write_buffer_size(so.index_write_buffer_bytes);
@@ -106,6 +108,10 @@ fn cf_options(name: &str, so: &StoreOptions, cache: &Cache) -> Options {
             // parent: the 8-byte parent id is the prefix.
             o.set_prefix_extractor(SliceTransform::create_fixed_prefix(8));
             o.set_memtable_prefix_bloom_ratio(0.1);
+            // Every create first looks up a name that does not exist yet,
+            // in a directory that does: whole-key bits in the memtable
+            // filter answer that without searching the skiplist.
+            o.set_memtable_whole_key_filtering(true);
             o.set_block_based_table_factory(&index_table(cache));
             o.set_compression_type(DBCompressionType::Lz4);
             o.set_write_buffer_size(so.index_write_buffer_bytes);
