@@ -16,7 +16,7 @@ use crate::format::{
     FLAG_COMPLETE, FLAG_DIRECTORY, GROUP_DICT_KEY, ID_BLOCK, MAX_INODE_ID, NEXT_ID_KEY,
     OWNER_DICT_KEY, ROOT_ID,
 };
-use crate::index::{Cf, IndexRead, Overlay};
+use crate::index::{Cf, IndexRead, IndexWrite, Overlay};
 use crate::path;
 use crate::types::{Attrs, DirEntry, FileType, Inode, DEFAULT_DIR_MODE};
 
@@ -693,9 +693,9 @@ fn entry_for(
 
 /// Applies the events of one record to the index. Deterministic: the same
 /// events on the same index and state give the same writes on any machine.
-pub fn apply_events<R: IndexRead + ?Sized>(
+pub fn apply_events<W: IndexWrite + ?Sized>(
     events: &[Event],
-    ov: &mut Overlay<'_, R>,
+    ov: &mut W,
     state: &mut EngineState,
 ) -> Result<()> {
     let mut dict_writes = Vec::new();

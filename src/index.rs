@@ -122,6 +122,24 @@ impl OverlayWrites {
     }
 }
 
+/// Where the engine's index changes go: an overlay (the writer, which reads
+/// its own changes back), or straight into a write batch (replay, whose
+/// events are blind writes that never read the index).
+pub trait IndexWrite {
+    fn put(&mut self, cf: Cf, key: Vec<u8>, value: Vec<u8>);
+    fn delete(&mut self, cf: Cf, key: Vec<u8>);
+}
+
+impl<R: IndexRead + ?Sized> IndexWrite for Overlay<'_, R> {
+    fn put(&mut self, cf: Cf, key: Vec<u8>, value: Vec<u8>) {
+        Overlay::put(self, cf, key, value)
+    }
+
+    fn delete(&mut self, cf: Cf, key: Vec<u8>) {
+        Overlay::delete(self, cf, key)
+    }
+}
+
 /// A base index plus pending writes, read as one.
 pub struct Overlay<'a, R: IndexRead + ?Sized> {
     base: &'a R,
