@@ -128,6 +128,27 @@ pub struct SharedRecord {
     pub seq: u64,
     pub time_ms: u64,
     pub events: Vec<std::sync::Arc<Event>>,
+    /// The events as an unfiltered subscriber receives them, built by the
+    /// first such subscriber and shared by all the others (one reference
+    /// count per delivery instead of a vector and a count per event).
+    pub unfiltered: std::sync::OnceLock<std::sync::Arc<[crate::stream::ScopedEvent]>>,
+}
+
+impl SharedRecord {
+    /// Every event, scoped [`crate::stream::Scope::Inside`].
+    pub fn unfiltered(&self) -> std::sync::Arc<[crate::stream::ScopedEvent]> {
+        self.unfiltered
+            .get_or_init(|| {
+                self.events
+                    .iter()
+                    .map(|e| crate::stream::ScopedEvent {
+                        scope: crate::stream::Scope::Inside,
+                        event: e.clone(),
+                    })
+                    .collect()
+            })
+            .clone()
+    }
 }
 
 impl From<Record> for SharedRecord {
@@ -136,6 +157,7 @@ impl From<Record> for SharedRecord {
             seq: r.seq,
             time_ms: r.time_ms,
             events: r.events.into_iter().map(std::sync::Arc::new).collect(),
+            unfiltered: Default::default(),
         }
     }
 }

@@ -61,6 +61,11 @@ pub struct Filter {
 }
 
 impl Filter {
+    /// Whether every event passes unchanged (scoped `Inside`).
+    fn is_everything(&self) -> bool {
+        self.prefix.is_none() && self.kinds.is_none()
+    }
+
     fn canonical(&self) -> Result<Filter> {
         let prefix = match &self.prefix {
             Some(p) => {
@@ -145,7 +150,8 @@ pub enum StreamItem {
     Record {
         seq: u64,
         time_ms: u64,
-        events: Vec<ScopedEvent>,
+        /// Shared between the subscribers that receive the same events.
+        events: Arc<[ScopedEvent]>,
     },
     /// Records up to `seq` were read and none passed the filter: a position
     /// to acknowledge.
@@ -503,7 +509,12 @@ impl Subscription {
     /// snapshot was started (stop reading the log).
     fn take_record(&mut self, rec: &crate::event::SharedRecord) -> bool {
         debug_assert_eq!(rec.seq, self.next_seq);
-        let (events, resync) = filter_events(&rec.events, &self.filter);
+        let (events, resync): (Arc<[ScopedEvent]>, bool) = if self.filter.is_everything() {
+            (rec.unfiltered(), false)
+        } else {
+            let (v, resync) = filter_events(&rec.events, &self.filter);
+            (v.into(), resync)
+        };
         self.next_seq = rec.seq + 1;
         if !events.is_empty() {
             self.buf.push_back(StreamItem::Record {

@@ -69,7 +69,7 @@ impl Mirror {
             StreamItem::SnapshotEnd { .. } => self.in_snapshot = false,
             StreamItem::Progress { .. } => {}
             StreamItem::Record { events, .. } => {
-                for se in events {
+                for se in events.iter() {
                     self.scopes.insert(format!("{:?}", se.scope));
                     match (&se.scope, &*se.event) {
                         (Scope::Ancestor, _) => {

@@ -1042,7 +1042,7 @@ fn tail(
                 events,
             } => {
                 println!("#{seq} t={time_ms}");
-                for e in events {
+                for e in events.iter() {
                     println!("    [{:?}] {}", e.scope, describe_event(&e.event));
                 }
             }
