@@ -67,6 +67,15 @@ fn db_options() -> Options {
     o
 }
 
+/// Index CFs: no compression in the first two levels, which are rewritten
+/// soon anyway (flushes and replay then cost less CPU), LZ4 below, where
+/// nearly all the data lives.
+fn index_compression(o: &mut Options) {
+    use DBCompressionType::{Lz4, None as Uncompressed};
+    o.set_compression_per_level(&[Uncompressed, Uncompressed, Lz4, Lz4, Lz4, Lz4, Lz4]);
+    o.set_bottommost_compression_type(Lz4);
+}
+
 fn index_table(cache: &Cache) -> BlockBasedOptions {
     let mut t = BlockBasedOptions::default();
     t.set_block_cache(cache);
@@ -98,7 +107,7 @@ fn cf_options(name: &str, so: &StoreOptions, cache: &Cache) -> Options {
             o.set_memtable_prefix_bloom_ratio(0.05);
             o.set_memtable_whole_key_filtering(true);
             o.set_block_based_table_factory(&index_table(cache));
-            o.set_compression_type(DBCompressionType::Lz4);
+            index_compression(&mut o);
             o.set_write_buffer_size(so.index_write_buffer_bytes);
             o.set_level_compaction_dynamic_level_bytes(true);
         }
@@ -112,7 +121,7 @@ fn cf_options(name: &str, so: &StoreOptions, cache: &Cache) -> Options {
             // filter answer that without searching the skiplist.
             o.set_memtable_whole_key_filtering(true);
             o.set_block_based_table_factory(&index_table(cache));
-            o.set_compression_type(DBCompressionType::Lz4);
+            index_compression(&mut o);
             o.set_write_buffer_size(so.index_write_buffer_bytes);
             o.set_level_compaction_dynamic_level_bytes(true);
         }
