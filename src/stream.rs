@@ -143,7 +143,9 @@ pub enum StreamItem {
         resync: bool,
     },
     /// One inode of the snapshot; parents come before their children.
-    SnapshotEntry { path: String, inode: Inode },
+    /// (Boxed: it is by far the largest variant, and items are moved
+    /// several times on their way to every subscriber.)
+    SnapshotEntry { path: String, inode: Box<Inode> },
     /// The snapshot is complete; records from `seq + 1` follow.
     SnapshotEnd { seq: u64 },
     /// A committed record, with the events that pass the filter.
@@ -625,7 +627,7 @@ fn produce_snapshot(
         if prefix != "/" {
             send(StreamItem::SnapshotEntry {
                 path: prefix.to_owned(),
-                inode: root.clone(),
+                inode: Box::new(root.clone()),
             })?;
         }
         if root.attrs.kind.is_dir() {
@@ -657,7 +659,7 @@ fn produce_snapshot(
                 let id = e.inode.id;
                 send(StreamItem::SnapshotEntry {
                     path: p.clone(),
-                    inode: e.inode,
+                    inode: Box::new(e.inode),
                 })?;
                 if is_dir {
                     stack.push(Frame {
