@@ -72,6 +72,9 @@ struct State {
     metrics: OnceLock<Arc<Metrics>>,
     conn_slots: Arc<Semaphore>,
     shutdown: watch::Receiver<bool>,
+    /// Subscriptions are delivered here, at a lower priority than request
+    /// handling and the writer (see [`crate::stream::DeliveryRuntime`]).
+    delivery: crate::stream::DeliveryRuntime,
 }
 
 impl State {
@@ -121,6 +124,7 @@ pub async fn start(cfg: ServerConfig) -> Result<ServerHandle> {
         ready: AtomicBool::new(false),
         metrics: OnceLock::new(),
         shutdown: stop_rx.clone(),
+        delivery: crate::stream::DeliveryRuntime::new()?,
     });
     tokio::spawn(http_server(http_listener, state.clone()));
     // Open the store (replay) off the runtime threads.
@@ -339,6 +343,7 @@ struct ConnCtx {
     metrics: Option<Arc<Metrics>>,
     shutdown: watch::Receiver<bool>,
     max_subscriptions: usize,
+    delivery: Option<tokio::runtime::Handle>,
 }
 
 async fn serve_connection(
@@ -404,6 +409,7 @@ async fn serve_connection(
         metrics: state.metrics().cloned(),
         shutdown: state.shutdown.clone(),
         max_subscriptions: cfg.max_subscriptions,
+        delivery: state.delivery.handle().cloned(),
     });
     let mut shutdown = state.shutdown.clone();
     let mut tasks = tokio::task::JoinSet::new();
@@ -450,16 +456,25 @@ async fn serve_connection(
             Ok(p) => p,
             Err(_) => break Ok(()),
         };
-        let ctx = ctx.clone();
-        tasks.spawn(async move {
-            if let Some(m) = &ctx.metrics {
+        let is_subscription = cancel.is_some();
+        let ctx2 = ctx.clone();
+        let task = async move {
+            if let Some(m) = &ctx2.metrics {
                 m.in_flight.inc();
             }
-            handle(&ctx, id, body, permit, cancel).await;
-            if let Some(m) = &ctx.metrics {
+            handle(&ctx2, id, body, permit, cancel).await;
+            if let Some(m) = &ctx2.metrics {
                 m.in_flight.dec();
             }
-        });
+        };
+        match (is_subscription, &ctx.delivery) {
+            (true, Some(rt)) => {
+                tasks.spawn_on(task, rt);
+            }
+            _ => {
+                tasks.spawn(task);
+            }
+        }
         while tasks.try_join_next().is_some() {}
     };
     // Stop subscriptions; let other in-flight requests finish and reply.

@@ -675,3 +675,53 @@ fn produce_snapshot(
     }
     send(StreamItem::SnapshotEnd { seq })
 }
+
+/// Niceness of the delivery threads (see [`DeliveryRuntime`]).
+pub const DELIVERY_NICE: i32 = 10;
+
+/// The runtime that delivers change streams: one worker thread at a lower
+/// scheduling priority (nice +10) than the writer, its callers and the
+/// request handlers. When the CPU is short, the scheduler then takes it from
+/// subscribers, which catch up later from the tail cache or the log, not
+/// from the writer. (Under no contention the niceness changes nothing.)
+///
+/// Dropping it shuts the runtime down in the background, so it may be
+/// dropped from async code.
+pub struct DeliveryRuntime {
+    rt: Option<tokio::runtime::Runtime>,
+}
+
+impl DeliveryRuntime {
+    pub fn new() -> Result<DeliveryRuntime> {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("treelog-streams")
+            .on_thread_start(lower_thread_priority)
+            .enable_all()
+            .build()?;
+        Ok(DeliveryRuntime { rt: Some(rt) })
+    }
+
+    pub fn handle(&self) -> Option<&tokio::runtime::Handle> {
+        self.rt.as_ref().map(|r| r.handle())
+    }
+}
+
+impl Drop for DeliveryRuntime {
+    fn drop(&mut self) {
+        if let Some(rt) = self.rt.take() {
+            rt.shutdown_background();
+        }
+    }
+}
+
+/// Lowers the calling thread's priority (Linux: per thread). Best effort: a
+/// failure leaves the default priority.
+fn lower_thread_priority() {
+    #[cfg(target_os = "linux")]
+    // SAFETY: plain syscalls on the calling thread's id; no memory involved.
+    unsafe {
+        let tid = libc::gettid();
+        let _ = libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, DELIVERY_NICE);
+    }
+}

@@ -22,7 +22,7 @@ use super::{percentile, run_creates, Creator};
 /// Subscribers as tasks on a one-worker tokio runtime, as a server runs
 /// them: they share one core instead of 100 threads preempting the writer.
 fn spawn_subscribers(
-    rt: &tokio::runtime::Runtime,
+    rt: &tokio::runtime::Handle,
     t: &Arc<Treelog>,
     n: usize,
     stop: &Arc<AtomicBool>,
@@ -55,7 +55,7 @@ fn spawn_subscribers(
 }
 
 fn join_all(
-    rt: &tokio::runtime::Runtime,
+    rt: &tokio::runtime::Handle,
     hs: Vec<tokio::task::JoinHandle<Vec<Duration>>>,
 ) -> Vec<Duration> {
     rt.block_on(async {
@@ -68,10 +68,12 @@ fn join_all(
 }
 
 pub fn run(base: &std::path::Path, ops: usize, catchup_records: u64) -> Result<()> {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()?;
+    // Subscribers run where the server runs them: on the delivery runtime.
+    let delivery = crate::stream::DeliveryRuntime::new()?;
+    let rt = delivery
+        .handle()
+        .ok_or_else(|| crate::Error::Protocol("no delivery runtime".into()))?
+        .clone();
     println!("== writer throughput with subscribers (durable creates, 64 callers, {ops} creates; 3 alternating rounds)");
     let (mut none, mut hundred) = (Vec::new(), Vec::new());
     for round in 0..3 {
