@@ -67,6 +67,8 @@ pub struct Metrics {
     pub cf_memtable_bytes: IntGaugeVec,
     pub cf_pending_compaction_bytes: IntGaugeVec,
     pub block_cache_bytes: IntGauge,
+    /// Entries in the readers' index cache (read on scrape).
+    pub read_cache_entries: IntGauge,
     // server
     pub connections: IntGauge,
     pub connections_total: IntCounter,
@@ -227,6 +229,10 @@ impl Metrics {
                 "treelog_rocksdb_block_cache_usage_bytes",
                 "Block cache usage",
             )?,
+            read_cache_entries: IntGauge::new(
+                "treelog_read_cache_entries",
+                "Index entries in the readers' cache (shared level)",
+            )?,
             connections: IntGauge::new("treelog_server_connections", "Open client connections")?,
             connections_total: IntCounter::new(
                 "treelog_server_connections_accepted_total",
@@ -295,6 +301,7 @@ impl Metrics {
             &self.replaying,
             &self.subscribers,
             &self.block_cache_bytes,
+            &self.read_cache_entries,
             &self.connections,
             &self.in_flight,
         ] {

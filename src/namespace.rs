@@ -564,6 +564,8 @@ impl Treelog {
             return String::new();
         };
         m.refresh_rocksdb(&self.shared.store);
+        m.read_cache_entries
+            .set(self.shared.read_cache.len() as i64);
         let last = self.committed_seq();
         m.last_seq.set(last as i64);
         m.applied_seq.set(last as i64);

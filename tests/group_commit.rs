@@ -170,3 +170,35 @@ fn reads_see_every_acknowledged_write_through_the_cache() {
     assert_eq!(t.list_all("/c").unwrap().len(), n);
     assert_eq!(n, 0);
 }
+
+/// The readers' cache reports its size on scrape, and it fills from stats.
+#[test]
+fn read_cache_size_is_exported() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = Treelog::open(dir.path(), Options::default().durability(Durability::None)).unwrap();
+    let entries = |t: &Treelog| -> i64 {
+        let text = t.render_metrics();
+        let line = text
+            .lines()
+            .find(|l| l.starts_with("treelog_read_cache_entries "))
+            .expect("treelog_read_cache_entries is exported");
+        line.split_whitespace().nth(1).unwrap().parse().unwrap()
+    };
+    let empty = entries(&t);
+    t.mkdir_p("/a/b").unwrap();
+    for i in 0..10 {
+        t.create(&format!("/a/b/f{i}"), CreateOptions::default())
+            .unwrap();
+        t.stat(&format!("/a/b/f{i}")).unwrap();
+    }
+    assert!(entries(&t) > empty, "the cache did not fill");
+    // A disabled cache stays empty.
+    drop(t);
+    let o = Options {
+        read_cache_entries: 0,
+        ..Default::default()
+    };
+    let t = Treelog::open(dir.path(), o).unwrap();
+    t.stat("/a/b/f3").unwrap();
+    assert_eq!(entries(&t), 0);
+}
