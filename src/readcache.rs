@@ -83,11 +83,10 @@ fn write(l: &RwLock<ShardMap>) -> RwLockWriteGuard<'_, ShardMap> {
     l.write().unwrap_or_else(|p| p.into_inner())
 }
 
-/// One entry of a thread's first-level cache: valid while the key's slot
-/// generation is still `generation` (of the cache `owner`).
+/// One entry of a thread's first-level cache (edges only): valid while
+/// the key's slot generation is still `generation` (of the cache `owner`).
 struct L1Entry {
     owner: u64,
-    cf: Cf,
     key: Vec<u8>,
     value: Value,
     generation: u64,
@@ -130,21 +129,22 @@ impl IndexCache {
         self.generations[slot.0].load(Ordering::Acquire)
     }
 
-    fn l1_get(&self, cf: Cf, key: &[u8], slot: Slot) -> Option<Value> {
-        L1.with(|l1| {
-            let l1 = l1.borrow();
-            let e = l1.get(slot.0 % L1_ENTRIES)?.as_ref()?;
-            (e.owner == self.owner
-                && e.cf == cf
-                && e.key == key
-                && e.generation == self.generation(slot))
-            .then(|| e.value.clone())
-        })
-    }
-
     /// Only edges go to the first level: resolving a path reads the edge
     /// of every ancestor (the keys all threads share), but only the last
     /// inode; listings read many inodes once and would only churn it.
+    fn l1_get(&self, cf: Cf, key: &[u8], slot: Slot) -> Option<Value> {
+        if cf != Cf::Edges {
+            return None;
+        }
+        L1.with(|l1| {
+            let l1 = l1.borrow();
+            let e = l1.get(slot.0 % L1_ENTRIES)?.as_ref()?;
+            (e.owner == self.owner && e.key == key && e.generation == self.generation(slot))
+                .then(|| e.value.clone())
+        })
+    }
+
+    /// Puts an edge into this thread's first level (see `l1_get`).
     fn l1_put(&self, cf: Cf, key: &[u8], slot: Slot, value: &Value, generation: u64) {
         if cf != Cf::Edges {
             return;
@@ -156,14 +156,12 @@ impl IndexCache {
             }
             let e = l1[slot.0 % L1_ENTRIES].get_or_insert_with(|| L1Entry {
                 owner: self.owner,
-                cf,
                 key: Vec::new(),
                 value: None,
                 generation,
             });
             // Reuse the evicted entry's buffers.
             e.owner = self.owner;
-            e.cf = cf;
             e.generation = generation;
             e.key.clear();
             e.key.extend_from_slice(key);

@@ -343,7 +343,7 @@ struct ConnCtx {
     metrics: Option<Arc<Metrics>>,
     shutdown: watch::Receiver<bool>,
     max_subscriptions: usize,
-    delivery: Option<tokio::runtime::Handle>,
+    delivery: tokio::runtime::Handle,
 }
 
 async fn serve_connection(
@@ -409,7 +409,7 @@ async fn serve_connection(
         metrics: state.metrics().cloned(),
         shutdown: state.shutdown.clone(),
         max_subscriptions: cfg.max_subscriptions,
-        delivery: state.delivery.handle().cloned(),
+        delivery: state.delivery.handle().clone(),
     });
     let mut shutdown = state.shutdown.clone();
     let mut tasks = tokio::task::JoinSet::new();
@@ -467,13 +467,10 @@ async fn serve_connection(
                 m.in_flight.dec();
             }
         };
-        match (is_subscription, &ctx.delivery) {
-            (true, Some(rt)) => {
-                tasks.spawn_on(task, rt);
-            }
-            _ => {
-                tasks.spawn(task);
-            }
+        if is_subscription {
+            tasks.spawn_on(task, &ctx.delivery);
+        } else {
+            tasks.spawn(task);
         }
         while tasks.try_join_next().is_some() {}
     };

@@ -688,6 +688,8 @@ pub const DELIVERY_NICE: i32 = 10;
 /// Dropping it shuts the runtime down in the background, so it may be
 /// dropped from async code.
 pub struct DeliveryRuntime {
+    handle: tokio::runtime::Handle,
+    /// Taken on drop, to shut down in the background.
     rt: Option<tokio::runtime::Runtime>,
 }
 
@@ -699,11 +701,14 @@ impl DeliveryRuntime {
             .on_thread_start(lower_thread_priority)
             .enable_all()
             .build()?;
-        Ok(DeliveryRuntime { rt: Some(rt) })
+        Ok(DeliveryRuntime {
+            handle: rt.handle().clone(),
+            rt: Some(rt),
+        })
     }
 
-    pub fn handle(&self) -> Option<&tokio::runtime::Handle> {
-        self.rt.as_ref().map(|r| r.handle())
+    pub fn handle(&self) -> &tokio::runtime::Handle {
+        &self.handle
     }
 }
 

@@ -134,6 +134,14 @@ impl Figure {
             p99_us: 0.0,
         }
     }
+
+    /// The rate of `system` at `callers` among `figures`.
+    pub fn rate_of(figures: &[Figure], system: &str, callers: usize) -> Option<f64> {
+        figures
+            .iter()
+            .find(|f| f.system == system && f.callers == callers)
+            .map(|f| f.ops_per_sec)
+    }
 }
 
 /// Something that can create a file by path, from many threads.
@@ -499,12 +507,7 @@ pub fn run(args: &BenchArgs) -> Result<u8> {
                     figures.push(f);
                     let _ = std::fs::remove_dir_all(&path);
                 }
-                let get = |s: &str| {
-                    figures
-                        .iter()
-                        .find(|f| f.system == s && f.callers == n)
-                        .map(|f| f.ops_per_sec)
-                };
+                let get = |s: &str| Figure::rate_of(&figures, s, n);
                 if let (Some(t), Some(s)) = (get("treelog"), get("seed-serialized")) {
                     println!(
                         "  ratio treelog / seed-serialized at {n} callers: {:.1}x",

@@ -70,10 +70,7 @@ fn join_all(
 pub fn run(base: &std::path::Path, ops: usize, catchup_records: u64) -> Result<()> {
     // Subscribers run where the server runs them: on the delivery runtime.
     let delivery = crate::stream::DeliveryRuntime::new()?;
-    let rt = delivery
-        .handle()
-        .ok_or_else(|| crate::Error::Protocol("no delivery runtime".into()))?
-        .clone();
+    let rt = delivery.handle().clone();
     println!("== writer throughput with subscribers (durable creates, 64 callers, {ops} creates; 3 alternating rounds)");
     let (mut none, mut hundred) = (Vec::new(), Vec::new());
     for round in 0..3 {

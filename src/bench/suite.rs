@@ -528,13 +528,7 @@ pub fn run(base: &Path, ops: usize, callers: &[usize], replay_records: u64) -> R
             figures.push(f);
             let _ = std::fs::remove_dir_all(&path);
         }
-        let get = |s: &str| {
-            figures
-                .iter()
-                .find(|f| f.system == s && f.callers == n)
-                .map(|f| f.ops_per_sec)
-                .unwrap_or(f64::NAN)
-        };
+        let get = |s: &str| Figure::rate_of(&figures, s, n).unwrap_or(f64::NAN);
         let t = get("treelog");
         println!(
             "  ratios at {n} callers: treelog/seed-serialized {:.1}x, treelog/sqlite {:.1}x, treelog/raw-rocksdb {:.2}x",
