@@ -181,48 +181,154 @@ impl<R: IndexRead + ?Sized> IndexRead for Overlay<'_, R> {
     }
 
     fn scan(&self, cf: Cf, prefix: &[u8], after: Option<&[u8]>, limit: usize) -> Result<Vec<Kv>> {
-        use std::ops::Bound;
-        let lower = match after {
-            Some(a) if a >= prefix => Bound::Excluded(a.to_vec()),
-            _ => Bound::Included(prefix.to_vec()),
-        };
         let pending: Vec<(&Vec<u8>, &Option<Vec<u8>>)> = self
             .writes
             .map(cf)
-            .range((lower, Bound::Unbounded))
+            .range(scan_start(prefix, after))
             .take_while(|(k, _)| k.starts_with(prefix))
             .collect();
-        if pending.is_empty() {
-            return self.base.scan(cf, prefix, after, limit);
-        }
-        // The overlay can hide at most `pending.len()` base entries, so this
-        // many base entries always suffice to fill `limit`.
-        let want = limit.saturating_add(pending.len());
-        let base = self.base.scan(cf, prefix, after, want)?;
-        let base_exhausted = base.len() < want;
-        let base_last = base.last().map(|(k, _)| k.clone());
-        let mut merged: BTreeMap<Vec<u8>, Vec<u8>> = base.into_iter().collect();
-        for (k, v) in pending {
-            // Past the last base key we fetched, base entries are unknown;
-            // overlay puts beyond it are still fine to include only if the
-            // base was exhausted (otherwise ordering could skip base keys).
-            if !base_exhausted {
-                if let Some(last) = &base_last {
-                    if k > last {
-                        continue;
-                    }
+        merge_scan(self.base, cf, prefix, after, limit, pending)
+    }
+}
+
+/// The lower bound of a scan of `prefix` after `after`.
+fn scan_start(
+    prefix: &[u8],
+    after: Option<&[u8]>,
+) -> (std::ops::Bound<Vec<u8>>, std::ops::Bound<Vec<u8>>) {
+    use std::ops::Bound;
+    let lower = match after {
+        Some(a) if a >= prefix => Bound::Excluded(a.to_vec()),
+        _ => Bound::Included(prefix.to_vec()),
+    };
+    (lower, Bound::Unbounded)
+}
+
+/// A scan of `base` with `pending` changes (in key order, within the scan's
+/// range) laid over it.
+fn merge_scan<R: IndexRead + ?Sized>(
+    base: &R,
+    cf: Cf,
+    prefix: &[u8],
+    after: Option<&[u8]>,
+    limit: usize,
+    pending: Vec<(&Vec<u8>, &Option<Vec<u8>>)>,
+) -> Result<Vec<Kv>> {
+    if pending.is_empty() {
+        return base.scan(cf, prefix, after, limit);
+    }
+    // The changes can hide at most `pending.len()` base entries, so this
+    // many base entries always suffice to fill `limit`.
+    let want = limit.saturating_add(pending.len());
+    let base = base.scan(cf, prefix, after, want)?;
+    let base_exhausted = base.len() < want;
+    let base_last = base.last().map(|(k, _)| k.clone());
+    let mut merged: BTreeMap<Vec<u8>, Vec<u8>> = base.into_iter().collect();
+    for (k, v) in pending {
+        // Past the last base key we fetched, base entries are unknown;
+        // puts beyond it are still fine to include only if the base was
+        // exhausted (otherwise ordering could skip base keys).
+        if !base_exhausted {
+            if let Some(last) = &base_last {
+                if k > last {
+                    continue;
                 }
             }
-            match v {
-                Some(v) => {
-                    merged.insert(k.clone(), v.clone());
-                }
-                None => {
-                    merged.remove(k);
-                }
+        }
+        match v {
+            Some(v) => {
+                merged.insert(k.clone(), v.clone());
+            }
+            None => {
+                merged.remove(k);
             }
         }
-        Ok(merged.into_iter().take(limit).collect())
+    }
+    Ok(merged.into_iter().take(limit).collect())
+}
+
+/// The index changes of groups that are in the log but not yet in the
+/// index: the writer validates the next group while an earlier one waits
+/// for its fsync, so it must read those changes back.
+///
+/// Groups are kept whole, oldest first, and dropped once the committed
+/// watermark covers them (their changes are in the index by then).
+#[derive(Default)]
+pub struct Pending {
+    groups: std::collections::VecDeque<(u64, std::sync::Arc<OverlayWrites>)>,
+}
+
+impl Pending {
+    /// Adds the changes of the group whose last record is `seq`.
+    pub fn push(&mut self, seq: u64, writes: std::sync::Arc<OverlayWrites>) {
+        if !writes.is_empty() {
+            // Only a group with records changes the index, and each one
+            // ends at a higher sequence than the last.
+            debug_assert!(self.groups.back().is_none_or(|(s, _)| *s < seq));
+            self.groups.push_back((seq, writes));
+        }
+    }
+
+    /// Forgets the groups whose changes the index holds (`seq <= applied`).
+    pub fn prune(&mut self, applied: u64) {
+        while self.groups.front().is_some_and(|(s, _)| *s <= applied) {
+            self.groups.pop_front();
+        }
+    }
+
+    /// Groups still pending.
+    pub fn len(&self) -> usize {
+        self.groups.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.groups.is_empty()
+    }
+
+    /// The newest pending change of `key`, if any.
+    fn get(&self, cf: Cf, key: &[u8]) -> Option<&Option<Vec<u8>>> {
+        self.groups
+            .iter()
+            .rev()
+            .find_map(|(_, w)| w.map(cf).get(key))
+    }
+}
+
+/// An index with [`Pending`] changes laid over it.
+pub struct PendingIndex<'a, R: IndexRead + ?Sized> {
+    pub pending: &'a Pending,
+    pub base: &'a R,
+}
+
+impl<R: IndexRead + ?Sized> IndexRead for PendingIndex<'_, R> {
+    fn get(&self, cf: Cf, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        match self.pending.get(cf, key) {
+            Some(v) => Ok(v.clone()),
+            None => self.base.get(cf, key),
+        }
+    }
+
+    fn scan(&self, cf: Cf, prefix: &[u8], after: Option<&[u8]>, limit: usize) -> Result<Vec<Kv>> {
+        // Rare in validation (an emptiness check, a recursive delete): the
+        // groups' changes in range are merged, newer over older.
+        let mut changes: BTreeMap<&Vec<u8>, &Option<Vec<u8>>> = BTreeMap::new();
+        for (_, w) in &self.pending.groups {
+            for (k, v) in w
+                .map(cf)
+                .range(scan_start(prefix, after))
+                .take_while(|(k, _)| k.starts_with(prefix))
+            {
+                changes.insert(k, v);
+            }
+        }
+        merge_scan(
+            self.base,
+            cf,
+            prefix,
+            after,
+            limit,
+            changes.into_iter().collect(),
+        )
     }
 }
 
@@ -303,5 +409,60 @@ impl<R: IndexRead + ?Sized> IndexRead for CachedIndex<'_, R> {
 
     fn scan(&self, cf: Cf, prefix: &[u8], after: Option<&[u8]>, limit: usize) -> Result<Vec<Kv>> {
         self.base.scan(cf, prefix, after, limit)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use std::sync::Arc;
+
+    fn key() -> impl Strategy<Value = Vec<u8>> {
+        prop::collection::vec(0u8..4, 1..4)
+    }
+
+    fn value() -> impl Strategy<Value = Vec<u8>> {
+        prop::collection::vec(any::<u8>(), 0..3)
+    }
+
+    proptest! {
+        /// Reads through pending groups equal reads of the index with the
+        /// groups applied in order; once pruned, the base shows through.
+        #[test]
+        fn pending_groups_read_like_the_index_with_them_applied(
+            base in prop::collection::btree_map(key(), value(), 0..20),
+            groups in prop::collection::vec(
+                prop::collection::btree_map(key(), prop::option::of(value()), 0..8), 0..4),
+            prefix in prop::collection::vec(0u8..4, 0..2),
+            after in prop::option::of(key()),
+            limit in 1usize..10,
+            probe in key(),
+        ) {
+            let base = MemIndex { inodes: BTreeMap::new(), edges: base };
+            let mut expected = base.clone();
+            let mut pending = Pending::default();
+            for (i, g) in groups.into_iter().enumerate() {
+                let w = OverlayWrites { inodes: BTreeMap::new(), edges: g };
+                expected.absorb(w.clone());
+                pending.push(i as u64 + 1, Arc::new(w));
+            }
+            let view = PendingIndex { pending: &pending, base: &base };
+            prop_assert_eq!(
+                view.get(Cf::Edges, &probe).unwrap(),
+                expected.get(Cf::Edges, &probe).unwrap()
+            );
+            prop_assert_eq!(
+                view.scan(Cf::Edges, &prefix, after.as_deref(), limit).unwrap(),
+                expected.scan(Cf::Edges, &prefix, after.as_deref(), limit).unwrap()
+            );
+            pending.prune(u64::MAX);
+            prop_assert!(pending.is_empty());
+            let view = PendingIndex { pending: &pending, base: &base };
+            prop_assert_eq!(
+                view.scan(Cf::Edges, &prefix, after.as_deref(), limit).unwrap(),
+                base.scan(Cf::Edges, &prefix, after.as_deref(), limit).unwrap()
+            );
+        }
     }
 }

@@ -32,6 +32,7 @@ pub struct Metrics {
     pub queue_wait: Histogram,
     pub validate: Histogram,
     pub log_write: Histogram,
+    pub wal_sync: Histogram,
     pub index_apply: Histogram,
     pub end_to_end: Histogram,
     pub group_commands: Histogram,
@@ -99,7 +100,11 @@ impl Metrics {
             )?,
             log_write: stage(
                 "treelog_write_log_seconds",
-                "Time of a group's log write including fsync",
+                "Time to append a group's log records to the WAL (without fsync)",
+            )?,
+            wal_sync: stage(
+                "treelog_write_sync_seconds",
+                "Time of one WAL fsync (it covers every group appended before it)",
             )?,
             index_apply: stage(
                 "treelog_write_index_apply_seconds",
@@ -284,6 +289,7 @@ impl Metrics {
             &self.queue_wait,
             &self.validate,
             &self.log_write,
+            &self.wal_sync,
             &self.index_apply,
             &self.end_to_end,
             &self.group_commands,

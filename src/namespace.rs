@@ -5,7 +5,6 @@
 //! the caller's thread and never wait for the writer.
 
 use std::path::Path;
-use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -196,25 +195,17 @@ impl Treelog {
             // leaves records below it; remove them (idempotent).
             retention::delete_log_below(&store, log_start)?;
         }
-        let cursors = retention::load_cursors(&store)?;
         let last_time = match last_seq {
             0 => 0,
             s => store.read_record(s)?.map(|r| r.time_ms).unwrap_or(0),
         };
-        let shared = Arc::new(Shared {
-            dicts: arc_swap::ArcSwap::from_pointee(state.dicts.clone()),
-            committed: Watermark::new(last_seq),
-            failure: Default::default(),
-            stats: Default::default(),
-            log_start: AtomicU64::new(log_start),
-            log_bytes: AtomicU64::new(store.log_bytes()?),
-            cursors: std::sync::Mutex::new(cursors),
-            retention_lock: Default::default(),
-            tail: crate::tailcache::TailCache::new(opts.tail_cache_records),
-            read_cache: crate::readcache::IndexCache::new(opts.read_cache_entries),
-            metrics,
+        let shared = Arc::new(Shared::new(
             store,
-        });
+            state.dicts.clone(),
+            opts.tail_cache_records,
+            opts.read_cache_entries,
+            metrics,
+        )?);
         let notifier = if opts.wake_interval.is_zero() {
             None
         } else {

@@ -396,6 +396,14 @@ impl Store {
         Ok(())
     }
 
+    /// Makes every log write that has returned durable (fsyncs the WAL).
+    /// Writes may go on meanwhile, from other threads; RocksDB syncs only
+    /// what was written before the call, without blocking them.
+    pub fn sync_log(&self) -> Result<()> {
+        self.db.flush_wal(true)?;
+        Ok(())
+    }
+
     pub fn add_index_writes(&self, b: &mut WriteBatch, w: &OverlayWrites) -> Result<()> {
         for (cf, m) in [(Cf::Inodes, &w.inodes), (Cf::Edges, &w.edges)] {
             let h = self.index_cf(cf)?;

@@ -1,13 +1,24 @@
 //! The single writer: group commit of commands into the log and the index.
 //!
-//! One thread owns every mutation. It blocks for the first command, drains
-//! more up to a budget, validates each against the index plus the group's
-//! own earlier changes (the overlay), writes all of the group's log records
-//! in one synced write, applies the index changes (without the WAL), publishes
-//! the committed watermark, and replies to every caller. A failed log or
-//! index write stops the writer for good: the callers of that group and every
-//! later caller get [`Error::WriterStopped`]; nothing that is not durable is
-//! acknowledged, and a restart recovers from the log.
+//! Two stages, each one thread, in log order:
+//!
+//! - The **writer** owns every mutation. It blocks for the first command,
+//!   drains more up to a budget, validates each against the index plus the
+//!   changes not yet in it (earlier groups still on their way, then the
+//!   group's own), and appends the group's log records to the WAL *without*
+//!   fsync. It goes straight on with the next group.
+//! - The **syncer** takes every group appended since its last round, makes
+//!   them durable with one WAL fsync (RocksDB's `SyncWAL`, which does not
+//!   block appends), writes their index changes (without the WAL), updates
+//!   the readers' cache, publishes the committed watermark and hands the
+//!   replies to a replier thread.
+//!
+//! So the fsync of one round overlaps the validation and appends of the
+//! next, and readers only ever see what is durable. A failed append, fsync
+//! or index write stops the writer for good: the callers of the groups not
+//! yet committed and every later caller get [`Error::WriterStopped`];
+//! nothing that is not durable is acknowledged, and a restart recovers from
+//! the log.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -21,7 +32,7 @@ use crate::engine::{Engine, EngineState, Outcome};
 use crate::error::{Error, Result};
 use crate::event::Record;
 use crate::format::{self, record, DictSet};
-use crate::index::Overlay;
+use crate::index::{Overlay, OverlayWrites, Pending, PendingIndex};
 use crate::store::{Store, CF_LOG};
 use crate::watermark::Watermark;
 
@@ -116,9 +127,42 @@ pub struct Shared {
 }
 
 impl Shared {
+    /// The shared state over a store whose index is up to date with its
+    /// log (replayed).
+    pub fn new(
+        store: Store,
+        dicts: DictSet,
+        tail_cache_records: usize,
+        read_cache_entries: usize,
+        metrics: Option<Arc<crate::metrics::Metrics>>,
+    ) -> Result<Shared> {
+        Ok(Shared {
+            dicts: arc_swap::ArcSwap::from_pointee(dicts),
+            committed: Watermark::new(store.last_log_seq()?),
+            failure: Default::default(),
+            stats: Default::default(),
+            log_start: AtomicU64::new(store.log_start()?),
+            log_bytes: AtomicU64::new(store.log_bytes()?),
+            cursors: Mutex::new(crate::retention::load_cursors(&store)?),
+            retention_lock: Default::default(),
+            tail: crate::tailcache::TailCache::new(tail_cache_records),
+            read_cache: crate::readcache::IndexCache::new(read_cache_entries),
+            metrics,
+            store,
+        })
+    }
+
     /// The current dictionaries, without touching a shared reference count.
     pub fn dicts(&self) -> arc_swap::Guard<Arc<DictSet>> {
         self.dicts.load()
+    }
+
+    /// Records why the writer stopped (the first reason wins).
+    pub fn fail(&self, why: String) {
+        let mut f = self.failure.lock().unwrap_or_else(|p| p.into_inner());
+        if f.is_none() {
+            *f = Some(why);
+        }
     }
 
     pub fn failure(&self) -> Option<String> {
@@ -149,8 +193,25 @@ pub struct Writer {
     cfg: WriterConfig,
     last_seq: u64,
     last_time_ms: u64,
-    replier: Option<crossbeam_channel::Sender<Vec<Reply>>>,
     cache: std::cell::RefCell<crate::index::ReadCache>,
+    /// Index changes of groups handed to the syncer and not yet committed.
+    pending: Pending,
+}
+
+/// A group the writer has appended to the WAL (not yet synced), on its way
+/// to the syncer.
+struct Appended {
+    requests: Vec<Request>,
+    /// One per request: its sequence token, or why it was refused.
+    results: Vec<Result<u64>>,
+    /// The sequence of the group's last record (the previous group's when
+    /// it has none).
+    seq: u64,
+    /// Records in the group (0: only no-ops and refusals).
+    records: u64,
+    bytes: u64,
+    writes: Arc<OverlayWrites>,
+    decoded: Vec<Arc<crate::event::SharedRecord>>,
 }
 
 impl Writer {
@@ -167,23 +228,31 @@ impl Writer {
             cfg,
             last_seq,
             last_time_ms,
-            replier: None,
             cache: std::cell::RefCell::new(crate::index::ReadCache::new(1 << 20)),
+            pending: Pending::default(),
         }
     }
 
     /// Runs until every sender of `rx` is gone.
     pub fn run(mut self, rx: Receiver<Request>) {
-        let (reply_tx, reply_rx) = crossbeam_channel::unbounded();
-        let replier = std::thread::Builder::new()
-            .name("treelog-replier".into())
-            .spawn(move || replier(reply_rx))
-            .ok();
-        if replier.is_some() {
-            self.replier = Some(reply_tx);
-        }
-        let mut group: Vec<Request> = Vec::with_capacity(self.cfg.max_group_commands);
+        let mut syncer = Syncer::new(self.shared.clone(), self.cfg.durability);
+        // A few groups in flight let the writer append while the syncer
+        // fsyncs; the bound keeps the writer from running far ahead.
+        let (sync_tx, sync_rx) = crossbeam_channel::bounded::<Appended>(SYNC_QUEUE);
+        let syncer_thread = {
+            let rx = sync_rx;
+            let mut s = Syncer::new(self.shared.clone(), self.cfg.durability);
+            std::thread::Builder::new()
+                .name("treelog-syncer".into())
+                .spawn(move || s.run(rx))
+                .ok()
+        };
+        let mut sync_tx = syncer_thread.as_ref().map(|_| sync_tx);
         while let Ok(first) = rx.recv() {
+            // Sized for a typical group, not the largest: a group's vector
+            // travels to the syncer and is freed there, and a large
+            // allocation per group costs more than growing a small one.
+            let mut group: Vec<Request> = Vec::with_capacity(GROUP_CAPACITY);
             let mut bytes = first.cmd.approx_bytes();
             group.push(first);
             while group.len() < self.cfg.max_group_commands && bytes < self.cfg.max_group_bytes {
@@ -195,38 +264,47 @@ impl Writer {
                     Err(_) => break,
                 }
             }
-            self.commit_group(&mut group);
-            debug_assert!(group.is_empty());
+            if let Some(appended) = self.append_group(group) {
+                match &sync_tx {
+                    Some(tx) => {
+                        if let Err(e) = tx.send(appended) {
+                            // The syncer is gone (it only stops when this
+                            // sender is dropped): commit inline from now on.
+                            sync_tx = None;
+                            syncer.commit(vec![e.into_inner()]);
+                        }
+                    }
+                    None => syncer.commit(vec![appended]),
+                }
+            }
         }
-        // Let the replier drain and stop before the writer reports done.
-        self.replier.take();
-        if let Some(h) = replier {
+        // Let the syncer (and its replier) drain and stop before the writer
+        // reports done.
+        drop(sync_tx);
+        if let Some(h) = syncer_thread {
             let _ = h.join();
         }
+        syncer.stop();
     }
 
-    fn fail(&self, why: String) {
-        let mut f = self
-            .shared
-            .failure
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
-        if f.is_none() {
-            *f = Some(why);
+    fn refuse_all(requests: Vec<Request>, why: &str) {
+        for r in requests {
+            let _ = r.reply.send(Err(Error::WriterStopped(why.to_owned())));
         }
     }
 
-    fn commit_group(&mut self, group: &mut Vec<Request>) {
+    /// Validates a group and appends its records to the WAL (not synced).
+    /// Returns it for the syncer, or `None` when it was refused whole.
+    fn append_group(&mut self, requests: Vec<Request>) -> Option<Appended> {
         if let Some(why) = self.shared.failure() {
-            for r in group.drain(..) {
-                let _ = r.reply.send(Err(Error::WriterStopped(why.clone())));
-            }
-            return;
+            Self::refuse_all(requests, &why);
+            return None;
         }
-        let n = group.len() as u64;
+        // Groups the syncer has committed are in the index now.
+        self.pending.prune(self.shared.committed.get());
         let t_group = Instant::now();
         if let Some(m) = &self.shared.metrics {
-            for r in group.iter() {
+            for r in requests.iter() {
                 m.queue_wait
                     .observe(t_group.saturating_duration_since(r.enqueued).as_secs_f64());
             }
@@ -237,29 +315,31 @@ impl Writer {
             self.engine.state.dicts.groups.len(),
         );
         let db_index = self.shared.store.index();
-        let index = crate::index::CachedIndex {
+        let cached = crate::index::CachedIndex {
             base: &db_index,
             cache: &self.cache,
         };
+        let index = PendingIndex {
+            pending: &self.pending,
+            base: &cached,
+        };
         let mut overlay = Overlay::new(&index);
         let mut batch = WriteBatch::default();
-        let mut results: Vec<Result<u64>> = Vec::with_capacity(group.len());
+        let mut results: Vec<Result<u64>> = Vec::with_capacity(requests.len());
         let mut seq = self.last_seq;
-        let mut group_bytes = 0u64;
-        let mut group_records: Vec<Arc<crate::event::SharedRecord>> = Vec::new();
+        let mut bytes = 0u64;
+        let mut decoded: Vec<Arc<crate::event::SharedRecord>> = Vec::new();
         let mut fatal: Option<String> = None;
         let log_cf = match self.shared.store.cf(CF_LOG) {
             Ok(cf) => cf,
             Err(e) => {
                 // Unreachable in practice: the CF is checked at open.
                 self.fail(e.to_string());
-                for r in group.drain(..) {
-                    let _ = r.reply.send(Err(Error::WriterStopped(e.to_string())));
-                }
-                return;
+                Self::refuse_all(requests, &e.to_string());
+                return None;
             }
         };
-        for req in group.iter() {
+        for req in requests.iter() {
             match self.engine.execute(&req.cmd, &mut overlay, time_ms) {
                 Ok(Ok(Outcome::Events(events))) => {
                     seq += 1;
@@ -270,10 +350,10 @@ impl Writer {
                     };
                     match record::encode_record(&rec) {
                         Ok(v) => {
-                            group_bytes += v.len() as u64;
+                            bytes += v.len() as u64;
                             batch.put_cf(log_cf, format::log_key(seq), v);
                             results.push(Ok(seq));
-                            group_records.push(Arc::new(rec.into()));
+                            decoded.push(Arc::new(rec.into()));
                         }
                         Err(e) => {
                             fatal = Some(format!("encoding record {seq}: {e}"));
@@ -281,7 +361,8 @@ impl Writer {
                         }
                     }
                 }
-                // A no-op changes nothing; its token is the state it saw.
+                // A no-op changes nothing; its token is the state it saw
+                // (replied only once that state is committed).
                 Ok(Ok(Outcome::NoOp)) => results.push(Ok(seq)),
                 Ok(Err(e)) => results.push(Err(e)),
                 Err(e) => {
@@ -295,60 +376,39 @@ impl Writer {
         let records = seq - self.last_seq;
         let t_validated = Instant::now();
         if fatal.is_none() && records > 0 {
-            let sync = self.cfg.durability == Durability::Sync;
-            if let Err(e) = self.shared.store.write_log(batch, sync) {
+            // Not synced here: the syncer's next fsync covers it, while
+            // this thread goes on with the next group.
+            if let Err(e) = self.shared.store.write_log(batch, false) {
                 fatal = Some(format!("log write failed: {e}"));
             }
         }
-        let t_logged = Instant::now();
-        if fatal.is_none() && records > 0 {
-            let dicts_after = (
-                self.engine.state.dicts.owners.len(),
-                self.engine.state.dicts.groups.len(),
-            );
-            if dicts_after != dicts_before {
-                let snapshot = Arc::new(self.engine.state.dicts.clone());
-                self.shared.dicts.store(snapshot);
-            }
-            let log_bytes = self
-                .shared
-                .log_bytes
-                .fetch_add(group_bytes, Ordering::AcqRel)
-                + group_bytes;
-            // The writes are about to be the committed index: the cache
-            // takes them now (if the write fails the writer stops anyway).
-            let writes = overlay.take_writes();
-            self.cache.borrow_mut().absorb(&writes);
-            match self.shared.store.write_index(&writes, seq, Some(log_bytes)) {
-                // Readers' cache after RocksDB: see `readcache` on why.
-                Ok(()) => self.shared.read_cache.apply(&writes),
-                // The records are durable and will be replayed on restart,
-                // but this process can no longer serve a consistent index.
-                Err(e) => fatal = Some(format!("index write failed: {e}")),
-            }
-        }
+        let writes = Arc::new(overlay.take_writes());
         drop(overlay);
-        let t_applied = Instant::now();
         if let Some(why) = fatal {
+            // Earlier groups are unaffected: the syncer still commits them.
             if let Some(m) = &self.shared.metrics {
                 m.writer_failed.set(1);
             }
             self.fail(why.clone());
-            for r in group.drain(..) {
-                let _ = r.reply.send(Err(Error::WriterStopped(why.clone())));
-            }
-            return;
+            Self::refuse_all(requests, &why);
+            return None;
         }
+        let t_logged = Instant::now();
+        let dicts_after = (
+            self.engine.state.dicts.owners.len(),
+            self.engine.state.dicts.groups.len(),
+        );
+        if dicts_after != dicts_before {
+            // Before the syncer writes index entries that use a new id.
+            let snapshot = Arc::new(self.engine.state.dicts.clone());
+            self.shared.dicts.store(snapshot);
+        }
+        // The writer reads its own changes back through the pending set
+        // until they are in the index, and through its cache after that.
+        self.cache.borrow_mut().absorb(&writes);
+        self.pending.push(seq, writes.clone());
         self.last_seq = seq;
         self.last_time_ms = time_ms;
-        // Subscribers woken by the watermark find the records in memory.
-        self.shared.tail.extend(group_records);
-        self.shared.committed.publish(seq);
-        let st = &self.shared.stats;
-        st.groups.fetch_add(1, Ordering::Relaxed);
-        st.commands.fetch_add(n, Ordering::Relaxed);
-        st.records.fetch_add(records, Ordering::Relaxed);
-        st.max_group_commands.fetch_max(n, Ordering::Relaxed);
         if let Some(m) = &self.shared.metrics {
             let (hits, misses) = self.cache.borrow_mut().take_counts();
             m.writer_cache_hits.inc_by(hits);
@@ -356,10 +416,140 @@ impl Writer {
             m.validate.observe((t_validated - t_group).as_secs_f64());
             if records > 0 {
                 m.log_write.observe((t_logged - t_validated).as_secs_f64());
-                m.index_apply.observe((t_applied - t_logged).as_secs_f64());
             }
-            m.group_commands.observe(n as f64);
-            m.group_bytes.observe(group_bytes as f64);
+            m.group_commands.observe(requests.len() as f64);
+            m.group_bytes.observe(bytes as f64);
+        }
+        Some(Appended {
+            requests,
+            results,
+            seq,
+            records,
+            bytes,
+            writes,
+            decoded,
+        })
+    }
+
+    fn fail(&self, why: String) {
+        self.shared.fail(why)
+    }
+}
+
+/// Initial capacity of a group's vector of requests.
+const GROUP_CAPACITY: usize = 64;
+
+/// Groups the writer may have appended ahead of the syncer.
+const SYNC_QUEUE: usize = 64;
+
+/// The second stage of group commit: makes appended groups durable with one
+/// fsync for all the groups that arrived meanwhile, writes their index
+/// changes, publishes the committed watermark and replies.
+///
+/// It is the only thread that makes anything visible to readers, and it
+/// does so in log order, after the fsync: readers never see a change that
+/// a crash could take back.
+struct Syncer {
+    shared: Arc<Shared>,
+    durability: Durability,
+    /// Set once a sync or index write failed: nothing after it is committed.
+    failed: Option<String>,
+    replier: Option<(
+        crossbeam_channel::Sender<Vec<Reply>>,
+        std::thread::JoinHandle<()>,
+    )>,
+}
+
+impl Syncer {
+    fn new(shared: Arc<Shared>, durability: Durability) -> Syncer {
+        Syncer {
+            shared,
+            durability,
+            failed: None,
+            replier: None,
+        }
+    }
+
+    fn run(&mut self, rx: Receiver<Appended>) {
+        let (reply_tx, reply_rx) = crossbeam_channel::unbounded();
+        if let Ok(h) = std::thread::Builder::new()
+            .name("treelog-replier".into())
+            .spawn(move || replier(reply_rx))
+        {
+            self.replier = Some((reply_tx, h));
+        }
+        while let Ok(first) = rx.recv() {
+            let mut groups = vec![first];
+            groups.extend(rx.try_iter());
+            self.commit(groups);
+        }
+        self.stop();
+    }
+
+    /// Lets the replier drain and stop.
+    fn stop(&mut self) {
+        if let Some((tx, h)) = self.replier.take() {
+            drop(tx);
+            let _ = h.join();
+        }
+    }
+
+    /// Commits `groups` (in log order): one fsync, one index write.
+    fn commit(&mut self, groups: Vec<Appended>) {
+        let Some(last) = groups.last() else {
+            return;
+        };
+        let seq = last.seq;
+        let records: u64 = groups.iter().map(|g| g.records).sum();
+        let bytes: u64 = groups.iter().map(|g| g.bytes).sum();
+        let t_start = Instant::now();
+        if self.failed.is_none() && records > 0 && self.durability == Durability::Sync {
+            if let Err(e) = self.shared.store.sync_log() {
+                self.failed = Some(format!("log sync failed: {e}"));
+            }
+        }
+        let t_synced = Instant::now();
+        if self.failed.is_none() && records > 0 {
+            if let Err(e) = self.write_index(&groups, seq, bytes) {
+                // The records are durable and will be replayed on restart,
+                // but this process can no longer serve a consistent index.
+                self.failed = Some(format!("index write failed: {e}"));
+            }
+        }
+        let t_applied = Instant::now();
+        if let Some(why) = &self.failed {
+            if let Some(m) = &self.shared.metrics {
+                m.writer_failed.set(1);
+            }
+            self.shared.fail(why.clone());
+            for g in groups {
+                Writer::refuse_all(g.requests, why);
+            }
+            return;
+        }
+        let commands: usize = groups.iter().map(|g| g.requests.len()).sum();
+        let mut decoded = Vec::with_capacity(records as usize);
+        for g in &groups {
+            decoded.extend(g.decoded.iter().cloned());
+        }
+        // Subscribers woken by the watermark find the records in memory.
+        self.shared.tail.extend(decoded);
+        self.shared.committed.publish(seq);
+        let st = &self.shared.stats;
+        st.groups.fetch_add(groups.len() as u64, Ordering::Relaxed);
+        st.commands.fetch_add(commands as u64, Ordering::Relaxed);
+        st.records.fetch_add(records, Ordering::Relaxed);
+        for g in &groups {
+            st.max_group_commands
+                .fetch_max(g.requests.len() as u64, Ordering::Relaxed);
+        }
+        if let Some(m) = &self.shared.metrics {
+            if records > 0 {
+                if self.durability == Durability::Sync {
+                    m.wal_sync.observe((t_synced - t_start).as_secs_f64());
+                }
+                m.index_apply.observe((t_applied - t_synced).as_secs_f64());
+            }
             m.last_seq.set(seq as i64);
             m.applied_seq.set(seq as i64);
             m.log_bytes
@@ -367,22 +557,27 @@ impl Writer {
             let start = self.shared.log_start.load(Ordering::Relaxed);
             m.log_records.set((seq + 1).saturating_sub(start) as i64);
             let now = Instant::now();
-            for (req, res) in group.iter().zip(&results) {
-                let outcome = match res {
-                    Ok(_) => "ok",
-                    Err(e) => e.kind().as_str(),
-                };
-                m.ops.with_label_values(&[req.cmd.name(), outcome]).inc();
-                m.end_to_end
-                    .observe(now.saturating_duration_since(req.enqueued).as_secs_f64());
+            for g in &groups {
+                for (req, res) in g.requests.iter().zip(&g.results) {
+                    let outcome = match res {
+                        Ok(_) => "ok",
+                        Err(e) => e.kind().as_str(),
+                    };
+                    m.ops.with_label_values(&[req.cmd.name(), outcome]).inc();
+                    m.end_to_end
+                        .observe(now.saturating_duration_since(req.enqueued).as_secs_f64());
+                }
             }
         }
         // Waking the callers costs a syscall each; a separate thread does it
-        // so that the writer can start the next group meanwhile. The group is
-        // committed and published already: nothing here can fail it.
-        let replies: Vec<Reply> = group.drain(..).map(|r| r.reply).zip(results).collect();
+        // so that the syncer can start the next fsync meanwhile. The groups
+        // are committed and published already: nothing here can fail them.
+        let mut replies: Vec<Reply> = Vec::with_capacity(commands);
+        for g in groups {
+            replies.extend(g.requests.into_iter().map(|r| r.reply).zip(g.results));
+        }
         match &self.replier {
-            Some(tx) => {
+            Some((tx, _)) => {
                 if let Err(e) = tx.send(replies) {
                     for (reply, res) in e.into_inner() {
                         let _ = reply.send(res);
@@ -396,15 +591,141 @@ impl Writer {
             }
         }
     }
+
+    /// One index write for all the groups, newer changes after older, then
+    /// the readers' cache (after RocksDB: see `readcache` on why).
+    fn write_index(&self, groups: &[Appended], seq: u64, bytes: u64) -> Result<()> {
+        let store = &self.shared.store;
+        let mut b = WriteBatch::default();
+        for g in groups {
+            store.add_index_writes(&mut b, &g.writes)?;
+        }
+        let log_bytes = self.shared.log_bytes.fetch_add(bytes, Ordering::AcqRel) + bytes;
+        store.write_index_batch(b, seq, Some(log_bytes))?;
+        for g in groups {
+            self.shared.read_cache.apply(&g.writes);
+        }
+        Ok(())
+    }
 }
 
 type Reply = (tokio::sync::oneshot::Sender<Result<u64>>, Result<u64>);
 
-/// Sends replies handed over by the writer until the writer is gone.
+/// Sends replies handed over by the syncer until the syncer is gone.
 fn replier(rx: Receiver<Vec<Reply>>) {
     while let Ok(batch) = rx.recv() {
         for (reply, res) in batch {
             let _ = reply.send(res);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::resolve;
+    use crate::error::ErrorKind;
+    use crate::store::StoreOptions;
+
+    fn mkdir(path: &str) -> Command {
+        Command::Mkdir {
+            path: path.into(),
+            parents: false,
+            mode: 0o755,
+            owner: String::new(),
+            group: String::new(),
+        }
+    }
+
+    type ReplyRx = tokio::sync::oneshot::Receiver<Result<u64>>;
+
+    fn request(cmd: Command) -> (Request, ReplyRx) {
+        let (reply, rx) = tokio::sync::oneshot::channel();
+        let r = Request {
+            cmd,
+            reply,
+            enqueued: Instant::now(),
+        };
+        (r, rx)
+    }
+
+    /// A writer and syncer without their threads, so that a test decides
+    /// when a group is appended and when it is committed.
+    fn open(dir: &std::path::Path) -> (Arc<Shared>, Writer, Syncer) {
+        let store = Store::open(dir, &StoreOptions::default()).unwrap();
+        let state = EngineState::load(&store.index()).unwrap();
+        let shared = Arc::new(Shared::new(store, state.dicts.clone(), 16, 1024, None).unwrap());
+        let w = Writer::new(shared.clone(), state, 0, 0, WriterConfig::default());
+        let s = Syncer::new(shared.clone(), Durability::Sync);
+        (shared, w, s)
+    }
+
+    fn stat_kind(shared: &Shared, path: &str) -> Option<ErrorKind> {
+        resolve(&shared.store.index(), &shared.dicts(), path)
+            .err()
+            .map(|e| e.kind())
+    }
+
+    #[test]
+    fn a_group_validates_against_appended_groups_that_readers_do_not_see_yet() {
+        let dir = tempfile::tempdir().unwrap();
+        let (shared, mut w, mut syncer) = open(dir.path());
+        let (r1, mut rx1) = request(mkdir("/a"));
+        let g1 = w.append_group(vec![r1]).unwrap();
+        // In the WAL, not committed: not acknowledged, not visible.
+        assert!(rx1.try_recv().is_err());
+        assert_eq!(shared.committed.get(), 0);
+        assert_eq!(stat_kind(&shared, "/a"), Some(ErrorKind::NotFound));
+        // The writer sees it: /a/b needs /a, a second /a is refused.
+        let (r2, mut rx2) = request(mkdir("/a/b"));
+        let (r3, mut rx3) = request(mkdir("/a"));
+        let g2 = w.append_group(vec![r2, r3]).unwrap();
+        assert_eq!(w.pending.len(), 2);
+        assert_eq!(stat_kind(&shared, "/a/b"), Some(ErrorKind::NotFound));
+
+        syncer.commit(vec![g1, g2]);
+        assert_eq!(rx1.try_recv().unwrap().unwrap(), 1);
+        assert_eq!(rx2.try_recv().unwrap().unwrap(), 2);
+        assert_eq!(
+            rx3.try_recv().unwrap().unwrap_err().kind(),
+            ErrorKind::AlreadyExists
+        );
+        assert_eq!(shared.committed.get(), 2);
+        assert_eq!(stat_kind(&shared, "/a/b"), None);
+        assert_eq!(shared.store.applied_seq().unwrap(), 2);
+
+        // The next group forgets what the index holds now.
+        let (r4, _rx4) = request(mkdir("/a/b/c"));
+        let _g3 = w.append_group(vec![r4]).unwrap();
+        assert_eq!(w.pending.len(), 1);
+    }
+
+    #[test]
+    fn a_failed_commit_refuses_its_groups_and_stops_the_writer() {
+        let dir = tempfile::tempdir().unwrap();
+        let (shared, mut w, mut syncer) = open(dir.path());
+        let (r1, mut rx1) = request(mkdir("/a"));
+        let g1 = w.append_group(vec![r1]).unwrap();
+        syncer.commit(vec![g1]);
+        assert_eq!(rx1.try_recv().unwrap().unwrap(), 1);
+
+        let (r2, mut rx2) = request(mkdir("/b"));
+        let g2 = w.append_group(vec![r2]).unwrap();
+        // As after a failed fsync: nothing of the group may be acknowledged.
+        syncer.failed = Some("injected".into());
+        syncer.commit(vec![g2]);
+        assert_eq!(
+            rx2.try_recv().unwrap().unwrap_err().kind(),
+            ErrorKind::WriterStopped
+        );
+        assert_eq!(shared.committed.get(), 1);
+        assert_eq!(stat_kind(&shared, "/b"), Some(ErrorKind::NotFound));
+        // The writer refuses everything after it.
+        let (r3, mut rx3) = request(mkdir("/c"));
+        assert!(w.append_group(vec![r3]).is_none());
+        assert_eq!(
+            rx3.try_recv().unwrap().unwrap_err().kind(),
+            ErrorKind::WriterStopped
+        );
     }
 }

@@ -378,11 +378,14 @@ pub fn bulk_load(
 pub fn writer_breakdown(m: &crate::metrics::Metrics) -> String {
     let mean =
         |h: &prometheus::Histogram| h.get_sample_sum() / (h.get_sample_count().max(1) as f64);
+    let syncs = m.wal_sync.get_sample_count().max(1) as f64;
     format!(
-        "  (treelog writer: {:.1} commands/group; per group: validate {:.0} us, log write+fsync {:.0} us, index apply {:.0} us; queue wait {:.0} us/command)",
+        "  (treelog writer: {:.1} commands/group, {:.1} per fsync; per group: validate {:.0} us, log append {:.0} us; per fsync: {:.0} us, then index apply {:.0} us; queue wait {:.0} us/command)",
         mean(&m.group_commands),
+        m.group_commands.get_sample_sum() / syncs,
         mean(&m.validate) * 1e6,
         mean(&m.log_write) * 1e6,
+        mean(&m.wal_sync) * 1e6,
         mean(&m.index_apply) * 1e6,
         mean(&m.queue_wait) * 1e6
     )
