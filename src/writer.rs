@@ -1,21 +1,22 @@
 //! The single writer: group commit of commands into the log and the index.
 //!
-//! Two stages, each one thread, in log order:
+//! Three stages, each one thread, in log order:
 //!
 //! - The **writer** owns every mutation. It blocks for the first command,
 //!   drains more up to a budget, validates each against the index plus the
 //!   changes not yet in it (earlier groups still on their way, then the
 //!   group's own), and appends the group's log records to the WAL *without*
 //!   fsync. It goes straight on with the next group.
-//! - The **syncer** takes every group appended since its last round, makes
-//!   them durable with one WAL fsync (RocksDB's `SyncWAL`, which does not
-//!   block appends), writes their index changes (without the WAL), updates
-//!   the readers' cache, publishes the committed watermark and hands the
-//!   replies to a replier thread.
+//! - The **syncer** takes every group appended since its last round and
+//!   makes them durable with one WAL fsync (RocksDB's `SyncWAL`, which does
+//!   not block appends).
+//! - The **applier** writes the durable groups' index changes (without the
+//!   WAL), updates the readers' cache, publishes the committed watermark and
+//!   replies, while the syncer runs the next fsync.
 //!
 //! So the fsync of one round overlaps the validation and appends of the
-//! next, and readers only ever see what is durable. A failed append, fsync
-//! or index write stops the writer for good: the callers of the groups not
+//! next groups and the index write of the previous ones, and readers only
+//! ever see what is durable. A failed append, fsync or index write stops the writer for good: the callers of the groups not
 //! yet committed and every later caller get [`Error::WriterStopped`];
 //! nothing that is not durable is acknowledged, and a restart recovers from
 //! the log.
@@ -235,22 +236,14 @@ impl Writer {
 
     /// Runs until every sender of `rx` is gone.
     pub fn run(mut self, rx: Receiver<Request>) {
-        let mut syncer = Syncer::new(self.shared.clone(), self.cfg.durability);
-        // A few groups in flight let the writer append while the syncer
-        // fsyncs; the bound keeps the writer from running far ahead.
-        let (sync_tx, sync_rx) = crossbeam_channel::bounded::<Appended>(SYNC_QUEUE);
-        let syncer_thread = {
-            let rx = sync_rx;
-            let mut s = Syncer::new(self.shared.clone(), self.cfg.durability);
-            std::thread::Builder::new()
-                .name("treelog-syncer".into())
-                .spawn(move || s.run(rx))
-                .ok()
+        let mut inline = Committer::new(self.shared.clone(), self.cfg.durability);
+        let (mut sync_tx, threads) = match Committer::spawn(&self.shared, self.cfg.durability) {
+            Some((tx, threads)) => (Some(tx), threads),
+            None => (None, Vec::new()),
         };
-        let mut sync_tx = syncer_thread.as_ref().map(|_| sync_tx);
         while let Ok(first) = rx.recv() {
             // Sized for a typical group, not the largest: a group's vector
-            // travels to the syncer and is freed there, and a large
+            // travels to the applier and is freed there, and a large
             // allocation per group costs more than growing a small one.
             let mut group: Vec<Request> = Vec::with_capacity(GROUP_CAPACITY);
             let mut bytes = first.cmd.approx_bytes();
@@ -271,20 +264,19 @@ impl Writer {
                             // The syncer is gone (it only stops when this
                             // sender is dropped): commit inline from now on.
                             sync_tx = None;
-                            syncer.commit(vec![e.into_inner()]);
+                            inline.commit(vec![e.into_inner()]);
                         }
                     }
-                    None => syncer.commit(vec![appended]),
+                    None => inline.commit(vec![appended]),
                 }
             }
         }
-        // Let the syncer (and its replier) drain and stop before the writer
+        // Let the syncer and applier drain and stop before the writer
         // reports done.
         drop(sync_tx);
-        if let Some(h) = syncer_thread {
+        for h in threads {
             let _ = h.join();
         }
-        syncer.stop();
     }
 
     fn refuse_all(requests: Vec<Request>, why: &str) {
@@ -442,60 +434,121 @@ const GROUP_CAPACITY: usize = 64;
 /// Groups the writer may have appended ahead of the syncer.
 const SYNC_QUEUE: usize = 64;
 
-/// The second stage of group commit: makes appended groups durable with one
-/// fsync for all the groups that arrived meanwhile, writes their index
-/// changes, publishes the committed watermark and replies.
+/// The later stages of group commit, in log order. The **syncer** makes
+/// appended groups durable with one fsync for all the groups that arrived
+/// since its last one; the **applier** writes their index changes, updates
+/// the readers' cache, publishes the committed watermark and replies. Each
+/// stage is its own thread (the next fsync starts while the applier works),
+/// or both run inline when a thread could not be started.
 ///
-/// It is the only thread that makes anything visible to readers, and it
-/// does so in log order, after the fsync: readers never see a change that
-/// a crash could take back.
-struct Syncer {
+/// Only the applier makes anything visible to readers, and only after the
+/// fsync: readers never see a change that a crash could take back.
+struct Committer {
     shared: Arc<Shared>,
     durability: Durability,
     /// Set once a sync or index write failed: nothing after it is committed.
     failed: Option<String>,
-    replier: Option<(
-        crossbeam_channel::Sender<Vec<Reply>>,
-        std::thread::JoinHandle<()>,
-    )>,
 }
 
-impl Syncer {
-    fn new(shared: Arc<Shared>, durability: Durability) -> Syncer {
-        Syncer {
+/// Durable groups on their way to the applier, with the sync's failure.
+type Synced = (Vec<Appended>, Option<String>);
+
+impl Committer {
+    fn new(shared: Arc<Shared>, durability: Durability) -> Committer {
+        Committer {
             shared,
             durability,
             failed: None,
-            replier: None,
         }
     }
 
-    fn run(&mut self, rx: Receiver<Appended>) {
-        let (reply_tx, reply_rx) = crossbeam_channel::unbounded();
-        if let Ok(h) = std::thread::Builder::new()
-            .name("treelog-replier".into())
-            .spawn(move || replier(reply_rx))
-        {
-            self.replier = Some((reply_tx, h));
+    /// Starts the syncer and applier threads; `None` if either could not be
+    /// started (the writer then commits inline).
+    fn spawn(
+        shared: &Arc<Shared>,
+        durability: Durability,
+    ) -> Option<(
+        crossbeam_channel::Sender<Appended>,
+        Vec<std::thread::JoinHandle<()>>,
+    )> {
+        let (sync_tx, sync_rx) = crossbeam_channel::bounded::<Appended>(SYNC_QUEUE);
+        let (apply_tx, apply_rx) = crossbeam_channel::unbounded::<Synced>();
+        let mut applier = Committer::new(shared.clone(), durability);
+        let a = std::thread::Builder::new()
+            .name("treelog-applier".into())
+            .spawn(move || {
+                while let Ok((mut groups, mut failure)) = apply_rx.recv() {
+                    // Whatever else is durable already goes in the same
+                    // index write.
+                    for (more, f) in apply_rx.try_iter() {
+                        groups.extend(more);
+                        failure = failure.or(f);
+                    }
+                    if let Some(f) = failure {
+                        applier.failed.get_or_insert(f);
+                    }
+                    applier.apply(groups);
+                }
+            })
+            .ok()?;
+        let mut syncer = Committer::new(shared.clone(), durability);
+        let s = std::thread::Builder::new()
+            .name("treelog-syncer".into())
+            .spawn(move || {
+                while let Ok(first) = sync_rx.recv() {
+                    let mut groups = vec![first];
+                    groups.extend(sync_rx.try_iter());
+                    syncer.sync(&groups);
+                    let failure = syncer.failed.clone();
+                    if let Err(e) = apply_tx.send((groups, failure)) {
+                        // The applier is gone (it stops only when this
+                        // sender is dropped): apply here.
+                        let (groups, _) = e.into_inner();
+                        syncer.apply(groups);
+                    }
+                }
+            });
+        match s {
+            Ok(s) => Some((sync_tx, vec![s, a])),
+            // The applier stops once its sender (moved into the failed
+            // closure) is dropped.
+            Err(_) => {
+                let _ = a.join();
+                None
+            }
         }
-        while let Ok(first) = rx.recv() {
-            let mut groups = vec![first];
-            groups.extend(rx.try_iter());
-            self.commit(groups);
-        }
-        self.stop();
     }
 
-    /// Lets the replier drain and stop.
-    fn stop(&mut self) {
-        if let Some((tx, h)) = self.replier.take() {
-            drop(tx);
-            let _ = h.join();
-        }
-    }
-
-    /// Commits `groups` (in log order): one fsync, one index write.
+    /// Both stages inline.
     fn commit(&mut self, groups: Vec<Appended>) {
+        self.sync(&groups);
+        self.apply(groups);
+    }
+
+    /// Makes `groups` durable: one fsync covers them all.
+    fn sync(&mut self, groups: &[Appended]) {
+        let records: u64 = groups.iter().map(|g| g.records).sum();
+        if self.failed.is_none() && self.shared.failure().is_some() {
+            // A later stage failed: syncing more is pointless.
+            self.failed = self.shared.failure();
+        }
+        if self.failed.is_some() || records == 0 || self.durability != Durability::Sync {
+            return;
+        }
+        let t = Instant::now();
+        match self.shared.store.sync_log() {
+            Ok(()) => {
+                if let Some(m) = &self.shared.metrics {
+                    m.wal_sync.observe(t.elapsed().as_secs_f64());
+                }
+            }
+            Err(e) => self.failed = Some(format!("log sync failed: {e}")),
+        }
+    }
+
+    /// Commits durable `groups` (in log order): one index write, then the
+    /// watermark and the replies.
+    fn apply(&mut self, groups: Vec<Appended>) {
         let Some(last) = groups.last() else {
             return;
         };
@@ -503,12 +556,6 @@ impl Syncer {
         let records: u64 = groups.iter().map(|g| g.records).sum();
         let bytes: u64 = groups.iter().map(|g| g.bytes).sum();
         let t_start = Instant::now();
-        if self.failed.is_none() && records > 0 && self.durability == Durability::Sync {
-            if let Err(e) = self.shared.store.sync_log() {
-                self.failed = Some(format!("log sync failed: {e}"));
-            }
-        }
-        let t_synced = Instant::now();
         if self.failed.is_none() && records > 0 {
             if let Err(e) = self.write_index(&groups, seq, bytes) {
                 // The records are durable and will be replayed on restart,
@@ -545,10 +592,7 @@ impl Syncer {
         }
         if let Some(m) = &self.shared.metrics {
             if records > 0 {
-                if self.durability == Durability::Sync {
-                    m.wal_sync.observe((t_synced - t_start).as_secs_f64());
-                }
-                m.index_apply.observe((t_applied - t_synced).as_secs_f64());
+                m.index_apply.observe((t_applied - t_start).as_secs_f64());
             }
             m.last_seq.set(seq as i64);
             m.applied_seq.set(seq as i64);
@@ -569,25 +613,12 @@ impl Syncer {
                 }
             }
         }
-        // Waking the callers costs a syscall each; a separate thread does it
-        // so that the syncer can start the next fsync meanwhile. The groups
-        // are committed and published already: nothing here can fail them.
-        let mut replies: Vec<Reply> = Vec::with_capacity(commands);
+        // The groups are committed and published: nothing here can fail
+        // them. (Waking a caller is a syscall each; the syncer's next fsync
+        // runs meanwhile.)
         for g in groups {
-            replies.extend(g.requests.into_iter().map(|r| r.reply).zip(g.results));
-        }
-        match &self.replier {
-            Some((tx, _)) => {
-                if let Err(e) = tx.send(replies) {
-                    for (reply, res) in e.into_inner() {
-                        let _ = reply.send(res);
-                    }
-                }
-            }
-            None => {
-                for (reply, res) in replies {
-                    let _ = reply.send(res);
-                }
+            for (req, res) in g.requests.into_iter().zip(g.results) {
+                let _ = req.reply.send(res);
             }
         }
     }
@@ -606,17 +637,6 @@ impl Syncer {
             self.shared.read_cache.apply(&g.writes);
         }
         Ok(())
-    }
-}
-
-type Reply = (tokio::sync::oneshot::Sender<Result<u64>>, Result<u64>);
-
-/// Sends replies handed over by the syncer until the syncer is gone.
-fn replier(rx: Receiver<Vec<Reply>>) {
-    while let Ok(batch) = rx.recv() {
-        for (reply, res) in batch {
-            let _ = reply.send(res);
-        }
     }
 }
 
@@ -651,12 +671,12 @@ mod tests {
 
     /// A writer and syncer without their threads, so that a test decides
     /// when a group is appended and when it is committed.
-    fn open(dir: &std::path::Path) -> (Arc<Shared>, Writer, Syncer) {
+    fn open(dir: &std::path::Path) -> (Arc<Shared>, Writer, Committer) {
         let store = Store::open(dir, &StoreOptions::default()).unwrap();
         let state = EngineState::load(&store.index()).unwrap();
         let shared = Arc::new(Shared::new(store, state.dicts.clone(), 16, 1024, None).unwrap());
         let w = Writer::new(shared.clone(), state, 0, 0, WriterConfig::default());
-        let s = Syncer::new(shared.clone(), Durability::Sync);
+        let s = Committer::new(shared.clone(), Durability::Sync);
         (shared, w, s)
     }
 
