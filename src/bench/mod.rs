@@ -43,10 +43,11 @@ pub enum BenchCmd {
         /// Directories the files are spread over.
         #[arg(long, default_value_t = 1000)]
         dirs: usize,
-        /// Systems to run, comma separated.
+        /// Systems to run, comma separated. `treelog` is driven by caller
+        /// threads, `treelog-async` by tokio tasks (as the server drives it).
         #[arg(
             long,
-            default_value = "treelog,seed-serialized,seed-unserialized",
+            default_value = "treelog,treelog-async,seed-serialized,seed-unserialized",
             value_delimiter = ','
         )]
         systems: Vec<String>,
@@ -132,6 +133,26 @@ impl Figure {
             ops_per_sec: ops as f64 / seconds,
             p50_us: 0.0,
             p99_us: 0.0,
+        }
+    }
+
+    /// A figure from every operation's latency over `elapsed`.
+    pub fn latencies(
+        system: &str,
+        callers: usize,
+        mut lat: Vec<Duration>,
+        elapsed: Duration,
+    ) -> Figure {
+        let secs = elapsed.as_secs_f64();
+        lat.sort_unstable();
+        Figure {
+            system: system.to_owned(),
+            callers,
+            ops: lat.len(),
+            seconds: secs,
+            ops_per_sec: lat.len() as f64 / secs,
+            p50_us: percentile(&lat, 0.5),
+            p99_us: percentile(&lat, 0.99),
         }
     }
 
@@ -286,17 +307,64 @@ pub fn run_creates(
                 .map_err(|_| Error::InvalidArgument("bench thread panicked".into()))??,
         );
     }
-    let secs = start.elapsed().as_secs_f64();
-    lat.sort_unstable();
-    Ok(Figure {
-        system: system.to_owned(),
-        callers,
-        ops: lat.len(),
-        seconds: secs,
-        ops_per_sec: lat.len() as f64 / secs,
-        p50_us: percentile(&lat, 0.5),
-        p99_us: percentile(&lat, 0.99),
-    })
+    Ok(Figure::latencies(system, callers, lat, start.elapsed()))
+}
+
+/// Runs `ops` creates from `callers` tokio tasks on a runtime with one
+/// worker per core, through [`Treelog::submit_async`]: how the server (or
+/// any async application) drives treelog. Returns the figure.
+pub fn run_creates_async(
+    system: &str,
+    t: Arc<Treelog>,
+    callers: usize,
+    ops: usize,
+    dirs: usize,
+    tag: &str,
+) -> Result<Figure> {
+    for d in 0..dirs {
+        t.mkdir_p(&format!("/bench/{tag}/d{d}"))?;
+    }
+    let workers = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(workers)
+        .build()?;
+    let per = ops.div_ceil(callers);
+    let start = Instant::now();
+    let lat = rt.block_on(async {
+        let tasks: Vec<_> = (0..callers)
+            .map(|ci| {
+                let t = t.clone();
+                let tag = tag.to_owned();
+                tokio::spawn(async move {
+                    let mut lat = Vec::with_capacity(per);
+                    for i in 0..per {
+                        let d = (i * callers + ci) % dirs;
+                        let cmd = crate::Command::Create {
+                            path: format!("/bench/{tag}/d{d}/f{ci}_{i}"),
+                            parents: false,
+                            mode: 0o644,
+                            owner: String::new(),
+                            group: String::new(),
+                            block_size: 0,
+                        };
+                        let t0 = Instant::now();
+                        t.submit_async(cmd).await?;
+                        lat.push(t0.elapsed());
+                    }
+                    Ok::<_, Error>(lat)
+                })
+            })
+            .collect();
+        let mut lat = Vec::with_capacity(per * callers);
+        for task in tasks {
+            lat.extend(
+                task.await
+                    .map_err(|_| Error::InvalidArgument("bench task panicked".into()))??,
+            );
+        }
+        Ok::<_, Error>(lat)
+    })?;
+    Ok(Figure::latencies(system, callers, lat, start.elapsed()))
 }
 
 fn scratch(dir: &Option<std::path::PathBuf>) -> Result<std::path::PathBuf> {
@@ -490,6 +558,14 @@ pub fn run(args: &BenchArgs) -> Result<u8> {
                             }
                             f
                         }
+                        "treelog-async" => {
+                            let t = Arc::new(Treelog::open(&path, Options::default())?);
+                            let f = run_creates_async(sys, t.clone(), n, *ops, *dirs, "c")?;
+                            if let Some(m) = t.metrics() {
+                                println!("{}", writer_breakdown(m));
+                            }
+                            f
+                        }
                         "seed-serialized" => {
                             let s: Arc<dyn Creator> = Arc::new(seed::SeedStore::open(&path, true)?);
                             run_creates(sys, s, n, *ops, *dirs, "c")?
@@ -511,17 +587,12 @@ pub fn run(args: &BenchArgs) -> Result<u8> {
                     let _ = std::fs::remove_dir_all(&path);
                 }
                 let get = |s: &str| Figure::rate_of(&figures, s, n);
-                if let (Some(t), Some(s)) = (get("treelog"), get("seed-serialized")) {
-                    println!(
-                        "  ratio treelog / seed-serialized at {n} callers: {:.1}x",
-                        t / s
-                    );
-                }
-                if let (Some(t), Some(s)) = (get("treelog"), get("seed-unserialized")) {
-                    println!(
-                        "  ratio treelog / seed-unserialized at {n} callers: {:.1}x",
-                        t / s
-                    );
+                for t_sys in ["treelog", "treelog-async"] {
+                    for s_sys in ["seed-serialized", "seed-unserialized"] {
+                        if let (Some(t), Some(s)) = (get(t_sys), get(s_sys)) {
+                            println!("  ratio {t_sys} / {s_sys} at {n} callers: {:.1}x", t / s);
+                        }
+                    }
                 }
             }
             if let Some(p) = json_out {

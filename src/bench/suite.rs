@@ -33,7 +33,7 @@ use crate::namespace::{Options, Treelog};
 use crate::types::{Attrs, FileType};
 use crate::writer::Durability;
 
-use super::{run_creates, seed::SeedStore, BenchNamespace, Creator, Figure};
+use super::{run_creates, run_creates_async, seed::SeedStore, BenchNamespace, Creator, Figure};
 
 fn sql(e: rusqlite::Error) -> Error {
     Error::InvalidArgument(format!("sqlite: {e}"))
@@ -489,7 +489,13 @@ pub fn run(base: &Path, ops: usize, callers: &[usize], replay_records: u64) -> R
     );
     println!("{:<20} {:>8} {:>12}", "system", "callers", "creates/s");
     for &n in callers {
-        for sys in ["treelog", "seed-serialized", "raw-rocksdb", "sqlite"] {
+        for sys in [
+            "treelog",
+            "treelog-async",
+            "seed-serialized",
+            "raw-rocksdb",
+            "sqlite",
+        ] {
             let path = base.join(format!("suite-{sys}-{n}"));
             let _ = std::fs::remove_dir_all(&path);
             let sys_ops = if sys == "sqlite" || sys == "seed-serialized" {
@@ -499,6 +505,14 @@ pub fn run(base: &Path, ops: usize, callers: &[usize], replay_records: u64) -> R
             };
             let f = match sys {
                 "treelog" => run_creates(
+                    sys,
+                    Arc::new(Treelog::open(&path, Options::default())?),
+                    n,
+                    sys_ops,
+                    1000,
+                    "c",
+                )?,
+                "treelog-async" => run_creates_async(
                     sys,
                     Arc::new(Treelog::open(&path, Options::default())?),
                     n,
@@ -529,13 +543,15 @@ pub fn run(base: &Path, ops: usize, callers: &[usize], replay_records: u64) -> R
             let _ = std::fs::remove_dir_all(&path);
         }
         let get = |s: &str| Figure::rate_of(&figures, s, n).unwrap_or(f64::NAN);
-        let t = get("treelog");
-        println!(
-            "  ratios at {n} callers: treelog/seed-serialized {:.1}x, treelog/sqlite {:.1}x, treelog/raw-rocksdb {:.2}x",
-            t / get("seed-serialized"),
-            t / get("sqlite"),
-            t / get("raw-rocksdb")
-        );
+        for t_sys in ["treelog", "treelog-async"] {
+            let t = get(t_sys);
+            println!(
+                "  ratios at {n} callers: {t_sys}/seed-serialized {:.1}x, {t_sys}/sqlite {:.1}x, {t_sys}/raw-rocksdb {:.2}x",
+                t / get("seed-serialized"),
+                t / get("sqlite"),
+                t / get("raw-rocksdb")
+            );
+        }
     }
 
     println!("== replay: rebuild the index from a log of {replay_records} records");
