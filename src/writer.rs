@@ -326,7 +326,7 @@ impl Writer {
             Ok(cf) => cf,
             Err(e) => {
                 // Unreachable in practice: the CF is checked at open.
-                self.fail(e.to_string());
+                self.shared.fail(e.to_string());
                 Self::refuse_all(requests, &e.to_string());
                 return None;
             }
@@ -381,7 +381,7 @@ impl Writer {
             if let Some(m) = &self.shared.metrics {
                 m.writer_failed.set(1);
             }
-            self.fail(why.clone());
+            self.shared.fail(why.clone());
             Self::refuse_all(requests, &why);
             return None;
         }
@@ -421,10 +421,6 @@ impl Writer {
             writes,
             decoded,
         })
-    }
-
-    fn fail(&self, why: String) {
-        self.shared.fail(why)
     }
 }
 

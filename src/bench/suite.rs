@@ -504,14 +504,7 @@ pub fn run(base: &Path, ops: usize, callers: &[usize], replay_records: u64) -> R
                 ops
             };
             let f = match sys {
-                "treelog" => run_creates(
-                    sys,
-                    Arc::new(Treelog::open(&path, Options::default())?),
-                    n,
-                    sys_ops,
-                    1000,
-                    "c",
-                )?,
+                "raw-rocksdb" => raw_rocksdb(&path, sys_ops, n)?,
                 "treelog-async" => run_creates_async(
                     sys,
                     Arc::new(Treelog::open(&path, Options::default())?),
@@ -520,23 +513,7 @@ pub fn run(base: &Path, ops: usize, callers: &[usize], replay_records: u64) -> R
                     1000,
                     "c",
                 )?,
-                "seed-serialized" => run_creates(
-                    sys,
-                    Arc::new(SeedStore::open(&path, true)?),
-                    n,
-                    sys_ops,
-                    1000,
-                    "c",
-                )?,
-                "sqlite" => run_creates(
-                    sys,
-                    Arc::new(SqliteStore::open(&path)?),
-                    n,
-                    sys_ops,
-                    1000,
-                    "c",
-                )?,
-                _ => raw_rocksdb(&path, sys_ops, n)?,
+                _ => run_creates(sys, open_system(sys, &path)?, n, sys_ops, 1000, "c")?,
             };
             println!("{:<20} {:>8} {:>12.0}", f.system, f.callers, f.ops_per_sec);
             figures.push(f);
