@@ -42,6 +42,8 @@ pub struct ServerConfig {
     /// this long is closed.
     pub idle_timeout: Duration,
     pub shutdown_grace: Duration,
+    /// The scheduling priority of the thread that delivers change streams.
+    pub stream_priority: crate::stream::DeliveryPriority,
     pub store: Options,
 }
 
@@ -59,6 +61,7 @@ impl ServerConfig {
             handshake_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(300),
             shutdown_grace: Duration::from_secs(10),
+            stream_priority: Default::default(),
             store: Options::default(),
         }
     }
@@ -117,6 +120,7 @@ pub async fn start(cfg: ServerConfig) -> Result<ServerHandle> {
         rpc: rpc_listener.local_addr()?,
         http: http_listener.local_addr()?,
     };
+    let delivery = crate::stream::DeliveryRuntime::new(cfg.stream_priority)?;
     let state = Arc::new(State {
         conn_slots: Arc::new(Semaphore::new(cfg.max_connections)),
         cfg,
@@ -124,7 +128,7 @@ pub async fn start(cfg: ServerConfig) -> Result<ServerHandle> {
         ready: AtomicBool::new(false),
         metrics: OnceLock::new(),
         shutdown: stop_rx.clone(),
-        delivery: crate::stream::DeliveryRuntime::new()?,
+        delivery,
     });
     tokio::spawn(http_server(http_listener, state.clone()));
     // Open the store (replay) off the runtime threads.

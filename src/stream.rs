@@ -269,6 +269,8 @@ pub struct Subscription {
     /// The position of the last item handed to the caller.
     delivered: u64,
     buf: VecDeque<StreamItem>,
+    /// Reused for reads from the tail cache.
+    slice: crate::tailcache::Slice,
     snapshot: Option<tokio::sync::mpsc::Receiver<SnapMsg>>,
     cursor: Option<String>,
 }
@@ -292,6 +294,7 @@ impl Subscription {
             reported: committed,
             delivered: committed,
             buf: VecDeque::new(),
+            slice: Default::default(),
             snapshot: None,
             cursor,
         };
@@ -460,17 +463,27 @@ impl Subscription {
             return Err(self.compacted());
         }
         let end = committed.min(self.next_seq + BATCH - 1);
-        if let Some(recs) = self.shared.tail.get(self.next_seq, end, BATCH as usize) {
-            if !recs.is_empty() {
-                for rec in recs {
-                    if self.take_record(&rec) {
-                        return Ok(true);
-                    }
+        let mut slice = std::mem::take(&mut self.slice);
+        if self
+            .shared
+            .tail
+            .get(self.next_seq, end, BATCH as usize, &mut slice)
+        {
+            let mut resync = false;
+            for rec in slice.records() {
+                if self.take_record(rec) {
+                    resync = true;
+                    break;
                 }
-                self.report_progress(committed);
-                return Ok(true);
             }
+            if !resync {
+                self.report_progress(committed);
+            }
+            slice.clear();
+            self.slice = slice;
+            return Ok(true);
         }
+        self.slice = slice;
         let shared = self.shared.clone();
         let store = &shared.store;
         let mut it = store.db().raw_iterator_cf(store.cf(CF_LOG)?);
@@ -676,14 +689,53 @@ fn produce_snapshot(
     send(StreamItem::SnapshotEnd { seq })
 }
 
-/// Niceness of the delivery threads (see [`DeliveryRuntime`]).
-pub const DELIVERY_NICE: i32 = 10;
+/// The scheduling priority of the delivery thread (see [`DeliveryRuntime`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum DeliveryPriority {
+    /// Linux `SCHED_IDLE`: delivery runs only on CPU that nothing else
+    /// wants. Subscribers never take CPU from writes and requests; under a
+    /// load that keeps every core busy they fall behind (and catch up from
+    /// the tail cache or the log when it eases). The default.
+    #[default]
+    Idle,
+    /// An ordinary thread at this niceness (0..=19): under full load,
+    /// subscribers keep a share of the CPU (about 10% of a core at 10) at
+    /// some cost to write throughput.
+    Nice(i32),
+}
+
+impl std::str::FromStr for DeliveryPriority {
+    type Err = Error;
+
+    /// `idle`, or a niceness `0`..`19`.
+    fn from_str(s: &str) -> Result<Self> {
+        if s == "idle" {
+            return Ok(DeliveryPriority::Idle);
+        }
+        match s.parse::<i32>() {
+            Ok(n) if (0..=19).contains(&n) => Ok(DeliveryPriority::Nice(n)),
+            _ => Err(Error::InvalidArgument(format!(
+                "stream priority {s:?}: expected `idle` or a niceness 0..19"
+            ))),
+        }
+    }
+}
+
+impl std::fmt::Display for DeliveryPriority {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DeliveryPriority::Idle => f.write_str("idle"),
+            DeliveryPriority::Nice(n) => write!(f, "{n}"),
+        }
+    }
+}
 
 /// The runtime that delivers change streams: one worker thread at a lower
-/// scheduling priority (nice +10) than the writer, its callers and the
-/// request handlers. When the CPU is short, the scheduler then takes it from
-/// subscribers, which catch up later from the tail cache or the log, not
-/// from the writer. (Under no contention the niceness changes nothing.)
+/// scheduling priority ([`DeliveryPriority`]) than the writer, its callers
+/// and the request handlers. When the CPU is short, the scheduler then
+/// takes it from subscribers, which catch up later from the tail cache or
+/// the log, not from the writer. (With idle CPU the priority changes
+/// nothing.)
 ///
 /// Dropping it shuts the runtime down in the background, so it may be
 /// dropped from async code.
@@ -694,11 +746,11 @@ pub struct DeliveryRuntime {
 }
 
 impl DeliveryRuntime {
-    pub fn new() -> Result<DeliveryRuntime> {
+    pub fn new(priority: DeliveryPriority) -> Result<DeliveryRuntime> {
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .thread_name("treelog-streams")
-            .on_thread_start(lower_thread_priority)
+            .on_thread_start(move || lower_thread_priority(priority))
             .enable_all()
             .build()?;
         Ok(DeliveryRuntime {
@@ -722,11 +774,75 @@ impl Drop for DeliveryRuntime {
 
 /// Lowers the calling thread's priority (Linux: per thread). Best effort: a
 /// failure leaves the default priority.
-fn lower_thread_priority() {
+fn lower_thread_priority(priority: DeliveryPriority) {
     #[cfg(target_os = "linux")]
-    // SAFETY: plain syscalls on the calling thread's id; no memory involved.
+    // SAFETY: plain syscalls on the calling thread (pid 0 / its own tid);
+    // `param` outlives the call.
     unsafe {
-        let tid = libc::gettid();
-        let _ = libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, DELIVERY_NICE);
+        match priority {
+            DeliveryPriority::Idle => {
+                let param = libc::sched_param { sched_priority: 0 };
+                let _ = libc::sched_setscheduler(0, libc::SCHED_IDLE, &param);
+            }
+            DeliveryPriority::Nice(n) => {
+                let tid = libc::gettid();
+                let _ = libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, n);
+            }
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = priority;
+}
+
+#[cfg(test)]
+mod priority_tests {
+    use super::*;
+
+    #[test]
+    fn parses_idle_and_niceness() {
+        assert_eq!(
+            "idle".parse::<DeliveryPriority>().ok(),
+            Some(DeliveryPriority::Idle)
+        );
+        assert_eq!(
+            "10".parse::<DeliveryPriority>().ok(),
+            Some(DeliveryPriority::Nice(10))
+        );
+        for bad in ["", "-1", "20", "high"] {
+            let e = bad.parse::<DeliveryPriority>().err().map(|e| e.kind());
+            assert_eq!(e, Some(ErrorKind::InvalidArgument), "{bad:?}");
+        }
+        assert_eq!(DeliveryPriority::Nice(7).to_string(), "7");
+    }
+
+    /// The delivery thread really runs at the asked priority.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn delivery_thread_gets_the_priority() {
+        for (p, policy, nice) in [
+            (DeliveryPriority::Idle, libc::SCHED_IDLE, None),
+            (DeliveryPriority::Nice(7), libc::SCHED_OTHER, Some(7)),
+        ] {
+            let rt = DeliveryRuntime::new(p).expect("runtime");
+            let (got_policy, got_nice) = rt
+                .handle()
+                .block_on(async {
+                    tokio::spawn(async {
+                        // SAFETY: queries about the calling thread.
+                        unsafe {
+                            let tid = libc::gettid();
+                            *libc::__errno_location() = 0;
+                            let n = libc::getpriority(libc::PRIO_PROCESS, tid as libc::id_t);
+                            (libc::sched_getscheduler(0), n)
+                        }
+                    })
+                    .await
+                })
+                .expect("task");
+            assert_eq!(got_policy, policy, "{p}");
+            if let Some(n) = nice {
+                assert_eq!(got_nice, n, "{p}");
+            }
+        }
     }
 }

@@ -3,73 +3,239 @@
 //!
 //! Without it, each commit would wake every subscriber to create a RocksDB
 //! iterator and decode the same records again: with 100 subscribers on two
-//! cores that steals the writer's CPU. The writer inserts a group's records
-//! (already built, so no extra encoding) just before it publishes the
-//! watermark; subscribers that are within the cache read from it, and ones
-//! further behind catch up from the `log` column family through their own
-//! iterators. Memory is bounded by `capacity` records.
+//! cores that steals the writer's CPU. The applier inserts each round's
+//! records (already decoded by the writer, so no extra work) as one
+//! immutable chunk just before it publishes the watermark; subscribers that
+//! are within the cache read from it, and ones further behind catch up from
+//! the `log` column family through their own iterators. Memory is bounded by
+//! `capacity` records.
+//!
+//! Records are shared by chunk, not one by one: a subscriber takes a
+//! reference to each chunk it reads (a few per wake-up) and then walks the
+//! records without touching their reference counts. With 100 subscribers a
+//! record is delivered 100 times, so the per-record cost is what matters.
+//! The lock is held only to find and clone the chunk references, so a
+//! subscriber on the low-priority delivery thread cannot hold the applier
+//! back for long.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, RwLock};
 
 use crate::event::SharedRecord as Record;
 
+/// Consecutive records, the first one with sequence `first`.
+pub struct Chunk {
+    first: u64,
+    records: Vec<Arc<Record>>,
+}
+
+impl Chunk {
+    fn last(&self) -> u64 {
+        self.first + self.records.len() as u64 - 1
+    }
+}
+
+/// The records `from..=upto` (at most `max`) held by a few chunks.
+#[derive(Default)]
+pub struct Slice {
+    chunks: Vec<Arc<Chunk>>,
+    from: u64,
+    upto: u64,
+}
+
+impl Slice {
+    /// The records in sequence order.
+    pub fn records(&self) -> impl Iterator<Item = &Arc<Record>> + '_ {
+        let (from, upto) = (self.from, self.upto);
+        self.chunks.iter().flat_map(move |c| {
+            let lo = from.max(c.first);
+            let hi = upto.min(c.last());
+            let range = if lo > hi {
+                0..0
+            } else {
+                (lo - c.first) as usize..(hi - c.first) as usize + 1
+            };
+            c.records[range].iter()
+        })
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.chunks.is_empty()
+    }
+
+    /// Lets go of the chunks (keeping the allocation).
+    pub fn clear(&mut self) {
+        self.chunks.clear();
+    }
+}
+
+struct Inner {
+    chunks: VecDeque<Arc<Chunk>>,
+    /// Records held (sum over the chunks).
+    len: usize,
+}
+
 pub struct TailCache {
     capacity: usize,
-    records: RwLock<VecDeque<Arc<Record>>>,
+    inner: RwLock<Inner>,
 }
 
 impl TailCache {
     pub fn new(capacity: usize) -> TailCache {
         TailCache {
             capacity,
-            records: RwLock::new(VecDeque::with_capacity(capacity.min(1 << 16))),
+            inner: RwLock::new(Inner {
+                chunks: VecDeque::new(),
+                len: 0,
+            }),
         }
     }
 
-    /// Appends a group's records (consecutive, continuing the cache).
-    pub fn extend(&self, recs: Vec<Arc<Record>>) {
+    /// Appends a round's records (consecutive, continuing the cache).
+    pub fn extend(&self, records: Vec<Arc<Record>>) {
+        let Some(first) = records.first().map(|r| r.seq) else {
+            return;
+        };
         if self.capacity == 0 {
             return;
         }
-        let mut q = self.records.write().unwrap_or_else(|p| p.into_inner());
-        for r in recs {
-            if let Some(last) = q.back() {
-                if last.seq + 1 != r.seq {
-                    // Not contiguous (cannot happen with one writer): restart.
-                    q.clear();
-                }
+        debug_assert!(
+            records.windows(2).all(|w| w[0].seq + 1 == w[1].seq),
+            "a round's records are consecutive"
+        );
+        let chunk = Arc::new(Chunk { first, records });
+        let mut inner = self.inner.write().unwrap_or_else(|p| p.into_inner());
+        if inner.chunks.back().is_some_and(|c| c.last() + 1 != first)
+            || chunk.records.len() > self.capacity
+        {
+            // Not contiguous (cannot happen with one writer), or larger
+            // than the whole cache: start over.
+            inner.chunks.clear();
+            inner.len = 0;
+            if chunk.records.len() > self.capacity {
+                return;
             }
-            if q.len() == self.capacity {
-                q.pop_front();
+        }
+        inner.len += chunk.records.len();
+        inner.chunks.push_back(chunk);
+        while inner.len > self.capacity {
+            if let Some(c) = inner.chunks.pop_front() {
+                inner.len -= c.records.len();
             }
-            q.push_back(r);
         }
     }
 
-    /// Up to `max` records from `from` on, if the cache holds `from`.
-    pub fn get(&self, from: u64, upto: u64, max: usize) -> Option<Vec<Arc<Record>>> {
-        let q = self.records.read().unwrap_or_else(|p| p.into_inner());
-        let first = q.front()?.seq;
-        if from < first || from > q.back()?.seq {
-            return None;
+    /// Fills `out` with up to `max` records from `from` on, none above
+    /// `upto`, if the cache holds `from`; returns whether it does.
+    pub fn get(&self, from: u64, upto: u64, max: usize, out: &mut Slice) -> bool {
+        out.clear();
+        if max == 0 || upto < from {
+            return false;
         }
-        let start = (from - first) as usize;
-        Some(
-            q.iter()
-                .skip(start)
-                .take_while(|r| r.seq <= upto)
-                .take(max)
-                .cloned()
-                .collect(),
-        )
+        let upto = upto.min(from + max as u64 - 1);
+        let inner = self.inner.read().unwrap_or_else(|p| p.into_inner());
+        let (Some(front), Some(back)) = (inner.chunks.front(), inner.chunks.back()) else {
+            return false;
+        };
+        if from < front.first || from > back.last() {
+            return false;
+        }
+        // The first chunk whose last record is at or after `from`.
+        let start = inner.chunks.partition_point(|c| c.last() < from);
+        for c in inner.chunks.range(start..) {
+            if c.first > upto {
+                break;
+            }
+            out.chunks.push(c.clone());
+        }
+        out.from = from;
+        out.upto = upto;
+        true
     }
 
-    /// Drops everything below `start` (after retention).
+    /// Drops everything below `start` (after retention), whole chunks at a
+    /// time; a chunk that straddles `start` stays (readers never ask for
+    /// sequences below the log start).
     pub fn truncate_below(&self, start: u64) {
-        let mut q = self.records.write().unwrap_or_else(|p| p.into_inner());
-        while q.front().is_some_and(|r| r.seq < start) {
-            q.pop_front();
+        let mut inner = self.inner.write().unwrap_or_else(|p| p.into_inner());
+        while inner.chunks.front().is_some_and(|c| c.last() < start) {
+            if let Some(c) = inner.chunks.pop_front() {
+                inner.len -= c.records.len();
+            }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn recs(from: u64, n: u64) -> Vec<Arc<Record>> {
+        (from..from + n)
+            .map(|seq| {
+                Arc::new(Record::from(crate::event::Record {
+                    seq,
+                    time_ms: 0,
+                    events: Vec::new(),
+                }))
+            })
+            .collect()
+    }
+
+    fn seqs(c: &TailCache, from: u64, upto: u64, max: usize) -> Option<Vec<u64>> {
+        let mut s = Slice::default();
+        c.get(from, upto, max, &mut s)
+            .then(|| s.records().map(|r| r.seq).collect())
+    }
+
+    #[test]
+    fn reads_across_chunks_within_bounds() {
+        let c = TailCache::new(100);
+        c.extend(recs(1, 3));
+        c.extend(recs(4, 1));
+        c.extend(recs(5, 4));
+        assert_eq!(seqs(&c, 1, 8, 100), Some((1..=8).collect()));
+        assert_eq!(seqs(&c, 2, 6, 100), Some(vec![2, 3, 4, 5, 6]));
+        assert_eq!(seqs(&c, 3, 8, 3), Some(vec![3, 4, 5]));
+        assert_eq!(seqs(&c, 8, 100, 10), Some(vec![8]));
+        assert_eq!(seqs(&c, 9, 9, 10), None, "not yet cached");
+        assert_eq!(seqs(&c, 0, 3, 10), None, "before the cache");
+    }
+
+    #[test]
+    fn evicts_whole_chunks_beyond_capacity() {
+        let c = TailCache::new(5);
+        c.extend(recs(1, 3));
+        c.extend(recs(4, 3));
+        // 6 records > 5: the first chunk goes.
+        assert_eq!(seqs(&c, 1, 10, 10), None);
+        assert_eq!(seqs(&c, 4, 10, 10), Some(vec![4, 5, 6]));
+        // A chunk larger than the cache empties it.
+        c.extend(recs(7, 6));
+        assert_eq!(seqs(&c, 4, 20, 20), None);
+        assert_eq!(seqs(&c, 7, 20, 20), None);
+        // And caching starts again with the next chunk.
+        c.extend(recs(13, 2));
+        assert_eq!(seqs(&c, 13, 20, 20), Some(vec![13, 14]));
+    }
+
+    #[test]
+    fn a_gap_restarts_the_cache_and_truncation_drops_old_chunks() {
+        let c = TailCache::new(100);
+        c.extend(recs(1, 3));
+        c.extend(recs(10, 2));
+        assert_eq!(seqs(&c, 1, 20, 20), None);
+        assert_eq!(seqs(&c, 10, 20, 20), Some(vec![10, 11]));
+        c.extend(recs(12, 3));
+        c.truncate_below(12);
+        assert_eq!(seqs(&c, 10, 20, 20), None);
+        assert_eq!(seqs(&c, 12, 20, 20), Some(vec![12, 13, 14]));
+    }
+
+    #[test]
+    fn disabled_cache_holds_nothing() {
+        let c = TailCache::new(0);
+        c.extend(recs(1, 3));
+        assert_eq!(seqs(&c, 1, 3, 3), None);
     }
 }

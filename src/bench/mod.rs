@@ -99,12 +99,16 @@ pub enum BenchCmd {
     /// Change-stream figures: throughput with subscribers, delivery
     /// latency, catch-up rate.
     Stream {
-        /// Creates per throughput run.
-        #[arg(long, default_value_t = 40_000)]
+        /// Creates per throughput round (rounds under a second are noise).
+        #[arg(long, default_value_t = 100_000)]
         ops: usize,
         /// Records in the catch-up log.
         #[arg(long, default_value_t = 1_000_000)]
         catchup_records: u64,
+        /// Priority of the delivery thread, as `treelog serve
+        /// --stream-priority`.
+        #[arg(long, default_value = "idle")]
+        stream_priority: crate::stream::DeliveryPriority,
         #[arg(long)]
         dir: Option<std::path::PathBuf>,
     },
@@ -502,13 +506,14 @@ pub fn run(args: &BenchArgs) -> Result<u8> {
         BenchCmd::Stream {
             ops,
             catchup_records,
+            stream_priority,
             dir,
         } => {
             let base = dir.clone().unwrap_or_else(|| {
                 std::env::temp_dir().join(format!("treelog-bench-{}", std::process::id()))
             });
             std::fs::create_dir_all(&base)?;
-            stream::run(&base, *ops, *catchup_records)?;
+            stream::run(&base, *ops, *catchup_records, *stream_priority)?;
             if dir.is_none() {
                 let _ = std::fs::remove_dir_all(&base);
             }

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use crate::error::Result;
 use crate::namespace::{Options, Treelog};
-use crate::stream::{StartFrom, StreamItem, SubscribeOptions};
+use crate::stream::{DeliveryPriority, StartFrom, StreamItem, SubscribeOptions};
 use crate::writer::Durability;
 
 use super::{percentile, run_creates, Creator};
@@ -67,11 +67,16 @@ fn join_all(
     })
 }
 
-pub fn run(base: &std::path::Path, ops: usize, catchup_records: u64) -> Result<()> {
+pub fn run(
+    base: &std::path::Path,
+    ops: usize,
+    catchup_records: u64,
+    priority: DeliveryPriority,
+) -> Result<()> {
     // Subscribers run where the server runs them: on the delivery runtime.
-    let delivery = crate::stream::DeliveryRuntime::new()?;
+    let delivery = crate::stream::DeliveryRuntime::new(priority)?;
     let rt = delivery.handle().clone();
-    println!("== writer throughput with subscribers (durable creates, 64 callers, {ops} creates; 3 alternating rounds)");
+    println!("== writer throughput with subscribers (durable creates, 64 callers, {ops} creates; 3 alternating rounds; delivery priority {priority})");
     let (mut none, mut hundred) = (Vec::new(), Vec::new());
     for round in 0..3 {
         for subs in [0usize, 100] {

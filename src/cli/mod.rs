@@ -220,6 +220,11 @@ pub struct ServeArgs {
     /// Expire cursors lagging more than this many records.
     #[arg(long)]
     pub max_cursor_lag: Option<u64>,
+    /// Scheduling priority of change-stream delivery: `idle` (only CPU
+    /// nothing else wants; subscribers never slow writes) or a niceness
+    /// 0..19 (subscribers keep a share under full load).
+    #[arg(long, default_value = "idle")]
+    pub stream_priority: crate::stream::DeliveryPriority,
     /// Token file (also accepted as the global --token-file).
     #[arg(long = "require-token-file")]
     pub token_file: Option<PathBuf>,
@@ -708,6 +713,7 @@ fn serve(cli: &Cli, a: &ServeArgs) -> Result<u8> {
     cfg.max_in_flight = a.max_in_flight;
     cfg.max_frame = a.max_frame;
     cfg.idle_timeout = std::time::Duration::from_secs(a.idle_timeout_secs);
+    cfg.stream_priority = a.stream_priority;
     cfg.store = Options::default().durability(cli.durability.into());
     cfg.store.retention = crate::retention::RetentionPolicy {
         max_records: a.retain_records,
