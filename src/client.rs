@@ -104,7 +104,9 @@ impl Client {
             .await
             .map_err(|_| Error::Protocol(format!("connecting to {addr} timed out")))??;
         let _ = sock.set_nodelay(true);
-        let (mut rd, wr) = sock.into_split();
+        let (rd, wr) = sock.into_split();
+        // Buffered: replies to pipelined requests arrive many per segment.
+        let mut rd = tokio::io::BufReader::with_capacity(64 << 10, rd);
         let mut w = BufWriter::new(wr);
         let hello = protocol::encode(&ClientMsg::Hello(Hello {
             magic: protocol::MAGIC,

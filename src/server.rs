@@ -269,6 +269,7 @@ fn token_ok(expected: &Option<String>, given: &Option<String>) -> bool {
 }
 
 type Out = mpsc::Sender<Vec<u8>>;
+type ReadHalf = tokio::io::BufReader<tokio::net::tcp::OwnedReadHalf>;
 
 /// Sends the response `body` to request `id`; false once the connection is gone.
 async fn respond(out: &Out, id: u64, body: ResponseBody) -> bool {
@@ -284,7 +285,11 @@ async fn send(out: &Out, msg: &ServerMsg) -> bool {
 
 async fn connection(sock: TcpStream, state: Arc<State>) -> Result<()> {
     let _ = sock.set_nodelay(true);
-    let (mut rd, wr) = sock.into_split();
+    let (rd, wr) = sock.into_split();
+    // Buffered: a pipelining client's frames arrive many per segment, and
+    // reading each one's length and body straight from the socket would
+    // cost two system calls per request.
+    let mut rd = tokio::io::BufReader::with_capacity(64 << 10, rd);
     let (out_tx, out_rx) = mpsc::channel::<Vec<u8>>(1024);
     // One task owns the socket's write half and batches frames.
     let writer = tokio::spawn(protocol::write_loop(out_rx, wr));
@@ -317,7 +322,7 @@ async fn connection(sock: TcpStream, state: Arc<State>) -> Result<()> {
 }
 
 async fn read_msg(
-    rd: &mut tokio::net::tcp::OwnedReadHalf,
+    rd: &mut ReadHalf,
     max: usize,
     wait: Option<Duration>,
 ) -> Result<Option<ClientMsg>> {
@@ -350,11 +355,7 @@ struct ConnCtx {
     delivery: tokio::runtime::Handle,
 }
 
-async fn serve_connection(
-    rd: &mut tokio::net::tcp::OwnedReadHalf,
-    out: &Out,
-    state: &Arc<State>,
-) -> Result<()> {
+async fn serve_connection(rd: &mut ReadHalf, out: &Out, state: &Arc<State>) -> Result<()> {
     let cfg = &state.cfg;
     // Handshake.
     let hello: Hello =
