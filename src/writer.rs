@@ -596,25 +596,35 @@ impl Committer {
                 .set(self.shared.log_bytes.load(Ordering::Relaxed) as i64);
             let start = self.shared.log_start.load(Ordering::Relaxed);
             m.log_records.set((seq + 1).saturating_sub(start) as i64);
-            let now = Instant::now();
-            for g in &groups {
-                for (req, res) in g.requests.iter().zip(&g.results) {
-                    let outcome = match res {
-                        Ok(_) => "ok",
-                        Err(e) => e.kind().as_str(),
-                    };
-                    m.ops.with_label_values(&[req.cmd.name(), outcome]).inc();
-                    m.end_to_end
-                        .observe(now.saturating_duration_since(req.enqueued).as_secs_f64());
-                }
-            }
         }
         // The groups are committed and published: nothing here can fail
         // them. (Waking a caller is a syscall each; the syncer's next fsync
-        // runs meanwhile.)
+        // runs meanwhile.) Per-command counts are gathered while replying
+        // and added after, one labelled-counter lookup per kind of command
+        // and outcome rather than per command.
+        let now = Instant::now();
+        let mut counts: Vec<(&'static str, &'static str, u64)> = Vec::new();
         for g in groups {
             for (req, res) in g.requests.into_iter().zip(g.results) {
+                if let Some(m) = &self.shared.metrics {
+                    let outcome = match &res {
+                        Ok(_) => "ok",
+                        Err(e) => e.kind().as_str(),
+                    };
+                    let name = req.cmd.name();
+                    match counts.iter_mut().find(|c| c.0 == name && c.1 == outcome) {
+                        Some(c) => c.2 += 1,
+                        None => counts.push((name, outcome, 1)),
+                    }
+                    m.end_to_end
+                        .observe(now.saturating_duration_since(req.enqueued).as_secs_f64());
+                }
                 let _ = req.reply.send(res);
+            }
+        }
+        if let Some(m) = &self.shared.metrics {
+            for (name, outcome, n) in counts {
+                m.ops.with_label_values(&[name, outcome]).inc_by(n);
             }
         }
     }

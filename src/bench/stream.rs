@@ -77,9 +77,16 @@ pub fn run(
     let delivery = crate::stream::DeliveryRuntime::new(priority)?;
     let rt = delivery.handle().clone();
     println!("== writer throughput with subscribers (durable creates, 64 callers, {ops} creates; 3 alternating rounds; delivery priority {priority})");
+    super::warm_up(base, ops)?;
     let (mut none, mut hundred) = (Vec::new(), Vec::new());
     for round in 0..3 {
-        for subs in [0usize, 100] {
+        // Which setting goes first alternates (see `metrics_overhead`).
+        let order = if round % 2 == 0 {
+            [0usize, 100]
+        } else {
+            [100, 0]
+        };
+        for subs in order {
             let path = base.join(format!("stream-tput-{subs}-{round}"));
             let _ = std::fs::remove_dir_all(&path);
             let t = Arc::new(Treelog::open(&path, Options::default())?);
