@@ -85,6 +85,9 @@ ts("Reads per second", [(f"sum by (op) (rate(treelog_reads_total[{RI}]))", "{{op
 ts("Writer read cache", [(f"rate(treelog_writer_cache_hits_total[{RI}])", "hits/s"),
                          (f"rate(treelog_writer_cache_misses_total[{RI}])", "misses/s")], "ops",
    desc="Index lookups made while validating commands, served from the writer's exact cache or from RocksDB.")
+ts("Readers' cache misses", [(f"sum by (cf) (rate(treelog_read_cache_misses_total[{RI}]))", "{{cf}} misses/s"),
+                             (f"rate(treelog_path_lookups_total[{RI}])", "path component lookups/s")], "ops",
+   desc="Readers' index lookups that went to RocksDB, beside the edge lookups made resolving paths: the edges hit ratio is 1 - edges misses / path lookups.")
 ts("Read latency p99 (server)", [(f'histogram_quantile(0.99, sum by (le, op) (rate(treelog_read_seconds_bucket[{RI}])))', "{{op}}")], "s")
 
 row("RocksDB")

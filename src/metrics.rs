@@ -70,6 +70,8 @@ pub struct Metrics {
     pub block_cache_bytes: IntGauge,
     /// Entries in the readers' index cache (read on scrape).
     pub read_cache_entries: IntGauge,
+    /// Readers' cache lookups that went to RocksDB, by column family.
+    pub read_cache_misses: IntCounterVec,
     // server
     pub connections: IntGauge,
     pub connections_total: IntCounter,
@@ -238,6 +240,13 @@ impl Metrics {
                 "treelog_read_cache_entries",
                 "Index entries in the readers' cache (shared level)",
             )?,
+            read_cache_misses: IntCounterVec::new(
+                Opts::new(
+                    "treelog_read_cache_misses_total",
+                    "Readers' index lookups the cache did not answer (read from RocksDB), by column family",
+                ),
+                &["cf"],
+            )?,
             connections: IntGauge::new("treelog_server_connections", "Open client connections")?,
             connections_total: IntCounter::new(
                 "treelog_server_connections_accepted_total",
@@ -328,7 +337,12 @@ impl Metrics {
         ] {
             r.register(Box::new(c.clone()))?;
         }
-        for v in [&self.ops, &self.reads, &self.requests] {
+        for v in [
+            &self.ops,
+            &self.reads,
+            &self.requests,
+            &self.read_cache_misses,
+        ] {
             r.register(Box::new(v.clone()))?;
         }
         for v in [
@@ -378,6 +392,15 @@ impl Metrics {
                     .set(prop("rocksdb.block-cache-usage"));
             }
         }
+    }
+
+    /// The readers' cache miss counters, `[inodes, edges]` (indexed by
+    /// `Cf as usize`); both series exist from the start.
+    pub fn read_cache_miss_counters(&self) -> [IntCounter; 2] {
+        [
+            self.read_cache_misses.with_label_values(&["inodes"]),
+            self.read_cache_misses.with_label_values(&["edges"]),
+        ]
     }
 
     /// Prometheus text exposition of everything.

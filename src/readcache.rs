@@ -112,6 +112,12 @@ pub struct IndexCache {
     shards: [Box<[RwLock<ShardMap>]>; 2],
     /// Most entries per shard before the shard is cleared; 0 disables.
     per_shard: usize,
+    /// Lookups that went to the base, per column family (`Cf as usize`).
+    /// Only misses are counted: they read RocksDB anyway, while a shared
+    /// counter bumped on every hit would bounce between cores on the stat
+    /// path. Hits are the edge lookups (`treelog_path_lookups_total`) and
+    /// inode reads that did not miss.
+    misses: Option<[prometheus::IntCounter; 2]>,
 }
 
 impl IndexCache {
@@ -122,7 +128,21 @@ impl IndexCache {
             generations: (0..SLOTS).map(|_| AtomicU64::new(0)).collect(),
             shards: [(); 2].map(|_| (0..SHARDS).map(|_| RwLock::default()).collect()),
             per_shard: capacity.div_ceil(2 * SHARDS),
+            misses: None,
         }
+    }
+
+    /// Counts misses into these counters (`[inodes, edges]`).
+    pub fn with_miss_counters(mut self, misses: [prometheus::IntCounter; 2]) -> IndexCache {
+        self.misses = Some(misses);
+        self
+    }
+
+    fn load(&self, cf: Cf, load: impl FnOnce() -> Result<Value>) -> Result<Value> {
+        if let Some(m) = &self.misses {
+            m[cf as usize].inc();
+        }
+        load()
     }
 
     fn generation(&self, slot: Slot) -> u64 {
@@ -185,7 +205,7 @@ impl IndexCache {
         load: impl FnOnce() -> Result<Value>,
     ) -> Result<Value> {
         if self.per_shard == 0 {
-            return load();
+            return self.load(cf, load);
         }
         let slot = Slot::of(cf, key);
         if let Some(v) = self.l1_get(cf, key, slot) {
@@ -205,7 +225,7 @@ impl IndexCache {
             }
             generation
         };
-        let v = load()?;
+        let v = self.load(cf, load)?;
         let mut g = write(lock);
         if self.generation(slot) == generation {
             if g.len() >= self.per_shard {

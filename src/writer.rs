@@ -147,7 +147,13 @@ impl Shared {
             cursors: Mutex::new(crate::retention::load_cursors(&store)?),
             retention_lock: Default::default(),
             tail: crate::tailcache::TailCache::new(tail_cache_records),
-            read_cache: crate::readcache::IndexCache::new(read_cache_entries),
+            read_cache: {
+                let c = crate::readcache::IndexCache::new(read_cache_entries);
+                match &metrics {
+                    Some(m) => c.with_miss_counters(m.read_cache_miss_counters()),
+                    None => c,
+                }
+            },
             metrics,
             store,
         })

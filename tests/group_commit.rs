@@ -202,3 +202,32 @@ fn read_cache_size_is_exported() {
     t.stat("/a/b/f3").unwrap();
     assert_eq!(entries(&t), 0);
 }
+
+/// Readers' cache misses are counted per column family: a first stat of a
+/// path misses, the same stat again does not.
+#[test]
+fn read_cache_misses_are_exported() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = Treelog::open(dir.path(), Options::default().durability(Durability::None)).unwrap();
+    let misses = |t: &Treelog, cf: &str| -> u64 {
+        let text = t.render_metrics();
+        let prefix = format!("treelog_read_cache_misses_total{{cf=\"{cf}\"}} ");
+        let line = text
+            .lines()
+            .find(|l| l.starts_with(&prefix))
+            .unwrap_or_else(|| panic!("{prefix} is exported"));
+        line.split_whitespace().nth(1).unwrap().parse().unwrap()
+    };
+    t.mkdir_p("/m/n").unwrap();
+    // Written entries go into the cache: look up one written before this
+    // process started instead.
+    drop(t);
+    let t = Treelog::open(dir.path(), Options::default().durability(Durability::None)).unwrap();
+    let (e0, i0) = (misses(&t, "edges"), misses(&t, "inodes"));
+    t.stat("/m/n").unwrap();
+    let (e1, i1) = (misses(&t, "edges"), misses(&t, "inodes"));
+    assert!(e1 > e0, "the first stat read edges from RocksDB");
+    assert!(i1 > i0, "the first stat read the inode from RocksDB");
+    t.stat("/m/n").unwrap();
+    assert_eq!((misses(&t, "edges"), misses(&t, "inodes")), (e1, i1));
+}
