@@ -132,6 +132,10 @@ pub struct SharedRecord {
     /// first such subscriber and shared by all the others (one reference
     /// count per delivery instead of a vector and a count per event).
     pub unfiltered: std::sync::OnceLock<std::sync::Arc<[crate::stream::ScopedEvent]>>,
+    /// The events as subscribers with a filter receive them, built by the
+    /// first subscriber with each filter and shared by those with an equal
+    /// one (see [`crate::stream::FilterMemo`]).
+    pub filtered: crate::stream::FilterMemo,
 }
 
 impl SharedRecord {
@@ -158,6 +162,7 @@ impl From<Record> for SharedRecord {
             time_ms: r.time_ms,
             events: r.events.into_iter().map(std::sync::Arc::new).collect(),
             unfiltered: Default::default(),
+            filtered: Default::default(),
         }
     }
 }

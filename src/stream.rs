@@ -51,7 +51,7 @@ pub enum StartFrom {
 }
 
 /// Which events a subscription receives.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Filter {
     /// Only events inside this subtree (and the moves and ancestor changes
     /// that affect it). `None` or `/`: everything.
@@ -74,10 +74,14 @@ impl Filter {
             }
             None => None,
         };
-        Ok(Filter {
-            prefix,
-            kinds: self.kinds.clone(),
-        })
+        // Sorted and deduplicated, so that equal filters compare equal
+        // (and share their filtered events, see `FilterMemo`).
+        let kinds = self.kinds.clone().map(|mut ks| {
+            ks.sort_by_key(|k| *k as u8);
+            ks.dedup();
+            ks
+        });
+        Ok(Filter { prefix, kinds })
     }
 
     fn kind_ok(&self, k: EventKind) -> bool {
@@ -239,6 +243,66 @@ pub fn filter_events(events: &[Arc<Event>], f: &Filter) -> (Vec<ScopedEvent>, bo
     (out, resync)
 }
 
+/// Distinct filters whose results one record keeps. Bounded so that a
+/// thousand subscribers with a thousand different subtrees cost each cached
+/// record no more than this; past it, subscribers filter for themselves.
+const FILTER_MEMO_SLOTS: usize = 4;
+
+type FilterSlot = (Arc<Filter>, Arc<[ScopedEvent]>, bool);
+
+/// One record's filtered events per distinct filter: the first subscription
+/// with a filter computes them, later ones with an equal filter share them
+/// (one reference count per delivery instead of a filter pass and two
+/// allocations). Lives in [`crate::event::SharedRecord`]; a clone starts
+/// empty and equality ignores it (it is a cache). Slots are set once and
+/// read without a lock: a lookup is a few loads, not a lock's two atomic
+/// read-modify-writes.
+#[derive(Default)]
+pub struct FilterMemo([std::sync::OnceLock<FilterSlot>; FILTER_MEMO_SLOTS]);
+
+impl Clone for FilterMemo {
+    fn clone(&self) -> Self {
+        FilterMemo::default()
+    }
+}
+
+impl PartialEq for FilterMemo {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl Eq for FilterMemo {}
+
+impl std::fmt::Debug for FilterMemo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("FilterMemo")
+    }
+}
+
+impl crate::event::SharedRecord {
+    /// The record's events through `f` and whether they call for a resync
+    /// (see [`filter_events`]), shared with earlier callers with an equal
+    /// filter.
+    pub fn filtered(&self, f: &Arc<Filter>) -> (Arc<[ScopedEvent]>, bool) {
+        let compute = || {
+            let (v, resync) = filter_events(&self.events, f);
+            (Arc::<[ScopedEvent]>::from(v), resync)
+        };
+        for slot in &self.filtered.0 {
+            // An empty slot takes this filter; a taken one may hold it.
+            let (g, events, resync) = slot.get_or_init(|| {
+                let (events, resync) = compute();
+                (f.clone(), events, resync)
+            });
+            if Arc::ptr_eq(g, f) || **g == **f {
+                return (events.clone(), *resync);
+            }
+        }
+        compute()
+    }
+}
+
 fn event_path(ev: &Event) -> &str {
     match ev {
         Event::Create { path, .. } | Event::Delete { path, .. } => path,
@@ -260,7 +324,7 @@ type SnapMsg = Result<StreamItem>;
 /// A live subscription. Obtain one from [`crate::Treelog::subscribe`].
 pub struct Subscription {
     shared: Arc<Shared>,
-    filter: Filter,
+    filter: Arc<Filter>,
     resync_on_move_in: bool,
     /// Next log sequence to read.
     next_seq: u64,
@@ -283,7 +347,7 @@ impl Subscription {
         resync_on_move_in: Option<bool>,
         cursor: Option<String>,
     ) -> Result<Subscription> {
-        let filter = filter.canonical()?;
+        let filter = Arc::new(filter.canonical()?);
         let committed = shared.committed.get();
         let log_start = shared.log_start.load(Ordering::Acquire);
         let mut s = Subscription {
@@ -527,8 +591,7 @@ impl Subscription {
         let (events, resync): (Arc<[ScopedEvent]>, bool) = if self.filter.is_everything() {
             (rec.unfiltered(), false)
         } else {
-            let (v, resync) = filter_events(&rec.events, &self.filter);
-            (v.into(), resync)
+            rec.filtered(&self.filter)
         };
         self.next_seq = rec.seq + 1;
         if !events.is_empty() {

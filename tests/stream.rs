@@ -514,6 +514,47 @@ fn kind_filter_and_progress() {
     }
 }
 
+/// Subscribers with equal filters (kinds in any order) share each record's
+/// filtered events; a different filter gets its own, and both are right.
+#[test]
+fn equal_filters_share_filtered_events() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = open(dir.path());
+    t.mkdir_p("/a").unwrap();
+    t.mkdir_p("/b").unwrap();
+    let sub = |prefix: &str, kinds: Vec<EventKind>| {
+        t.subscribe(SubscribeOptions {
+            filter: Filter {
+                prefix: Some(prefix.into()),
+                kinds: Some(kinds),
+            },
+            ..Default::default()
+        })
+        .unwrap()
+    };
+    let mut s1 = sub("/a", vec![EventKind::Create, EventKind::Delete]);
+    let mut s2 = sub("/a/", vec![EventKind::Delete, EventKind::Create]);
+    let mut s3 = sub("/a", vec![EventKind::Create]);
+    let mut other = sub("/b", vec![EventKind::Create]);
+    t.create("/a/f", CreateOptions::default()).unwrap();
+    t.create("/b/g", CreateOptions::default()).unwrap();
+    let events = |s: &mut Subscription| match s.next_timeout(WAIT).unwrap().unwrap() {
+        StreamItem::Record { events, .. } => events,
+        item => panic!("expected a record, got {item:?}"),
+    };
+    let (e1, e2, e3) = (events(&mut s1), events(&mut s2), events(&mut s3));
+    assert!(Arc::ptr_eq(&e1, &e2), "equal filters share the slice");
+    assert!(!Arc::ptr_eq(&e1, &e3), "a different filter has its own");
+    for e in [&e1, &e3] {
+        assert_eq!(e.len(), 1);
+        assert_eq!(e[0].scope, Scope::Inside);
+        assert!(matches!(&*e[0].event, Event::Create { path, .. } if path == "/a/f"));
+    }
+    // The other subtree sees only its own create.
+    let eb = events(&mut other);
+    assert!(matches!(&*eb[0].event, Event::Create { path, .. } if path == "/b/g"));
+}
+
 #[test]
 fn a_thousand_idle_subscribers_all_see_the_next_record() {
     let dir = tempfile::tempdir().unwrap();
