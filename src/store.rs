@@ -618,15 +618,33 @@ impl SortedWrites {
     }
 
     fn take_batch(&mut self, store: &Store) -> Result<WriteBatch> {
-        let mut w = std::mem::take(&mut self.writes);
-        // Stable: of equal keys the last written stays last.
-        w.sort_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
+        let w = std::mem::take(&mut self.writes);
+        // Sorts positions, not the writes (56 bytes each), and compares the
+        // keys' first eight bytes as an integer (the inode id, or the
+        // parent's id of an edge) before comparing whole keys: the sort was
+        // a third of this thread's time. The position breaks ties, so of
+        // equal keys the last written comes last.
+        let mut order: Vec<(Cf, u64, usize)> = w
+            .iter()
+            .enumerate()
+            .map(|(i, (cf, k, _))| (*cf, key_prefix(k), i))
+            .collect();
+        let same_key = |a: &(Cf, u64, usize), b: &(Cf, u64, usize)| {
+            (a.0, a.1) == (b.0, b.1) && w[a.2].1 == w[b.2].1
+        };
+        order.sort_unstable_by(|a, b| {
+            (a.0, a.1)
+                .cmp(&(b.0, b.1))
+                .then_with(|| w[a.2].1.cmp(&w[b.2].1))
+                .then(a.2.cmp(&b.2))
+        });
         let (inodes, edges) = (store.index_cf(Cf::Inodes)?, store.index_cf(Cf::Edges)?);
         let mut b = WriteBatch::default();
-        for (i, (cf, k, v)) in w.iter().enumerate() {
-            if w.get(i + 1).is_some_and(|n| n.0 == *cf && n.1 == *k) {
+        for (j, o) in order.iter().enumerate() {
+            if order.get(j + 1).is_some_and(|n| same_key(o, n)) {
                 continue;
             }
+            let (cf, k, v) = &w[o.2];
             let h = match cf {
                 Cf::Inodes => inodes,
                 Cf::Edges => edges,
@@ -638,6 +656,15 @@ impl SortedWrites {
         }
         Ok(b)
     }
+}
+
+/// A key's first eight bytes as a big-endian integer, zero-padded: ordering
+/// by it and then by the whole key is the keys' byte order.
+fn key_prefix(k: &[u8]) -> u64 {
+    let mut b = [0u8; 8];
+    let n = k.len().min(8);
+    b[..n].copy_from_slice(&k[..n]);
+    u64::from_be_bytes(b)
 }
 
 impl IndexWrite for SortedWrites {
