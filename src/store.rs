@@ -37,6 +37,9 @@ pub struct StoreOptions {
     pub log_write_buffer_bytes: usize,
     /// Create the database if the directory is missing or empty.
     pub create_if_missing: bool,
+    /// Replays of at least this many records insert into memtables without
+    /// their bloom filters (see [`Store::apply_records`]).
+    pub replay_unfiltered_min: u64,
 }
 
 impl Default for StoreOptions {
@@ -46,9 +49,16 @@ impl Default for StoreOptions {
             index_write_buffer_bytes: 64 << 20,
             log_write_buffer_bytes: 64 << 20,
             create_if_missing: true,
+            replay_unfiltered_min: 100_000,
         }
     }
 }
+
+/// Memtable bloom filter sizes (fraction of the memtable) of the index CFs:
+/// most lookups while validating a create are for names that do not exist
+/// yet, which the filter answers without searching the skiplist.
+const INODES_MEMTABLE_BLOOM: f64 = 0.05;
+const EDGES_MEMTABLE_BLOOM: f64 = 0.1;
 
 fn db_options() -> Options {
     let mut o = Options::default();
@@ -104,7 +114,7 @@ fn cf_options(name: &str, so: &StoreOptions, cache: &Cache) -> Options {
     match name {
         CF_INODES => {
             // Point lookups by 8-byte id.
-            o.set_memtable_prefix_bloom_ratio(0.05);
+            o.set_memtable_prefix_bloom_ratio(INODES_MEMTABLE_BLOOM);
             o.set_memtable_whole_key_filtering(true);
             o.set_block_based_table_factory(&index_table(cache));
             index_compression(&mut o);
@@ -115,7 +125,7 @@ fn cf_options(name: &str, so: &StoreOptions, cache: &Cache) -> Options {
             // Point lookups (resolve) and prefix scans (list) within one
             // parent: the 8-byte parent id is the prefix.
             o.set_prefix_extractor(SliceTransform::create_fixed_prefix(8));
-            o.set_memtable_prefix_bloom_ratio(0.1);
+            o.set_memtable_prefix_bloom_ratio(EDGES_MEMTABLE_BLOOM);
             // Every create first looks up a name that does not exist yet,
             // in a directory that does: whole-key bits in the memtable
             // filter answer that without searching the skiplist.
@@ -159,6 +169,7 @@ pub fn index_cf_descriptors() -> Vec<(&'static str, Options)> {
 pub struct Store {
     db: DB,
     path: PathBuf,
+    replay_unfiltered_min: u64,
 }
 
 fn incompatible(path: &Path, detail: impl Into<String>) -> Error {
@@ -207,6 +218,7 @@ impl Store {
             let store = Store {
                 db,
                 path: path.to_owned(),
+                replay_unfiltered_min: so.replay_unfiltered_min,
             };
             store.check_version()?;
             return Ok(store);
@@ -231,6 +243,7 @@ impl Store {
         let store = Store {
             db,
             path: path.to_owned(),
+            replay_unfiltered_min: so.replay_unfiltered_min,
         };
         store.initialize()?;
         Ok(store)
@@ -449,6 +462,37 @@ impl Store {
         Ok(())
     }
 
+    /// Starts a flush of every column family (atomically, so `applied_seq`
+    /// stays with the index) without waiting for it: the current memtables
+    /// become immutable and new ones, with the current options, take writes.
+    fn switch_memtables(&self) -> Result<()> {
+        let cfs: Vec<&ColumnFamily> = ALL_CFS.iter().map(|n| self.cf(n)).collect::<Result<_>>()?;
+        let mut fo = rocksdb::FlushOptions::default();
+        fo.set_wait(false);
+        self.db.flush_cfs_opt(&cfs, &fo)?;
+        Ok(())
+    }
+
+    /// Sets the index memtables' bloom filters on or off (for memtables
+    /// created from now on).
+    fn set_memtable_filters(&self, on: bool) -> Result<()> {
+        for (name, ratio) in [
+            (CF_INODES, INODES_MEMTABLE_BLOOM),
+            (CF_EDGES, EDGES_MEMTABLE_BLOOM),
+        ] {
+            let ratio = if on {
+                ratio.to_string()
+            } else {
+                "0".to_owned()
+            };
+            self.db.set_options_cf(
+                self.cf(name)?,
+                &[("memtable_prefix_bloom_size_ratio", ratio.as_str())],
+            )?;
+        }
+        Ok(())
+    }
+
     /// Flushes every column family (atomically).
     pub fn flush(&self) -> Result<()> {
         let cfs: Vec<&ColumnFamily> = ALL_CFS.iter().map(|n| self.cf(n)).collect::<Result<_>>()?;
@@ -497,6 +541,14 @@ impl Store {
     /// writes: replay never reads the index) into an overlay; every ~20,000
     /// keys the overlay becomes one write batch that a second thread inserts
     /// into the memtables (a third of replay's time) while this one goes on.
+    ///
+    /// A long replay (at least `StoreOptions::replay_unfiltered_min`
+    /// records) turns the index memtables' bloom filters off while it runs:
+    /// replay never reads the index, and setting a filter bit is a cache
+    /// miss per key, about a tenth of replay's CPU. The option applies to
+    /// new memtables, so a flush after the first batch switches to one
+    /// without a filter, and a flush at the end (also on failure) switches
+    /// back.
     pub fn apply_records(
         &self,
         records: &mut LogIter<'_>,
@@ -510,11 +562,21 @@ impl Store {
         let mut ov = SortedWrites::default();
         let mut n = 0u64;
         let mut pending_seq = applied;
+        let unfiltered = last_hint.saturating_sub(applied) >= self.replay_unfiltered_min;
+        let _filters = if unfiltered {
+            Some(UnfilteredMemtables::new(self)?)
+        } else {
+            None
+        };
         std::thread::scope(|s| -> Result<()> {
             let (tx, rx) = crossbeam_channel::bounded::<(WriteBatch, u64, u64)>(2);
             let writer = s.spawn(move || -> Result<()> {
+                let mut switch = unfiltered;
                 for (b, seq, bytes) in rx {
                     self.write_index_batch(b, seq, Some(bytes))?;
+                    if std::mem::take(&mut switch) {
+                        self.switch_memtables()?;
+                    }
                 }
                 Ok(())
             });
@@ -600,6 +662,28 @@ impl Store {
         let n = store.replay(|_, _| {})?;
         store.flush()?;
         Ok(n)
+    }
+}
+
+/// Index memtables without bloom filters while it lives (see
+/// [`Store::apply_records`]); dropping it turns them back on and switches to
+/// a memtable that has one.
+struct UnfilteredMemtables<'a>(&'a Store);
+
+impl<'a> UnfilteredMemtables<'a> {
+    fn new(store: &'a Store) -> Result<Self> {
+        store.set_memtable_filters(false)?;
+        Ok(UnfilteredMemtables(store))
+    }
+}
+
+impl Drop for UnfilteredMemtables<'_> {
+    fn drop(&mut self) {
+        // Best effort: on failure the memtables go without filters until
+        // the next flush, which is slower for lookups but still correct.
+        if self.0.set_memtable_filters(true).is_ok() {
+            let _ = self.0.switch_memtables();
+        }
     }
 }
 
