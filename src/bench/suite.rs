@@ -862,7 +862,9 @@ pub fn scale(base: &Path, target: u64) -> Result<()> {
             t.close()?;
         }
         let t = Treelog::open(&path, Options::default())?;
-        let n = 20_000;
+        // Long enough (2 s or so) that one checkpoint's figure is not one
+        // noisy moment of a shared host.
+        let n = 100_000;
         let c = par(64, n, |i| {
             t.create(
                 &format!("/m{checkpoint}/d{}/f{i}", i % 1000),
