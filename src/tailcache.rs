@@ -14,12 +14,17 @@
 //! reference to each chunk it reads (a few per wake-up) and then walks the
 //! records without touching their reference counts. With 100 subscribers a
 //! record is delivered 100 times, so the per-record cost is what matters.
-//! The lock is held only to find and clone the chunk references, so a
-//! subscriber on the low-priority delivery thread cannot hold the applier
-//! back for long.
+//! The lock is held only to find and clone the chunk references.
+//!
+//! The applier never waits for that lock: subscribers run on a low-priority
+//! (by default `SCHED_IDLE`) thread, which the scheduler may preempt while
+//! it holds the read lock and not run again for a while on a busy machine.
+//! When the lock is taken, the applier leaves its chunk in a stash that only
+//! it touches and adds it with the next round's; subscribers meanwhile read
+//! those records from the log. The stash is bounded like the cache.
 
 use std::collections::VecDeque;
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock, TryLockError};
 
 use crate::event::SharedRecord as Record;
 
@@ -78,16 +83,51 @@ struct Inner {
 pub struct TailCache {
     capacity: usize,
     inner: RwLock<Inner>,
+    /// Chunks the applier could not add because a reader held the lock
+    /// (only the applier takes this mutex).
+    stash: Mutex<Inner>,
+}
+
+impl Inner {
+    fn new() -> Inner {
+        Inner {
+            chunks: VecDeque::new(),
+            len: 0,
+        }
+    }
+
+    /// Appends `chunk`, keeping at most `capacity` records (whole chunks).
+    fn push(&mut self, chunk: Arc<Chunk>, capacity: usize) {
+        if self
+            .chunks
+            .back()
+            .is_some_and(|c| c.last() + 1 != chunk.first)
+            || chunk.records.len() > capacity
+        {
+            // Not contiguous (records were dropped from a full stash), or
+            // larger than the whole cache: start over.
+            self.chunks.clear();
+            self.len = 0;
+            if chunk.records.len() > capacity {
+                return;
+            }
+        }
+        self.len += chunk.records.len();
+        self.chunks.push_back(chunk);
+        while self.len > capacity {
+            if let Some(c) = self.chunks.pop_front() {
+                self.len -= c.records.len();
+            }
+        }
+    }
 }
 
 impl TailCache {
     pub fn new(capacity: usize) -> TailCache {
         TailCache {
             capacity,
-            inner: RwLock::new(Inner {
-                chunks: VecDeque::new(),
-                len: 0,
-            }),
+            inner: RwLock::new(Inner::new()),
+            stash: Mutex::new(Inner::new()),
         }
     }
 
@@ -104,25 +144,18 @@ impl TailCache {
             "a round's records are consecutive"
         );
         let chunk = Arc::new(Chunk { first, records });
-        let mut inner = self.inner.write().unwrap_or_else(|p| p.into_inner());
-        if inner.chunks.back().is_some_and(|c| c.last() + 1 != first)
-            || chunk.records.len() > self.capacity
-        {
-            // Not contiguous (cannot happen with one writer), or larger
-            // than the whole cache: start over.
-            inner.chunks.clear();
-            inner.len = 0;
-            if chunk.records.len() > self.capacity {
-                return;
-            }
+        let mut stash = self.stash.lock().unwrap_or_else(|p| p.into_inner());
+        stash.push(chunk, self.capacity);
+        let mut inner = match self.inner.try_write() {
+            Ok(g) => g,
+            Err(TryLockError::Poisoned(p)) => p.into_inner(),
+            // A reader holds it: add the stash next round.
+            Err(TryLockError::WouldBlock) => return,
+        };
+        for c in stash.chunks.drain(..) {
+            inner.push(c, self.capacity);
         }
-        inner.len += chunk.records.len();
-        inner.chunks.push_back(chunk);
-        while inner.len > self.capacity {
-            if let Some(c) = inner.chunks.pop_front() {
-                inner.len -= c.records.len();
-            }
-        }
+        stash.len = 0;
     }
 
     /// Fills `out` with up to `max` records from `from` on, none above
@@ -210,12 +243,14 @@ mod tests {
         // 6 records > 5: the first chunk goes.
         assert_eq!(seqs(&c, 1, 10, 10), None);
         assert_eq!(seqs(&c, 4, 10, 10), Some(vec![4, 5, 6]));
-        // A chunk larger than the cache empties it.
+        // A chunk larger than the cache is not cached; what is cached
+        // stays valid and ends before it.
         c.extend(recs(7, 6));
-        assert_eq!(seqs(&c, 4, 20, 20), None);
+        assert_eq!(seqs(&c, 4, 20, 20), Some(vec![4, 5, 6]));
         assert_eq!(seqs(&c, 7, 20, 20), None);
-        // And caching starts again with the next chunk.
+        // Caching starts again with the next chunk (after the gap).
         c.extend(recs(13, 2));
+        assert_eq!(seqs(&c, 4, 20, 20), None);
         assert_eq!(seqs(&c, 13, 20, 20), Some(vec![13, 14]));
     }
 
@@ -230,6 +265,40 @@ mod tests {
         c.truncate_below(12);
         assert_eq!(seqs(&c, 10, 20, 20), None);
         assert_eq!(seqs(&c, 12, 20, 20), Some(vec![12, 13, 14]));
+    }
+
+    /// The applier does not wait for a reader holding the lock: the round
+    /// is stashed and added with the next one, contiguously.
+    #[test]
+    fn a_held_read_lock_defers_a_round_instead_of_blocking() {
+        let c = TailCache::new(100);
+        c.extend(recs(1, 2));
+        {
+            let _reader = c.inner.read().unwrap();
+            c.extend(recs(3, 2)); // returns at once
+        }
+        assert_eq!(seqs(&c, 3, 10, 10), None, "stashed, not yet visible");
+        assert_eq!(seqs(&c, 1, 10, 10), Some(vec![1, 2]));
+        c.extend(recs(5, 1));
+        assert_eq!(seqs(&c, 1, 10, 10), Some(vec![1, 2, 3, 4, 5]));
+    }
+
+    /// A stash that outgrows the cache keeps only the newest records, and
+    /// the cache restarts at them (no gap inside the cache).
+    #[test]
+    fn an_overfull_stash_restarts_the_cache_without_a_gap() {
+        let c = TailCache::new(4);
+        c.extend(recs(1, 2));
+        {
+            let _reader = c.inner.read().unwrap();
+            c.extend(recs(3, 2));
+            c.extend(recs(5, 2));
+            c.extend(recs(7, 2));
+        }
+        c.extend(recs(9, 1));
+        assert_eq!(seqs(&c, 1, 20, 20), None);
+        let got = (1..=9).find_map(|s| seqs(&c, s, 20, 20));
+        assert_eq!(got, Some(vec![7, 8, 9]));
     }
 
     #[test]
