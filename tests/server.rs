@@ -10,7 +10,7 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use treelog::client::{Client, ClientOptions};
-use treelog::protocol::{self, ClientMsg, Hello, RequestBody, ServerMsg};
+use treelog::protocol::{self, ClientMsg, Hello, RequestBody, ResponseBody, ServerMsg};
 use treelog::server::{start, ServerConfig, ServerHandle};
 use treelog::stream::{StartFrom, StreamItem, SubscribeOptions};
 use treelog::{admin, Command, Durability, ErrorKind};
@@ -319,6 +319,67 @@ fn hello(version: u16, token: Option<&str>) -> Vec<u8> {
         client: "test".into(),
     }))
     .unwrap()
+}
+
+/// The server reads frames through a buffer: several requests in one
+/// segment and one request split into single bytes are all answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn frames_coalesced_or_split_across_segments_are_all_answered() {
+    let dir = tempfile::tempdir().unwrap();
+    let h = start(config(dir.path())).await.unwrap();
+    let mut s = raw_connect(&h).await;
+    s.set_nodelay(true).unwrap();
+    s.write_all(&hello(1, None)).await.unwrap();
+    let w = protocol::read_frame(&mut s, 1 << 20)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(matches!(
+        protocol::decode::<ServerMsg>(&w).unwrap(),
+        ServerMsg::Welcome { .. }
+    ));
+    let req = |id: u64| {
+        protocol::encode(&ClientMsg::Request {
+            id,
+            body: RequestBody::Stat { path: "/".into() },
+        })
+        .unwrap()
+    };
+    // Three requests in one write.
+    let mut three = Vec::new();
+    for id in 1..=3 {
+        three.extend(req(id));
+    }
+    s.write_all(&three).await.unwrap();
+    // A fourth, one byte at a time (TCP_NODELAY: separate segments).
+    for b in req(4) {
+        s.write_all(&[b]).await.unwrap();
+        s.flush().await.unwrap();
+    }
+    let mut ids = Vec::new();
+    for _ in 0..4 {
+        let f = tokio::time::timeout(
+            Duration::from_secs(10),
+            protocol::read_frame(&mut s, 1 << 20),
+        )
+        .await
+        .expect("a reply")
+        .unwrap()
+        .unwrap();
+        match protocol::decode::<ServerMsg>(&f).unwrap() {
+            ServerMsg::Response {
+                id,
+                body: ResponseBody::Inode(ino),
+            } => {
+                assert_eq!(ino.id, 1, "the root");
+                ids.push(id);
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    ids.sort_unstable();
+    assert_eq!(ids, vec![1, 2, 3, 4]);
+    h.shutdown().await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
