@@ -51,6 +51,27 @@ impl SeedStore {
             group_id: 0,
             name: vec![],
         };
+        // Reopened: ids continue after the largest one in use (inode keys
+        // are big-endian ids, so the last key is the largest), and the root
+        // stays as it is.
+        let last = {
+            let mut it = s.db.raw_iterator_cf(s.cf("inodes")?);
+            it.seek_to_last();
+            match it.key() {
+                Some(k) => Some(format::decode_inode_key(k)?),
+                None => {
+                    it.status()?;
+                    None
+                }
+            }
+        };
+        if let Some(last) = last {
+            s.next_id.store(
+                (last + 1).max(format::FIRST_ALLOCATED_ID),
+                Ordering::Relaxed,
+            );
+            return Ok(s);
+        }
         let mut wo = WriteOptions::default();
         wo.set_sync(true);
         s.db.put_cf_opt(
@@ -310,5 +331,37 @@ impl super::BenchNamespace for SeedStore {
             pb.finish_and_clear();
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bench::{BenchNamespace, Creator};
+
+    /// A reopened seed store allocates ids after the ones in use, so files
+    /// created before and after the reopen stay distinct.
+    #[test]
+    fn reopening_continues_the_id_sequence() {
+        let dir = tempfile::tempdir().unwrap();
+        let ids = |s: &SeedStore, p: &str| -> u64 {
+            let mut parent = ROOT_ID;
+            for c in p.split('/').filter(|c| !c.is_empty()) {
+                parent = s.lookup(parent, c).unwrap().expect("exists");
+            }
+            parent
+        };
+        let a = {
+            let s = SeedStore::open(dir.path(), true).unwrap();
+            s.mkdir_p("/a/b").unwrap();
+            s.create("/a/b/f").unwrap();
+            ids(&s, "/a/b/f")
+        };
+        let s = SeedStore::open(dir.path(), true).unwrap();
+        s.create("/a/b/g").unwrap();
+        let g = ids(&s, "/a/b/g");
+        assert!(g > a, "new id {g} after the old ones (last {a})");
+        assert_eq!(ids(&s, "/a/b/f"), a, "the old file is still there");
+        s.stat("/a/b/f").unwrap();
     }
 }

@@ -35,8 +35,10 @@ use crate::writer::Durability;
 
 use super::{run_creates, run_creates_async, seed::SeedStore, BenchNamespace, Creator, Figure};
 
+/// An SQLite failure (the namespace's own errors, such as a missing parent,
+/// are checked and returned before SQLite sees the statement).
 fn sql(e: rusqlite::Error) -> Error {
-    Error::InvalidArgument(format!("sqlite: {e}"))
+    Error::Io(std::io::Error::other(format!("sqlite: {e}")))
 }
 
 /// SQLite node `type` of a directory (1 is a file).
