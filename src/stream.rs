@@ -51,7 +51,7 @@ pub enum StartFrom {
 }
 
 /// Which events a subscription receives.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Filter {
     /// Only events inside this subtree (and the moves and ancestor changes
     /// that affect it). `None` or `/`: everything.
@@ -762,8 +762,8 @@ pub enum DeliveryPriority {
     #[default]
     Idle,
     /// An ordinary thread at this niceness (0..=19): under full load,
-    /// subscribers keep a share of the CPU (about 10% of a core at 10) at
-    /// some cost to write throughput.
+    /// subscribers keep a share of the CPU (about 10% of a contended core
+    /// at 10, by the scheduler's weights) at some cost to write throughput.
     Nice(i32),
 }
 

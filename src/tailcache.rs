@@ -64,10 +64,6 @@ impl Slice {
         })
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.chunks.is_empty()
-    }
-
     /// Lets go of the chunks (keeping the allocation).
     pub fn clear(&mut self) {
         self.chunks.clear();

@@ -156,7 +156,8 @@ fn owner_dictionary_full_is_a_typed_error_and_writes_nothing() {
 
 /// A long replay inserts without memtable filters, switching memtables
 /// after its first batch and back at the end: the index it builds equals
-/// one replayed with filters, and the store keeps working afterwards.
+/// one replayed with filters, the filters are configured again afterwards,
+/// and the store keeps working.
 #[test]
 fn replay_without_memtable_filters_builds_the_same_index() {
     let dir = tempfile::tempdir().unwrap();
@@ -189,6 +190,9 @@ fn replay_without_memtable_filters_builds_the_same_index() {
     };
     let n = admin::rebuild(dir.path(), &so).unwrap();
     assert!(n > 12_000, "replayed {n}");
+    // RocksDB persists every option change in its newest OPTIONS file.
+    assert_eq!(memtable_bloom_ratio(dir.path(), "inodes"), 0.05);
+    assert_eq!(memtable_bloom_ratio(dir.path(), "edges"), 0.1);
     // A fresh replay with filters (verify's scratch index) matches.
     let report = admin::verify_path(dir.path(), &StoreOptions::default()).unwrap();
     assert!(report.ok(), "{report:?}");
@@ -200,4 +204,29 @@ fn replay_without_memtable_filters_builds_the_same_index() {
     t.create("/d0/after", CreateOptions::default()).unwrap();
     assert!(t.stat("/d0/after").is_ok());
     assert!(admin::verify(t.store()).unwrap().ok());
+}
+
+/// `memtable_prefix_bloom_size_ratio` of column family `cf` in the newest
+/// OPTIONS file of the database at `dir`.
+fn memtable_bloom_ratio(dir: &std::path::Path, cf: &str) -> f64 {
+    let newest = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter_map(|n| Some((n.strip_prefix("OPTIONS-")?.parse::<u64>().ok()?, n)))
+        .max()
+        .expect("an OPTIONS file")
+        .1;
+    let text = std::fs::read_to_string(dir.join(newest)).unwrap();
+    let header = format!("[CFOptions \"{cf}\"]");
+    let section = text
+        .split(&header)
+        .nth(1)
+        .expect("the column family's section");
+    let section = section.split("\n[").next().unwrap_or(section);
+    section
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("memtable_prefix_bloom_size_ratio="))
+        .expect("the option")
+        .parse()
+        .unwrap()
 }

@@ -311,6 +311,16 @@ async fn expect_fatal(s: &mut TcpStream, want: ErrorKind) {
     assert_eq!(n, 0);
 }
 
+/// Completes the handshake on a raw connection: Hello, then Welcome.
+async fn welcome(s: &mut TcpStream) {
+    s.write_all(&hello(1, None)).await.unwrap();
+    let w = protocol::read_frame(s, 1 << 20).await.unwrap().unwrap();
+    assert!(matches!(
+        protocol::decode::<ServerMsg>(&w).unwrap(),
+        ServerMsg::Welcome { .. }
+    ));
+}
+
 fn hello(version: u16, token: Option<&str>) -> Vec<u8> {
     protocol::encode(&ClientMsg::Hello(Hello {
         magic: protocol::MAGIC,
@@ -329,15 +339,7 @@ async fn frames_coalesced_or_split_across_segments_are_all_answered() {
     let h = start(config(dir.path())).await.unwrap();
     let mut s = raw_connect(&h).await;
     s.set_nodelay(true).unwrap();
-    s.write_all(&hello(1, None)).await.unwrap();
-    let w = protocol::read_frame(&mut s, 1 << 20)
-        .await
-        .unwrap()
-        .unwrap();
-    assert!(matches!(
-        protocol::decode::<ServerMsg>(&w).unwrap(),
-        ServerMsg::Welcome { .. }
-    ));
+    welcome(&mut s).await;
     let req = |id: u64| {
         protocol::encode(&ClientMsg::Request {
             id,
@@ -420,25 +422,13 @@ async fn bad_input_is_refused_and_the_server_carries_on() {
     // Garbage after a good handshake, on a connection that also has a
     // request in flight on another connection.
     let mut s = raw_connect(&h).await;
-    s.write_all(&hello(1, None)).await.unwrap();
-    let w = protocol::read_frame(&mut s, 1 << 20)
-        .await
-        .unwrap()
-        .unwrap();
-    assert!(matches!(
-        protocol::decode::<ServerMsg>(&w).unwrap(),
-        ServerMsg::Welcome { .. }
-    ));
+    welcome(&mut s).await;
     s.write_all(&[0, 0, 0, 3, 0xde, 0xad, 0xbe]).await.unwrap();
     expect_fatal(&mut s, ErrorKind::Protocol).await;
 
     // A request frame that is too large for the server's limit.
     let mut s = raw_connect(&h).await;
-    s.write_all(&hello(1, None)).await.unwrap();
-    protocol::read_frame(&mut s, 1 << 20)
-        .await
-        .unwrap()
-        .unwrap();
+    welcome(&mut s).await;
     let big = protocol::encode(&ClientMsg::Request {
         id: 1,
         body: RequestBody::Stat {
@@ -454,11 +444,7 @@ async fn bad_input_is_refused_and_the_server_carries_on() {
     let mut held = Vec::new();
     for _ in 0..8 {
         let mut s = raw_connect(&h).await;
-        s.write_all(&hello(1, None)).await.unwrap();
-        protocol::read_frame(&mut s, 1 << 20)
-            .await
-            .unwrap()
-            .unwrap();
+        welcome(&mut s).await;
         held.push(s);
     }
     for _ in 0..20 {

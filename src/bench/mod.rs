@@ -273,6 +273,31 @@ pub(crate) fn percentile(sorted: &[Duration], p: f64) -> f64 {
     sorted[i].as_secs_f64() * 1e6
 }
 
+/// Makes the `dirs` directories the creates of a run named `tag` spread over.
+fn make_create_dirs(c: &dyn Creator, dirs: usize, tag: &str) -> Result<()> {
+    for d in 0..dirs {
+        c.mkdir_p(&format!("/bench/{tag}/d{d}"))?;
+    }
+    Ok(())
+}
+
+/// The path of caller `ci`'s `i`-th create: callers take the directories in
+/// turn, so that concurrent creates mostly go to different directories.
+fn create_path(tag: &str, callers: usize, dirs: usize, ci: usize, i: usize) -> String {
+    let d = (i * callers + ci) % dirs;
+    format!("/bench/{tag}/d{d}/f{ci}_{i}")
+}
+
+/// The two settings of an A/B pair in the order round `round` runs them:
+/// the order alternates, so that neither always runs right after the
+/// other's cleanup.
+pub fn in_turn<T>(round: usize, mut pair: [T; 2]) -> [T; 2] {
+    if round % 2 == 1 {
+        pair.reverse();
+    }
+    pair
+}
+
 /// Runs `ops` creates from `callers` threads; returns the figure.
 pub fn run_creates(
     system: &str,
@@ -282,9 +307,7 @@ pub fn run_creates(
     dirs: usize,
     tag: &str,
 ) -> Result<Figure> {
-    for d in 0..dirs {
-        c.mkdir_p(&format!("/bench/{tag}/d{d}"))?;
-    }
+    make_create_dirs(&*c, dirs, tag)?;
     let per = ops.div_ceil(callers);
     let start = Instant::now();
     let handles: Vec<_> = (0..callers)
@@ -294,8 +317,7 @@ pub fn run_creates(
             std::thread::spawn(move || -> Result<Vec<Duration>> {
                 let mut lat = Vec::with_capacity(per);
                 for i in 0..per {
-                    let d = (i * callers + ci) % dirs;
-                    let p = format!("/bench/{tag}/d{d}/f{ci}_{i}");
+                    let p = create_path(&tag, callers, dirs, ci, i);
                     let t0 = Instant::now();
                     c.create(&p)?;
                     lat.push(t0.elapsed());
@@ -325,9 +347,7 @@ pub fn run_creates_async(
     dirs: usize,
     tag: &str,
 ) -> Result<Figure> {
-    for d in 0..dirs {
-        t.mkdir_p(&format!("/bench/{tag}/d{d}"))?;
-    }
+    make_create_dirs(&*t, dirs, tag)?;
     let workers = std::thread::available_parallelism().map_or(2, |n| n.get());
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(workers)
@@ -342,9 +362,8 @@ pub fn run_creates_async(
                 tokio::spawn(async move {
                     let mut lat = Vec::with_capacity(per);
                     for i in 0..per {
-                        let d = (i * callers + ci) % dirs;
                         let cmd = crate::Command::Create {
-                            path: format!("/bench/{tag}/d{d}/f{ci}_{i}"),
+                            path: create_path(&tag, callers, dirs, ci, i),
                             parents: false,
                             mode: 0o644,
                             owner: String::new(),
@@ -398,14 +417,7 @@ fn metrics_overhead(base: &std::path::Path, ops: usize, rounds: usize) -> Result
     let mut on = Vec::new();
     let mut off = Vec::new();
     for r in 0..rounds {
-        // Which setting goes first alternates, so that neither always runs
-        // right after the other's cleanup.
-        let order = if r % 2 == 0 {
-            [true, false]
-        } else {
-            [false, true]
-        };
-        for enabled in order {
+        for enabled in in_turn(r, [true, false]) {
             let path = base.join(format!("metrics-{enabled}-{r}"));
             let _ = std::fs::remove_dir_all(&path);
             let o = Options {

@@ -80,13 +80,7 @@ pub fn run(
     super::warm_up(base, ops)?;
     let (mut none, mut hundred) = (Vec::new(), Vec::new());
     for round in 0..3 {
-        // Which setting goes first alternates (see `metrics_overhead`).
-        let order = if round % 2 == 0 {
-            [0usize, 100]
-        } else {
-            [100, 0]
-        };
-        for subs in order {
+        for subs in super::in_turn(round, [0usize, 100]) {
             let path = base.join(format!("stream-tput-{subs}-{round}"));
             let _ = std::fs::remove_dir_all(&path);
             let t = Arc::new(Treelog::open(&path, Options::default())?);
