@@ -376,11 +376,17 @@ impl ReadCache {
         map.insert(key, value);
     }
 
-    /// Records a committed group's writes.
+    /// Records a group's writes: cached keys take the new value, others
+    /// stay uncached (the writer reads them from its pending set until they
+    /// are committed, and from the index after). Inserting them all cost a
+    /// key copy and map growth per write for keys rarely read again.
     pub fn absorb(&mut self, w: &OverlayWrites) {
         for (cf, m) in [(Cf::Inodes, &w.inodes), (Cf::Edges, &w.edges)] {
+            let map = &mut self.maps[cf as usize];
             for (k, v) in m {
-                self.insert(cf, k.clone(), v.clone());
+                if let Some(e) = map.get_mut(&k[..]) {
+                    e.clone_from(v);
+                }
             }
         }
     }
@@ -464,5 +470,28 @@ mod tests {
                 base.scan(Cf::Edges, &prefix, after.as_deref(), limit).unwrap()
             );
         }
+    }
+
+    #[test]
+    fn the_writer_cache_updates_cached_keys_and_skips_others() {
+        let mut base = MemIndex::default();
+        base.edges.insert(b"old".to_vec(), b"1".to_vec());
+        let cache = std::cell::RefCell::new(ReadCache::new(1024));
+        let cached = CachedIndex {
+            base: &base,
+            cache: &cache,
+        };
+        assert_eq!(cached.get(Cf::Edges, b"old").unwrap(), Some(b"1".to_vec()));
+        assert_eq!(cached.get(Cf::Edges, b"new").unwrap(), None);
+        let mut w = OverlayWrites::default();
+        w.edges.insert(b"old".to_vec(), None);
+        w.edges.insert(b"new".to_vec(), Some(b"2".to_vec()));
+        w.edges.insert(b"other".to_vec(), Some(b"3".to_vec()));
+        cache.borrow_mut().absorb(&w);
+        // Both cached keys took the new values without reading the base.
+        assert_eq!(cached.get(Cf::Edges, b"old").unwrap(), None);
+        assert_eq!(cached.get(Cf::Edges, b"new").unwrap(), Some(b"2".to_vec()));
+        assert_eq!(cache.borrow_mut().take_counts(), (2, 2));
+        assert!(!cache.borrow().maps[Cf::Edges as usize].contains_key(&b"other"[..]));
     }
 }

@@ -3,7 +3,8 @@
 //! Stat by path resolves one edge per component and reads the final inode;
 //! from RocksDB that is a point lookup each (memtable, then block cache),
 //! which caps stats near 200k/s on two cores. This cache keeps recently read
-//! and recently written `inodes`/`edges` entries, positive and negative, in
+//! `inodes`/`edges` entries, positive and negative, kept current by the
+//! writer's updates (write-through, no allocation on write), in
 //! sharded hash maps that readers consult without ever waiting for the
 //! writer's group commit.
 //!
@@ -250,10 +251,21 @@ impl IndexCache {
                 let mut g = write(&self.shards[cf as usize][slot.shard()]);
                 // Invalidates every thread-local copy of the slot's keys.
                 self.generations[slot.0].fetch_add(1, Ordering::AcqRel);
-                if g.len() >= self.per_shard && !g.contains_key(&k[..]) {
-                    g.clear();
+                // Write-through without allocate: a cached entry takes the
+                // new value, an absent key stays absent (a later read loads
+                // it from RocksDB, which has it already). Inserting every
+                // written key made the commit path grow and rehash the maps
+                // and evict entries readers had loaded, for keys that no
+                // reader may ever ask for.
+                if let Some(e) = g.get_mut(&k[..]) {
+                    match (e, v) {
+                        (Some(buf), Some(v)) => {
+                            buf.clear();
+                            buf.extend_from_slice(v);
+                        }
+                        (e, v) => *e = inline(v),
+                    }
                 }
-                g.insert(SmallVec::from_slice(k), inline(v));
             }
         }
     }
@@ -336,7 +348,32 @@ mod tests {
         let v = c
             .get_or_load(Cf::Inodes, b"x", || Ok(Some(b"db".to_vec())))
             .unwrap();
-        assert_eq!(v.as_deref(), Some(&b"new"[..]));
+        assert_eq!(
+            v.as_deref(),
+            Some(&b"db"[..]),
+            "loaded again, not the old value"
+        );
+    }
+
+    #[test]
+    fn writes_update_cached_keys_and_do_not_allocate_others() {
+        let c = IndexCache::new(1024);
+        assert_eq!(c.get_or_load(Cf::Edges, b"neg", || Ok(None)).unwrap(), None);
+        assert_eq!(c.len(), 1);
+        let mut w = OverlayWrites::default();
+        w.edges.insert(b"neg".to_vec(), Some(b"now".to_vec()));
+        w.edges.insert(b"new".to_vec(), Some(b"v".to_vec()));
+        w.inodes.insert(b"i".to_vec(), Some(b"v".to_vec()));
+        c.apply(&w);
+        assert_eq!(c.len(), 1, "only the cached key is kept");
+        let v = c
+            .get_or_load(Cf::Edges, b"neg", || Ok(Some(b"db".to_vec())))
+            .unwrap();
+        assert_eq!(v.as_deref(), Some(&b"now"[..]));
+        let v = c
+            .get_or_load(Cf::Edges, b"new", || Ok(Some(b"db".to_vec())))
+            .unwrap();
+        assert_eq!(v.as_deref(), Some(&b"db"[..]));
     }
 
     /// Readers never see a value older than the last one applied before
