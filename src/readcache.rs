@@ -3,8 +3,7 @@
 //! Stat by path resolves one edge per component and reads the final inode;
 //! from RocksDB that is a point lookup each (memtable, then block cache),
 //! which caps stats near 200k/s on two cores. This cache keeps recently read
-//! `inodes`/`edges` entries, positive and negative, kept current by the
-//! writer's updates (write-through, no allocation on write), in
+//! and recently written `inodes`/`edges` entries, positive and negative, in
 //! sharded hash maps that readers consult without ever waiting for the
 //! writer's group commit.
 //!
@@ -27,7 +26,7 @@
 
 use std::cell::RefCell;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use smallvec::SmallVec;
@@ -113,6 +112,9 @@ pub struct IndexCache {
     shards: [Box<[RwLock<ShardMap>]>; 2],
     /// Most entries per shard before the shard is cleared; 0 disables.
     per_shard: usize,
+    /// Shards (`cf * SHARDS + shard`) that dropped a write for want of
+    /// room, to be grown by [`IndexCache::grow`] off the commit path.
+    full: Box<[AtomicBool]>,
     /// Lookups that went to the base, per column family (`Cf as usize`).
     /// Only misses are counted: they read RocksDB anyway, while a shared
     /// counter bumped on every hit would bounce between cores on the stat
@@ -129,6 +131,7 @@ impl IndexCache {
             generations: (0..SLOTS).map(|_| AtomicU64::new(0)).collect(),
             shards: [(); 2].map(|_| (0..SHARDS).map(|_| RwLock::default()).collect()),
             per_shard: capacity.div_ceil(2 * SHARDS),
+            full: (0..2 * SHARDS).map(|_| AtomicBool::new(false)).collect(),
             misses: None,
         }
     }
@@ -251,22 +254,35 @@ impl IndexCache {
                 let mut g = write(&self.shards[cf as usize][slot.shard()]);
                 // Invalidates every thread-local copy of the slot's keys.
                 self.generations[slot.0].fetch_add(1, Ordering::AcqRel);
-                // Write-through without allocate: a cached entry takes the
-                // new value, an absent key stays absent (a later read loads
-                // it from RocksDB, which has it already). Inserting every
-                // written key made the commit path grow and rehash the maps
-                // and evict entries readers had loaded, for keys that no
-                // reader may ever ask for.
-                if let Some(e) = g.get_mut(&k[..]) {
-                    match (e, v) {
-                        (Some(buf), Some(v)) => {
-                            buf.clear();
-                            buf.extend_from_slice(v);
-                        }
-                        (e, v) => *e = inline(v),
-                    }
+                if g.len() >= self.per_shard && !g.contains_key(&k[..]) {
+                    g.clear();
                 }
+                if g.len() == g.capacity() && !g.contains_key(&k[..]) {
+                    // Inserting would grow the map: rehash every entry, into
+                    // fresh memory, under the lock and before this group's
+                    // callers are answered. Leave the key uncached (no stale
+                    // copy exists: it is absent, and the generation moved)
+                    // and let `grow` make room after the replies.
+                    self.full[cf as usize * SHARDS + slot.shard()].store(true, Ordering::Relaxed);
+                    continue;
+                }
+                g.insert(SmallVec::from_slice(k), inline(v));
             }
+        }
+    }
+
+    /// Grows the shards that `apply` found full (doubling, up to the
+    /// shard's share of the capacity). The writer calls this after
+    /// replying, while the next fsync runs.
+    pub fn grow(&self) {
+        for (i, full) in self.full.iter().enumerate() {
+            if !full.swap(false, Ordering::Relaxed) {
+                continue;
+            }
+            let mut g = write(&self.shards[i / SHARDS][i % SHARDS]);
+            let want = (2 * g.capacity()).max(64).min(self.per_shard);
+            let len = g.len();
+            g.reserve(want.saturating_sub(len));
         }
     }
 
@@ -330,9 +346,36 @@ mod tests {
         );
     }
 
+    /// A cache whose shards have room for their share of `capacity`.
+    fn grown(capacity: usize) -> IndexCache {
+        let c = IndexCache::new(capacity);
+        for l in c.shards.iter().flatten() {
+            write(l).reserve(c.per_shard);
+        }
+        c
+    }
+
+    #[test]
+    fn writes_into_a_full_shard_are_cached_after_grow() {
+        let c = IndexCache::new(1 << 16);
+        let mut w = OverlayWrites::default();
+        w.inodes.insert(b"x".to_vec(), Some(b"new".to_vec()));
+        c.apply(&w);
+        // A new shard has no room: the write is left uncached, not
+        // rehashed into place on the commit path.
+        assert_eq!(c.len(), 0);
+        c.grow();
+        c.apply(&w);
+        assert_eq!(c.len(), 1);
+        let v = c
+            .get_or_load(Cf::Inodes, b"x", || Ok(Some(b"db".to_vec())))
+            .unwrap();
+        assert_eq!(v.as_deref(), Some(&b"new"[..]));
+    }
+
     #[test]
     fn a_load_racing_a_write_is_not_cached() {
-        let c = IndexCache::new(1024);
+        let c = grown(1024);
         // The reader misses, then the writer applies a change to the same
         // key while the reader is "reading RocksDB": the old value it read
         // is returned to it but must not be cached.
@@ -348,32 +391,7 @@ mod tests {
         let v = c
             .get_or_load(Cf::Inodes, b"x", || Ok(Some(b"db".to_vec())))
             .unwrap();
-        assert_eq!(
-            v.as_deref(),
-            Some(&b"db"[..]),
-            "loaded again, not the old value"
-        );
-    }
-
-    #[test]
-    fn writes_update_cached_keys_and_do_not_allocate_others() {
-        let c = IndexCache::new(1024);
-        assert_eq!(c.get_or_load(Cf::Edges, b"neg", || Ok(None)).unwrap(), None);
-        assert_eq!(c.len(), 1);
-        let mut w = OverlayWrites::default();
-        w.edges.insert(b"neg".to_vec(), Some(b"now".to_vec()));
-        w.edges.insert(b"new".to_vec(), Some(b"v".to_vec()));
-        w.inodes.insert(b"i".to_vec(), Some(b"v".to_vec()));
-        c.apply(&w);
-        assert_eq!(c.len(), 1, "only the cached key is kept");
-        let v = c
-            .get_or_load(Cf::Edges, b"neg", || Ok(Some(b"db".to_vec())))
-            .unwrap();
-        assert_eq!(v.as_deref(), Some(&b"now"[..]));
-        let v = c
-            .get_or_load(Cf::Edges, b"new", || Ok(Some(b"db".to_vec())))
-            .unwrap();
-        assert_eq!(v.as_deref(), Some(&b"db"[..]));
+        assert_eq!(v.as_deref(), Some(&b"new"[..]));
     }
 
     /// Readers never see a value older than the last one applied before
