@@ -335,9 +335,12 @@ impl<R: IndexRead + ?Sized> IndexRead for PendingIndex<'_, R> {
 /// The writer's cache of index reads.
 ///
 /// The writer is the only mutator of the index, so it can keep an exact
-/// copy of the entries it read or wrote: after each committed group it
-/// stores the group's writes here. Path resolution during validation then
-/// mostly avoids RocksDB. Bounded: when full it is cleared.
+/// copy of the entries it read: as it appends each group it updates the
+/// entries the group wrote ([`ReadCache::absorb`]). So an entry holds the
+/// newest value of its key, committed or still pending, and the cache sits
+/// above [`PendingIndex`]: only its misses search the pending groups, then
+/// RocksDB. Path resolution during validation then mostly stops here.
+/// Bounded: when full it is cleared.
 pub struct ReadCache {
     /// Per column family (`Cf as usize`), so lookups borrow the key.
     maps: [std::collections::HashMap<Vec<u8>, Option<Vec<u8>>>; 2],
@@ -376,10 +379,11 @@ impl ReadCache {
         map.insert(key, value);
     }
 
-    /// Records a group's writes: cached keys take the new value, others
-    /// stay uncached (the writer reads them from its pending set until they
-    /// are committed, and from the index after). Inserting them all cost a
-    /// key copy and map growth per write for keys rarely read again.
+    /// Records a group's writes as it is appended: cached keys take the new
+    /// value, others stay uncached (the writer reads them from its pending
+    /// set until they are committed, and from the index after). Inserting
+    /// them all cost a key copy and map growth per write for keys rarely
+    /// read again.
     pub fn absorb(&mut self, w: &OverlayWrites) {
         for (cf, m) in [(Cf::Inodes, &w.inodes), (Cf::Edges, &w.edges)] {
             let map = &mut self.maps[cf as usize];

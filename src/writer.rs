@@ -313,13 +313,16 @@ impl Writer {
             self.engine.state.dicts.groups.len(),
         );
         let db_index = self.shared.store.index();
-        let cached = crate::index::CachedIndex {
-            base: &db_index,
-            cache: &self.cache,
-        };
-        let index = PendingIndex {
+        // The cache first: it holds the newest value, pending or committed,
+        // of every key it holds (see `ReadCache`), so most lookups stop
+        // there without searching every pending group.
+        let pending = PendingIndex {
             pending: &self.pending,
-            base: &cached,
+            base: &db_index,
+        };
+        let index = crate::index::CachedIndex {
+            base: &pending,
+            cache: &self.cache,
         };
         let mut overlay = Overlay::new(&index);
         let mut batch = WriteBatch::default();
@@ -633,6 +636,8 @@ impl Committer {
                 m.ops.with_label_values(&[name, outcome]).inc_by(n);
             }
         }
+        // Room for the next groups' entries, now that nobody waits on us.
+        self.shared.read_cache.grow();
     }
 
     /// One index write for all the groups, newer changes after older, then
