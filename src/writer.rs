@@ -276,6 +276,12 @@ impl Writer {
                     None => inline.commit(vec![appended]),
                 }
             }
+            // Grow the cache's full maps while no command waits (or once
+            // enough lookups went uncached for want of room).
+            let skipped = self.cache.get_mut().skipped();
+            if skipped > 0 && (rx.is_empty() || skipped >= 1024) {
+                self.cache.get_mut().grow();
+            }
         }
         // Let the syncer and applier drain and stop before the writer
         // reports done.
