@@ -140,10 +140,53 @@ impl<R: IndexRead + ?Sized> IndexWrite for Overlay<'_, R> {
     }
 }
 
+/// A filter of the keys a set of writes holds: 4,096 bits per column
+/// family, one per key (CRC-32C, one instruction per 8 bytes). Most
+/// validation lookups are for keys the group being validated (or a pending
+/// group) did not write; the filter answers those without comparing keys
+/// down a B-tree, which was ~18% of the writer's CPU on creates.
+#[derive(Clone)]
+pub struct KeyFilter([[u64; 64]; 2]);
+
+impl Default for KeyFilter {
+    fn default() -> Self {
+        KeyFilter([[0; 64]; 2])
+    }
+}
+
+impl KeyFilter {
+    fn bit(key: &[u8]) -> (usize, u64) {
+        let h = crc32c::crc32c(key) as usize;
+        ((h >> 6) & 63, 1 << (h & 63))
+    }
+
+    fn insert(&mut self, cf: Cf, key: &[u8]) {
+        let (w, b) = Self::bit(key);
+        self.0[cf as usize][w] |= b;
+    }
+
+    /// False only if `key` was never inserted.
+    fn may_contain(&self, cf: Cf, key: &[u8]) -> bool {
+        let (w, b) = Self::bit(key);
+        self.0[cf as usize][w] & b != 0
+    }
+
+    fn of(writes: &OverlayWrites) -> KeyFilter {
+        let mut f = KeyFilter::default();
+        for (cf, m) in [(Cf::Inodes, &writes.inodes), (Cf::Edges, &writes.edges)] {
+            for k in m.keys() {
+                f.insert(cf, k);
+            }
+        }
+        f
+    }
+}
+
 /// A base index plus pending writes, read as one.
 pub struct Overlay<'a, R: IndexRead + ?Sized> {
     base: &'a R,
     writes: OverlayWrites,
+    filter: KeyFilter,
 }
 
 impl<'a, R: IndexRead + ?Sized> Overlay<'a, R> {
@@ -151,14 +194,17 @@ impl<'a, R: IndexRead + ?Sized> Overlay<'a, R> {
         Overlay {
             base,
             writes: OverlayWrites::default(),
+            filter: KeyFilter::default(),
         }
     }
 
     pub fn put(&mut self, cf: Cf, key: Vec<u8>, value: Vec<u8>) {
+        self.filter.insert(cf, &key);
         self.writes.map_mut(cf).insert(key, Some(value));
     }
 
     pub fn delete(&mut self, cf: Cf, key: Vec<u8>) {
+        self.filter.insert(cf, &key);
         self.writes.map_mut(cf).insert(key, None);
     }
 
@@ -168,16 +214,19 @@ impl<'a, R: IndexRead + ?Sized> Overlay<'a, R> {
 
     /// Takes the pending writes, leaving the overlay empty.
     pub fn take_writes(&mut self) -> OverlayWrites {
+        self.filter = KeyFilter::default();
         std::mem::take(&mut self.writes)
     }
 }
 
 impl<R: IndexRead + ?Sized> IndexRead for Overlay<'_, R> {
     fn get(&self, cf: Cf, key: &[u8]) -> Result<Option<Vec<u8>>> {
-        match self.writes.map(cf).get(key) {
-            Some(v) => Ok(v.clone()),
-            None => self.base.get(cf, key),
+        if self.filter.may_contain(cf, key) {
+            if let Some(v) = self.writes.map(cf).get(key) {
+                return Ok(v.clone());
+            }
         }
+        self.base.get(cf, key)
     }
 
     fn scan(&self, cf: Cf, prefix: &[u8], after: Option<&[u8]>, limit: usize) -> Result<Vec<Kv>> {
@@ -255,7 +304,7 @@ fn merge_scan<R: IndexRead + ?Sized>(
 /// watermark covers them (their changes are in the index by then).
 #[derive(Default)]
 pub struct Pending {
-    groups: std::collections::VecDeque<(u64, std::sync::Arc<OverlayWrites>)>,
+    groups: std::collections::VecDeque<(u64, std::sync::Arc<OverlayWrites>, KeyFilter)>,
 }
 
 impl Pending {
@@ -264,14 +313,15 @@ impl Pending {
         if !writes.is_empty() {
             // Only a group with records changes the index, and each one
             // ends at a higher sequence than the last.
-            debug_assert!(self.groups.back().is_none_or(|(s, _)| *s < seq));
-            self.groups.push_back((seq, writes));
+            debug_assert!(self.groups.back().is_none_or(|(s, _, _)| *s < seq));
+            let filter = KeyFilter::of(&writes);
+            self.groups.push_back((seq, writes, filter));
         }
     }
 
     /// Forgets the groups whose changes the index holds (`seq <= applied`).
     pub fn prune(&mut self, applied: u64) {
-        while self.groups.front().is_some_and(|(s, _)| *s <= applied) {
+        while self.groups.front().is_some_and(|(s, _, _)| *s <= applied) {
             self.groups.pop_front();
         }
     }
@@ -290,7 +340,8 @@ impl Pending {
         self.groups
             .iter()
             .rev()
-            .find_map(|(_, w)| w.map(cf).get(key))
+            .filter(|(_, _, f)| f.may_contain(cf, key))
+            .find_map(|(_, w, _)| w.map(cf).get(key))
     }
 }
 
@@ -312,7 +363,7 @@ impl<R: IndexRead + ?Sized> IndexRead for PendingIndex<'_, R> {
         // Rare in validation (an emptiness check, a recursive delete): the
         // groups' changes in range are merged, newer over older.
         let mut changes: BTreeMap<&Vec<u8>, &Option<Vec<u8>>> = BTreeMap::new();
-        for (_, w) in &self.pending.groups {
+        for (_, w, _) in &self.pending.groups {
             for (k, v) in w
                 .map(cf)
                 .range(scan_start(prefix, after))
@@ -544,5 +595,40 @@ mod tests {
         assert_eq!(cached.get(Cf::Edges, b"k").unwrap(), None);
         assert_eq!(cached.get(Cf::Edges, b"k").unwrap(), None);
         assert_eq!(cache.borrow_mut().take_counts(), (1, 2));
+    }
+
+    #[test]
+    fn an_overlay_reads_back_every_write_through_its_filter() {
+        let mut base = MemIndex::default();
+        for i in 0..10_000u32 {
+            base.edges
+                .insert(i.to_be_bytes().to_vec(), b"base".to_vec());
+        }
+        let mut o = Overlay::new(&base);
+        // More keys than the filter has bits: collisions must not matter.
+        for i in (0..10_000u32).step_by(2) {
+            o.put(Cf::Edges, i.to_be_bytes().to_vec(), b"new".to_vec());
+        }
+        o.delete(Cf::Edges, 1u32.to_be_bytes().to_vec());
+        for i in 0..10_000u32 {
+            let want: Option<&[u8]> = match i {
+                1 => None,
+                _ if i % 2 == 0 => Some(b"new"),
+                _ => Some(b"base"),
+            };
+            assert_eq!(
+                o.get(Cf::Edges, &i.to_be_bytes()).unwrap().as_deref(),
+                want,
+                "{i}"
+            );
+            // The same key in the other column family was never written.
+            assert_eq!(o.get(Cf::Inodes, &i.to_be_bytes()).unwrap(), None);
+        }
+        let w = o.take_writes();
+        assert_eq!(w.edges.len(), 5_001);
+        assert_eq!(
+            o.get(Cf::Edges, &0u32.to_be_bytes()).unwrap().as_deref(),
+            Some(&b"base"[..])
+        );
     }
 }
