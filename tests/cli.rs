@@ -61,6 +61,10 @@ fn commands_json_and_exit_codes() {
     assert_eq!(treelog(&db, &["rm", "/a"]).0, 7);
     assert_eq!(treelog(&db, &["mkdir", "/a/.."]).0, 8);
     assert_eq!(treelog(&db, &["mv", "/a", "/a/b/c"]).0, 8);
+    // Benchmarks compare durable writes only: asking for none is refused.
+    let (code, _, err) = treelog(&db, &["--durability", "none", "bench", "create"]);
+    assert_eq!(code, 8, "{err}");
+    assert!(err.contains("durable"), "{err}");
     ok(&["rm", "-r", "/a"]);
 
     let dump = ok(&["admin", "dump"]);

@@ -697,6 +697,13 @@ fn dispatch(cli: &Cli, out: &Out) -> Result<u8> {
         Cmd::Serve(args) => serve(cli, args),
         Cmd::Demo => crate::demo::run(&cli.data, out.json),
         Cmd::Admin { cmd } => admin_cmd(cli, out, cmd),
+        Cmd::Bench(_) if matches!(cli.durability, DurabilityArg::None) => {
+            // Every system in a benchmark acknowledges a write only once it
+            // is durable; treelog alone without fsync would compare nothing.
+            Err(Error::InvalidArgument(
+                "benchmarks measure durable writes: --durability applies to serve and the local commands, not bench".into(),
+            ))
+        }
         Cmd::Bench(args) => crate::bench::run(args),
         Cmd::CrashWorker { threads, run } => {
             crate::crashworker::run(&cli.data, *threads, run, cli.durability.into())
