@@ -146,7 +146,7 @@ impl<R: IndexRead + ?Sized> IndexWrite for Overlay<'_, R> {
 /// group) did not write; the filter answers those without comparing keys
 /// down a B-tree, which was ~18% of the writer's CPU on creates.
 #[derive(Clone)]
-pub struct KeyFilter([[u64; 64]; 2]);
+struct KeyFilter([[u64; 64]; 2]);
 
 impl Default for KeyFilter {
     fn default() -> Self {

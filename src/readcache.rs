@@ -22,7 +22,10 @@
 //!
 //! Bounded: a shard that reaches its share of the capacity is cleared (the
 //! entries are cheap to reload; clearing needs no eviction bookkeeping on the
-//! read path, which stays a shared lock and a hash lookup).
+//! read path, which stays a shared lock and a hash lookup). Shards grow by
+//! doubling, but never inside `apply`: a write that would grow its shard is
+//! left uncached (absent, so nothing is stale) and the applier grows the
+//! shard after it has replied ([`IndexCache::grow`]).
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -272,7 +275,7 @@ impl IndexCache {
     }
 
     /// Grows the shards that `apply` found full (doubling, up to the
-    /// shard's share of the capacity). The writer calls this after
+    /// shard's share of the capacity). The applier calls this after
     /// replying, while the next fsync runs.
     pub fn grow(&self) {
         for (i, full) in self.full.iter().enumerate() {
