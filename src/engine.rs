@@ -139,12 +139,26 @@ pub fn get_child(view: &(impl IndexRead + ?Sized), parent: u64, name: &str) -> R
 }
 
 fn must_inode(view: &(impl IndexRead + ?Sized), dicts: &DictSet, id: u64) -> Result<Inode> {
-    get_inode(view, dicts, id)?.ok_or_else(|| {
-        Error::corrupt(
-            "index",
-            format!("edge points to inode {id}, which does not exist"),
-        )
-    })
+    get_inode(view, dicts, id)?.ok_or_else(|| missing_inode(id))
+}
+
+fn missing_inode(id: u64) -> Error {
+    Error::corrupt(
+        "index",
+        format!("edge points to inode {id}, which does not exist"),
+    )
+}
+
+/// The stored entry of inode `id`, without resolving its owner and group
+/// names: walking a path needs only each directory's kind.
+fn must_entry(view: &(impl IndexRead + ?Sized), id: u64) -> Result<InodeEntry> {
+    if id > MAX_INODE_ID {
+        return Err(missing_inode(id));
+    }
+    match view.get(Cf::Inodes, &inode_key(id))? {
+        Some(v) => InodeEntry::decode(&v),
+        None => Err(missing_inode(id)),
+    }
 }
 
 /// Resolves a path to its inode.
@@ -601,17 +615,19 @@ fn walk_existing(
     dicts: &DictSet,
     comps: &[&str],
 ) -> Result<(Inode, usize)> {
-    let mut cur = must_inode(view, dicts, ROOT_ID)?;
+    // Only the deepest existing inode is returned whole; the ones above it
+    // are read for their kind alone.
+    let (mut id, mut entry) = (ROOT_ID, must_entry(view, ROOT_ID)?);
     for (i, c) in comps.iter().enumerate() {
-        if !cur.attrs.kind.is_dir() {
+        if !entry.is_dir() {
             return Err(Error::NotADirectory(path::join_all(&comps[..i])));
         }
-        match get_child(view, cur.id, c)? {
-            Some(id) => cur = must_inode(view, dicts, id)?,
-            None => return Ok((cur, i)),
+        match get_child(view, id, c)? {
+            Some(child) => (id, entry) = (child, must_entry(view, child)?),
+            None => return Ok((inode_from_entry(id, &entry, dicts)?, i)),
         }
     }
-    Ok((cur, comps.len()))
+    Ok((inode_from_entry(id, &entry, dicts)?, comps.len()))
 }
 
 /// Delete events for `ino` and everything below it, children first.
