@@ -208,9 +208,24 @@ pub async fn write_loop<W: AsyncWrite + Unpin>(mut rx: tokio::sync::mpsc::Receiv
         if w.write_all(&f).await.is_err() {
             return;
         }
-        while let Ok(f) = rx.try_recv() {
-            if w.write_all(&f).await.is_err() {
-                return;
+        // Frames come in bursts: the replies of one commit round, each sent
+        // by its own task. The first one wakes this task at once (tokio
+        // runs a woken task next), so without a yield every reply went out
+        // in its own `send`. Yielding once lets the other ready tasks queue
+        // theirs, and one flush carries the burst.
+        let mut yielded = false;
+        loop {
+            match rx.try_recv() {
+                Ok(f) => {
+                    if w.write_all(&f).await.is_err() {
+                        return;
+                    }
+                }
+                Err(_) if !yielded => {
+                    yielded = true;
+                    tokio::task::yield_now().await;
+                }
+                Err(_) => break,
             }
         }
         if w.flush().await.is_err() {
@@ -218,4 +233,79 @@ pub async fn write_loop<W: AsyncWrite + Unpin>(mut rx: tokio::sync::mpsc::Receiv
         }
     }
     let _ = w.shutdown().await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::pin::Pin;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    use std::task::{Context, Poll};
+
+    /// Counts the writes that reach the socket (one per flush of the
+    /// buffered writer here: the frames are small).
+    struct CountingWriter(Arc<AtomicUsize>, Arc<std::sync::Mutex<Vec<u8>>>);
+
+    impl AsyncWrite for CountingWriter {
+        fn poll_write(
+            self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+            buf: &[u8],
+        ) -> Poll<std::io::Result<usize>> {
+            self.0.fetch_add(1, Ordering::Relaxed);
+            self.1.lock().unwrap().extend_from_slice(buf);
+            Poll::Ready(Ok(buf.len()))
+        }
+
+        fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+            Poll::Ready(Ok(()))
+        }
+
+        fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+            Poll::Ready(Ok(()))
+        }
+    }
+
+    /// Replies of one commit round are sent by many tasks woken at once;
+    /// the write loop must send them together, not one `send` each.
+    #[test]
+    fn a_burst_of_frames_from_ready_tasks_goes_out_in_few_writes() {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .build()
+            .unwrap();
+        let writes = Arc::new(AtomicUsize::new(0));
+        let bytes = Arc::new(std::sync::Mutex::new(Vec::new()));
+        rt.block_on(async {
+            let (tx, rx) = tokio::sync::mpsc::channel::<Vec<u8>>(1024);
+            let writer = tokio::spawn(write_loop(
+                rx,
+                CountingWriter(writes.clone(), bytes.clone()),
+            ));
+            let go = Arc::new(tokio::sync::Notify::new());
+            let mut senders = Vec::new();
+            for i in 0..64u8 {
+                let (tx, go) = (tx.clone(), go.clone());
+                let notified = go.notified_owned();
+                senders.push(tokio::spawn(async move {
+                    notified.await;
+                    tx.send(vec![i]).await.unwrap();
+                }));
+            }
+            // Let every sender reach its wait, then wake them all at once.
+            tokio::task::yield_now().await;
+            go.notify_waiters();
+            for s in senders {
+                s.await.unwrap();
+            }
+            drop(tx);
+            writer.await.unwrap();
+        });
+        let mut got = bytes.lock().unwrap().clone();
+        got.sort_unstable();
+        assert_eq!(got, (0..64u8).collect::<Vec<_>>(), "every frame, once");
+        let n = writes.load(Ordering::Relaxed);
+        assert!(n <= 8, "{n} writes for 64 frames");
+    }
 }
