@@ -279,7 +279,9 @@ impl IndexCache {
     /// replying, while the next fsync runs.
     pub fn grow(&self) {
         for (i, full) in self.full.iter().enumerate() {
-            if !full.swap(false, Ordering::Relaxed) {
+            // A plain load first: this runs every round, and most shards
+            // have nothing to grow.
+            if !full.load(Ordering::Relaxed) || !full.swap(false, Ordering::Relaxed) {
                 continue;
             }
             let mut g = write(&self.shards[i / SHARDS][i % SHARDS]);

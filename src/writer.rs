@@ -410,8 +410,9 @@ impl Writer {
             let snapshot = Arc::new(self.engine.state.dicts.clone());
             self.shared.dicts.store(snapshot);
         }
-        // The writer reads its own changes back through the pending set
-        // until they are in the index, and through its cache after that.
+        // The writer reads its own changes back through its cache (the keys
+        // it holds take the new values now) or else the pending set, until
+        // they are in the index.
         self.cache.borrow_mut().absorb(&writes);
         self.pending.push(seq, writes.clone());
         self.last_seq = seq;
