@@ -456,7 +456,7 @@ proptest! {
         // Rebuild from the log: same bytes. (Into memtables without bloom
         // filters, as a long replay does; `verify` above replayed with them.)
         let so = treelog::store::StoreOptions {
-            replay_unfiltered_min: 0,
+            long_replay_min: 0,
             ..Default::default()
         };
         let n = admin::rebuild(dir.path(), &so).unwrap();

@@ -154,12 +154,13 @@ fn owner_dictionary_full_is_a_typed_error_and_writes_nothing() {
     assert!(admin::verify(t.store()).unwrap().ok());
 }
 
-/// A long replay inserts without memtable filters, switching memtables
-/// after its first batch and back at the end: the index it builds equals
-/// one replayed with filters, the filters are configured again afterwards,
-/// and the store keeps working.
+/// A long replay inserts without memtable filters, into a new memtable
+/// after every batch here, with L0 compactions held back, and restores the
+/// serving options at the end: the index it builds equals one replayed with
+/// filters, the options are configured again afterwards, and the store keeps
+/// working.
 #[test]
-fn replay_without_memtable_filters_builds_the_same_index() {
+fn long_replay_tuning_builds_the_same_index() {
     let dir = tempfile::tempdir().unwrap();
     {
         let t = Treelog::open(dir.path(), Options::default().durability(Durability::None)).unwrap();
@@ -167,11 +168,11 @@ fn replay_without_memtable_filters_builds_the_same_index() {
         for d in 0..20 {
             t.mkdir_p(&format!("/d{d}")).unwrap();
         }
-        for i in 0..12_000 {
+        for i in 0..30_000 {
             t.create(&format!("/d{}/f{i}", i % 20), CreateOptions::default())
                 .unwrap();
         }
-        for i in (0..12_000).step_by(7) {
+        for i in (0..30_000).step_by(7) {
             t.rename(
                 &format!("/d{}/f{i}", i % 20),
                 &format!("/d{}/g{i}", (i + 1) % 20),
@@ -179,20 +180,26 @@ fn replay_without_memtable_filters_builds_the_same_index() {
             )
             .unwrap();
         }
-        for i in (0..12_000).step_by(11) {
+        for i in (0..30_000).step_by(11) {
             let _ = t.delete(&format!("/d{}/f{i}", i % 20), false);
         }
         t.close().unwrap();
     }
     let so = StoreOptions {
-        replay_unfiltered_min: 0,
+        long_replay_min: 0,
+        // A new memtable after every batch.
+        replay_memtable_bytes: 1,
         ..Default::default()
     };
     let n = admin::rebuild(dir.path(), &so).unwrap();
-    assert!(n > 12_000, "replayed {n}");
+    assert!(n > 30_000, "replayed {n}");
     // RocksDB persists every option change in its newest OPTIONS file.
-    assert_eq!(memtable_bloom_ratio(dir.path(), "inodes"), 0.05);
-    assert_eq!(memtable_bloom_ratio(dir.path(), "edges"), 0.1);
+    let bloom = "memtable_prefix_bloom_size_ratio";
+    assert_eq!(cf_option(dir.path(), "inodes", bloom), "0.050000");
+    assert_eq!(cf_option(dir.path(), "edges", bloom), "0.100000");
+    let trigger = "level0_file_num_compaction_trigger";
+    assert_eq!(cf_option(dir.path(), "inodes", trigger), "4");
+    assert_eq!(cf_option(dir.path(), "edges", trigger), "4");
     // A fresh replay with filters (verify's scratch index) matches.
     let report = admin::verify_path(dir.path(), &StoreOptions::default()).unwrap();
     assert!(report.ok(), "{report:?}");
@@ -208,7 +215,8 @@ fn replay_without_memtable_filters_builds_the_same_index() {
 
 /// `memtable_prefix_bloom_size_ratio` of column family `cf` in the newest
 /// OPTIONS file of the database at `dir`.
-fn memtable_bloom_ratio(dir: &std::path::Path, cf: &str) -> f64 {
+/// A column family's option as the newest OPTIONS file has it.
+fn cf_option(dir: &std::path::Path, cf: &str, option: &str) -> String {
     let newest = std::fs::read_dir(dir)
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
@@ -225,8 +233,7 @@ fn memtable_bloom_ratio(dir: &std::path::Path, cf: &str) -> f64 {
     let section = section.split("\n[").next().unwrap_or(section);
     section
         .lines()
-        .find_map(|l| l.trim().strip_prefix("memtable_prefix_bloom_size_ratio="))
+        .find_map(|l| l.trim().strip_prefix(option)?.strip_prefix('='))
         .expect("the option")
-        .parse()
-        .unwrap()
+        .to_owned()
 }
