@@ -647,7 +647,7 @@ impl Store {
                 }
                 pending_seq = rec.seq;
                 n += 1;
-                if ov.len() >= 20_000 {
+                if ov.len() >= REPLAY_BATCH_KEYS {
                     let bytes = bytes_before + (records.bytes - base_bytes);
                     send(&mut ov, pending_seq, bytes)?;
                     progress(pending_seq, last_hint);
@@ -733,6 +733,21 @@ impl Drop for ReplayTuning<'_> {
 struct SortedWrites {
     /// (column family, key, value or delete), in event order.
     writes: Vec<(Cf, Vec<u8>, Option<Vec<u8>>)>,
+    /// Key and value bytes in `writes`, to size the write batch.
+    bytes: usize,
+}
+
+/// Index keys a replay batch collects before it goes to the memtables.
+const REPLAY_BATCH_KEYS: usize = 20_000;
+
+/// Where a write goes in a replay batch's order: its column family and
+/// key's first 16 bytes as integers (zero-padded big-endian, so that they
+/// order as the bytes do), then the rest of the key, then its position.
+#[derive(Clone, Copy)]
+struct SortKey {
+    cf: Cf,
+    head: u128,
+    pos: u32,
 }
 
 impl SortedWrites {
@@ -741,33 +756,50 @@ impl SortedWrites {
     }
 
     fn take_batch(&mut self, store: &Store) -> Result<WriteBatch> {
-        let w = std::mem::take(&mut self.writes);
-        // Sorts positions, not the writes (56 bytes each), and compares the
-        // keys' first eight bytes as an integer (the inode id, or the
-        // parent's id of an edge) before comparing whole keys: the sort was
-        // a third of this thread's time. The position breaks ties, so of
-        // equal keys the last written comes last.
-        let mut order: Vec<(Cf, u64, usize)> = w
+        let w = std::mem::replace(
+            &mut self.writes,
+            Vec::with_capacity(REPLAY_BATCH_KEYS + REPLAY_BATCH_KEYS / 4),
+        );
+        let bytes = std::mem::take(&mut self.bytes);
+        // Sorts positions, not the writes (56 bytes each), by integers
+        // first: a key's 16-byte head is all of an inode key and most
+        // edge keys (8-byte parent, then the name), so whole keys are
+        // compared only past it. The sort was a third of this thread's time
+        // when it compared whole keys. The position breaks ties, so of equal
+        // keys the last written comes last.
+        let mut order: Vec<SortKey> = w
             .iter()
             .enumerate()
-            .map(|(i, (cf, k, _))| (*cf, key_prefix(k), i))
+            .map(|(i, (cf, k, _))| SortKey {
+                cf: *cf,
+                head: key_head(k),
+                // A batch holds ~20,000 writes, far below u32::MAX.
+                pos: i as u32,
+            })
             .collect();
-        let same_key = |a: &(Cf, u64, usize), b: &(Cf, u64, usize)| {
-            (a.0, a.1) == (b.0, b.1) && w[a.2].1 == w[b.2].1
-        };
+        // Past equal heads: the rest of the keys, then their lengths (keys
+        // within 16 bytes whose heads are equal differ in trailing zeros
+        // only, and the shorter comes first).
+        let key = |o: &SortKey| w[o.pos as usize].1.as_slice();
+        let tail = |o: &SortKey| key(o).get(16..).unwrap_or_default();
         order.sort_unstable_by(|a, b| {
-            (a.0, a.1)
-                .cmp(&(b.0, b.1))
-                .then_with(|| w[a.2].1.cmp(&w[b.2].1))
-                .then(a.2.cmp(&b.2))
+            (a.cf, a.head)
+                .cmp(&(b.cf, b.head))
+                .then_with(|| tail(a).cmp(tail(b)).then(key(a).len().cmp(&key(b).len())))
+                .then(a.pos.cmp(&b.pos))
         });
+        let same_key = |a: &SortKey, b: &SortKey| {
+            (a.cf, a.head) == (b.cf, b.head) && w[a.pos as usize].1 == w[b.pos as usize].1
+        };
         let (inodes, edges) = (store.index_cf(Cf::Inodes)?, store.index_cf(Cf::Edges)?);
-        let mut b = WriteBatch::default();
+        // Sized up front: growing a 2 MB batch copies it again and again.
+        // Each entry adds a tag, a column family id and two lengths.
+        let mut b = WriteBatch::with_capacity_bytes(bytes + 16 * w.len() + 256);
         for (j, o) in order.iter().enumerate() {
             if order.get(j + 1).is_some_and(|n| same_key(o, n)) {
                 continue;
             }
-            let (cf, k, v) = &w[o.2];
+            let (cf, k, v) = &w[o.pos as usize];
             let h = match cf {
                 Cf::Inodes => inodes,
                 Cf::Edges => edges,
@@ -781,21 +813,23 @@ impl SortedWrites {
     }
 }
 
-/// A key's first eight bytes as a big-endian integer, zero-padded: ordering
-/// by it and then by the whole key is the keys' byte order.
-fn key_prefix(k: &[u8]) -> u64 {
-    let mut b = [0u8; 8];
-    let n = k.len().min(8);
+/// A key's first 16 bytes as a big-endian integer, zero-padded: keys with
+/// different heads order as their heads do.
+fn key_head(k: &[u8]) -> u128 {
+    let mut b = [0u8; 16];
+    let n = k.len().min(16);
     b[..n].copy_from_slice(&k[..n]);
-    u64::from_be_bytes(b)
+    u128::from_be_bytes(b)
 }
 
 impl IndexWrite for SortedWrites {
     fn put(&mut self, cf: Cf, key: Vec<u8>, value: Vec<u8>) {
+        self.bytes += key.len() + value.len();
         self.writes.push((cf, key, Some(value)));
     }
 
     fn delete(&mut self, cf: Cf, key: Vec<u8>) {
+        self.bytes += key.len();
         self.writes.push((cf, key, None));
     }
 }
@@ -911,4 +945,89 @@ pub fn scan_iter(
     }
     it.status()?;
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use std::collections::BTreeMap;
+
+    /// The batch's entries as (column family id, key, value or delete).
+    #[derive(Default)]
+    struct Entries(Vec<(u32, Vec<u8>, Option<Vec<u8>>)>);
+
+    impl rocksdb::WriteBatchIteratorCf for Entries {
+        fn put_cf(&mut self, cf: u32, key: &[u8], value: &[u8]) {
+            self.0.push((cf, key.to_vec(), Some(value.to_vec())));
+        }
+        fn delete_cf(&mut self, cf: u32, key: &[u8]) {
+            self.0.push((cf, key.to_vec(), None));
+        }
+        fn merge_cf(&mut self, _: u32, _: &[u8], _: &[u8]) {
+            panic!("replay never merges");
+        }
+    }
+
+    /// A column family's id, as a batch's iterator reports it.
+    fn cf_id(store: &Store, cf: Cf) -> u32 {
+        let mut b = WriteBatch::default();
+        b.put_cf(store.index_cf(cf).unwrap(), b"", b"");
+        let mut e = Entries::default();
+        b.iterate_cf(&mut e);
+        e.0[0].0
+    }
+
+    /// Keys from a small alphabet with zeros, up to 24 bytes: equal heads,
+    /// keys that are prefixes of others and keys that differ only in
+    /// trailing zeros all come up.
+    fn key() -> impl Strategy<Value = Vec<u8>> {
+        prop::collection::vec(prop_oneof![Just(0u8), Just(1u8), Just(0xff)], 0..24)
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+        /// A replay batch holds each key once, with its last write, in key
+        /// order within each column family.
+        #[test]
+        fn replay_batches_are_sorted_and_keep_the_last_write(
+            writes in prop::collection::vec(
+                (any::<bool>(), key(), prop::option::of(prop::collection::vec(any::<u8>(), 0..4))),
+                0..300,
+            )
+        ) {
+            let dir = tempfile::tempdir().unwrap();
+            let store = Store::open(dir.path(), &StoreOptions::default()).unwrap();
+            let mut sw = SortedWrites::default();
+            let mut model = BTreeMap::new();
+            for (edges, k, v) in writes {
+                let cf = if edges { Cf::Edges } else { Cf::Inodes };
+                match &v {
+                    Some(v) => sw.put(cf, k.clone(), v.clone()),
+                    None => sw.delete(cf, k.clone()),
+                }
+                model.insert((edges, k), v);
+            }
+            let b = sw.take_batch(&store).unwrap();
+            prop_assert_eq!(sw.len(), 0);
+            let mut entries = Entries::default();
+            b.iterate_cf(&mut entries);
+            let ids = [cf_id(&store, Cf::Inodes), cf_id(&store, Cf::Edges)];
+            // Inodes first, then edges; strictly increasing keys in each.
+            for pair in entries.0.windows(2) {
+                let (a, b) = (&pair[0], &pair[1]);
+                let pos = |id| ids.iter().position(|i| *i == id).unwrap();
+                prop_assert!(
+                    (pos(a.0), &a.1) < (pos(b.0), &b.1),
+                    "{:?} before {:?}", a, b
+                );
+            }
+            let got: BTreeMap<_, _> = entries
+                .0
+                .into_iter()
+                .map(|(cf, k, v)| ((cf == ids[1], k), v))
+                .collect();
+            prop_assert_eq!(got, model);
+        }
+    }
 }
