@@ -460,6 +460,8 @@ struct Committer {
     durability: Durability,
     /// Set once a sync or index write failed: nothing after it is committed.
     failed: Option<String>,
+    /// Wakes the thread that grows the readers' cache; `None`: grow inline.
+    grower: Option<crossbeam_channel::Sender<()>>,
 }
 
 /// Durable groups on their way to the applier, with the sync's failure.
@@ -471,6 +473,7 @@ impl Committer {
             shared,
             durability,
             failed: None,
+            grower: None,
         }
     }
 
@@ -486,6 +489,22 @@ impl Committer {
         let (sync_tx, sync_rx) = crossbeam_channel::bounded::<Appended>(SYNC_QUEUE);
         let (apply_tx, apply_rx) = crossbeam_channel::unbounded::<Synced>();
         let mut applier = Committer::new(shared.clone(), durability);
+        // Grows the readers' cache when the applier asks (one wake-up
+        // pending at most); stops when the applier, its only sender, does.
+        let (grow_tx, grow_rx) = crossbeam_channel::bounded::<()>(1);
+        let mut threads = Vec::new();
+        let cache = shared.clone();
+        let g = std::thread::Builder::new()
+            .name("treelog-cache".into())
+            .spawn(move || {
+                for () in grow_rx {
+                    cache.read_cache.grow();
+                }
+            });
+        if let Ok(g) = g {
+            applier.grower = Some(grow_tx);
+            threads.push(g);
+        }
         let a = std::thread::Builder::new()
             .name("treelog-applier".into())
             .spawn(move || {
@@ -521,7 +540,10 @@ impl Committer {
                 }
             });
         match s {
-            Ok(s) => Some((sync_tx, vec![s, a])),
+            Ok(s) => {
+                threads.extend([s, a]);
+                Some((sync_tx, threads))
+            }
             // The applier stops once its sender (moved into the failed
             // closure) is dropped.
             Err(_) => {
@@ -643,8 +665,17 @@ impl Committer {
                 m.ops.with_label_values(&[name, outcome]).inc_by(n);
             }
         }
-        // Room for the next groups' entries, now that nobody waits on us.
-        self.shared.read_cache.grow();
+        // Room for the next groups' entries, made beside this thread (or
+        // here, now that nobody waits on us, if that thread is missing).
+        if self.shared.read_cache.wants_growth() {
+            let sent = self.grower.as_ref().map(|g| g.try_send(()));
+            if !matches!(
+                sent,
+                Some(Ok(()) | Err(crossbeam_channel::TrySendError::Full(())))
+            ) {
+                self.shared.read_cache.grow();
+            }
+        }
     }
 
     /// One index write for all the groups, newer changes after older, then
