@@ -451,7 +451,8 @@ const SYNC_QUEUE: usize = 64;
 /// since its last one; the **applier** writes their index changes, updates
 /// the readers' cache, publishes the committed watermark and replies. Each
 /// stage is its own thread (the next fsync starts while the applier works),
-/// or both run inline when a thread could not be started.
+/// or both run inline when a thread could not be started. A third thread
+/// grows the readers' cache when the applier finds it full.
 ///
 /// Only the applier makes anything visible to readers, and only after the
 /// fsync: readers never see a change that a crash could take back.
