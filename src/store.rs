@@ -742,12 +742,13 @@ const REPLAY_BATCH_KEYS: usize = 20_000;
 
 /// Where a write goes in a replay batch's order: its column family and
 /// key's first 16 bytes as integers (zero-padded big-endian, so that they
-/// order as the bytes do), then the rest of the key, then its position.
+/// order as the bytes do), then the rest of the key and its length, then
+/// its position.
 #[derive(Clone, Copy)]
 struct SortKey {
     cf: Cf,
     head: u128,
-    pos: u32,
+    pos: usize,
 }
 
 impl SortedWrites {
@@ -773,14 +774,13 @@ impl SortedWrites {
             .map(|(i, (cf, k, _))| SortKey {
                 cf: *cf,
                 head: key_head(k),
-                // A batch holds ~20,000 writes, far below u32::MAX.
-                pos: i as u32,
+                pos: i,
             })
             .collect();
         // Past equal heads: the rest of the keys, then their lengths (keys
         // within 16 bytes whose heads are equal differ in trailing zeros
         // only, and the shorter comes first).
-        let key = |o: &SortKey| w[o.pos as usize].1.as_slice();
+        let key = |o: &SortKey| w[o.pos].1.as_slice();
         let tail = |o: &SortKey| key(o).get(16..).unwrap_or_default();
         order.sort_unstable_by(|a, b| {
             (a.cf, a.head)
@@ -788,9 +788,8 @@ impl SortedWrites {
                 .then_with(|| tail(a).cmp(tail(b)).then(key(a).len().cmp(&key(b).len())))
                 .then(a.pos.cmp(&b.pos))
         });
-        let same_key = |a: &SortKey, b: &SortKey| {
-            (a.cf, a.head) == (b.cf, b.head) && w[a.pos as usize].1 == w[b.pos as usize].1
-        };
+        let same_key =
+            |a: &SortKey, b: &SortKey| (a.cf, a.head) == (b.cf, b.head) && w[a.pos].1 == w[b.pos].1;
         let (inodes, edges) = (store.index_cf(Cf::Inodes)?, store.index_cf(Cf::Edges)?);
         // Sized up front: growing a 2 MB batch copies it again and again.
         // Each entry adds a tag, a column family id and two lengths.
@@ -799,7 +798,7 @@ impl SortedWrites {
             if order.get(j + 1).is_some_and(|n| same_key(o, n)) {
                 continue;
             }
-            let (cf, k, v) = &w[o.pos as usize];
+            let (cf, k, v) = &w[o.pos];
             let h = match cf {
                 Cf::Inodes => inodes,
                 Cf::Edges => edges,
