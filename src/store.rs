@@ -485,11 +485,7 @@ impl Store {
     /// stays with the index) without waiting for it: the current memtables
     /// become immutable and new ones, with the current options, take writes.
     fn switch_memtables(&self) -> Result<()> {
-        let cfs: Vec<&ColumnFamily> = ALL_CFS.iter().map(|n| self.cf(n)).collect::<Result<_>>()?;
-        let mut fo = rocksdb::FlushOptions::default();
-        fo.set_wait(false);
-        self.db.flush_cfs_opt(&cfs, &fo)?;
-        Ok(())
+        self.flush_all(false)
     }
 
     /// Tunes the index CFs for a long replay, or back for serving: memtable
@@ -519,9 +515,14 @@ impl Store {
 
     /// Flushes every column family (atomically).
     pub fn flush(&self) -> Result<()> {
+        self.flush_all(true)
+    }
+
+    fn flush_all(&self, wait: bool) -> Result<()> {
         let cfs: Vec<&ColumnFamily> = ALL_CFS.iter().map(|n| self.cf(n)).collect::<Result<_>>()?;
-        self.db
-            .flush_cfs_opt(&cfs, &rocksdb::FlushOptions::default())?;
+        let mut fo = rocksdb::FlushOptions::default();
+        fo.set_wait(wait);
+        self.db.flush_cfs_opt(&cfs, &fo)?;
         Ok(())
     }
 
@@ -985,7 +986,14 @@ mod tests {
     }
 
     proptest! {
-        #![proptest_config(ProptestConfig::with_cases(64))]
+        #![proptest_config(ProptestConfig {
+            cases: 64,
+            // Beside this file, as tests/model.rs keeps its own.
+            failure_persistence: Some(Box::new(
+                prop::test_runner::FileFailurePersistence::WithSource("proptest-regressions"),
+            )),
+            ..ProptestConfig::default()
+        })]
         /// A replay batch holds each key once, with its last write, in key
         /// order within each column family.
         #[test]

@@ -669,12 +669,10 @@ impl Committer {
         // Room for the next groups' entries, made beside this thread (or
         // here, now that nobody waits on us, if that thread is missing).
         if self.shared.read_cache.wants_growth() {
-            let sent = self.grower.as_ref().map(|g| g.try_send(()));
-            if !matches!(
-                sent,
-                Some(Ok(()) | Err(crossbeam_channel::TrySendError::Full(())))
-            ) {
-                self.shared.read_cache.grow();
+            match self.grower.as_ref().map(|g| g.try_send(())) {
+                // Woken, or already going to wake.
+                Some(Ok(()) | Err(crossbeam_channel::TrySendError::Full(()))) => {}
+                _ => self.shared.read_cache.grow(),
             }
         }
     }
