@@ -15,6 +15,7 @@ use crate::command::Command;
 use crate::engine::{self, EngineState};
 use crate::error::{Error, Result};
 use crate::format::ROOT_ID;
+use crate::index::IndexRead;
 use crate::path;
 use crate::retention::{self, CursorInfo, RetentionPolicy, RetentionReport};
 use crate::store::{Store, StoreOptions};
@@ -398,10 +399,11 @@ impl Treelog {
 
     // -- reads ---------------------------------------------------------------
 
-    /// The index as readers see it: through the shared read cache.
-    fn reads(&self) -> crate::readcache::CachedReads<'_, crate::store::DbIndex<'_>> {
+    /// The index as readers see it: the committed snapshot, through the
+    /// shared read cache.
+    fn reads(&self) -> crate::readcache::CachedReads<'_, impl IndexRead + '_> {
         crate::readcache::CachedReads {
-            base: self.shared.store.index(),
+            base: self.shared.reader_index(),
             cache: &self.shared.read_cache,
         }
     }

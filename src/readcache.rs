@@ -7,16 +7,18 @@
 //! sharded hash maps that readers consult without ever waiting for the
 //! writer's group commit.
 //!
-//! Exactness. The writer is the only mutator of the index. After it writes a
-//! group's index batch to RocksDB it calls [`IndexCache::apply`], which, per
+//! Exactness. The writer is the only mutator of the index, and readers read
+//! RocksDB at the snapshot it publishes once a round is durable. After it
+//! publishes a round's snapshot it calls [`IndexCache::apply`], which, per
 //! key and under the shard's write lock, bumps the shard's generation and
 //! stores the new value. A reader that misses notes the shard's generation
 //! *before* reading RocksDB and inserts what it read only if the generation
 //! is unchanged (under the same lock). So a value read before a write can
 //! never be inserted after that write was applied: either the reader's
 //! insert comes first (and the writer's overwrites it) or the generation has
-//! moved (and the insert is dropped). Readers between the RocksDB write and
-//! `apply` may still see the old value from the cache; no caller of that
+//! moved (and the insert is dropped); and a reader that saw the new
+//! generation reads at that snapshot or a later one. Readers between the
+//! snapshot and `apply` may still see the old value from the cache; no caller of that
 //! group has been acknowledged yet, so this is the same as reading just
 //! before the group.
 //!
@@ -245,8 +247,8 @@ impl IndexCache {
         Ok(v)
     }
 
-    /// Records a group's index writes, after they are in RocksDB. Only the
-    /// writer calls this.
+    /// Records a group's index writes, after the snapshot that holds them
+    /// is published to readers. Only the writer's applier calls this.
     pub fn apply(&self, w: &OverlayWrites) {
         if self.per_shard == 0 {
             return;

@@ -8,10 +8,12 @@
 //! and replayed from `applied_seq + 1` on open.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use rocksdb::{
     BlockBasedOptions, Cache, ColumnFamily, ColumnFamilyDescriptor, DBCompressionType,
-    DBRecoveryMode, Options, ReadOptions, SliceTransform, WriteBatch, WriteOptions, DB,
+    DBRecoveryMode, Options, ReadOptions, SliceTransform, SnapshotWithThreadMode, WriteBatch,
+    WriteOptions, DB,
 };
 
 use crate::engine::{self, EngineState};
@@ -183,7 +185,9 @@ pub fn index_cf_descriptors() -> Vec<(&'static str, Options)> {
 
 /// One open RocksDB instance with treelog's column families.
 pub struct Store {
-    db: DB,
+    /// In an `Arc` so that a published [`IndexSnapshot`] can keep the
+    /// database it points into alive and in place.
+    db: Arc<DB>,
     path: PathBuf,
     long_replay_min: u64,
     replay_memtable_bytes: usize,
@@ -233,7 +237,7 @@ impl Store {
             }
             let db = DB::open_cf_descriptors(&db_options(), path, descriptors(()))?;
             let store = Store {
-                db,
+                db: Arc::new(db),
                 path: path.to_owned(),
                 long_replay_min: so.long_replay_min,
                 replay_memtable_bytes: so.replay_memtable_bytes,
@@ -259,7 +263,7 @@ impl Store {
         o.create_missing_column_families(true);
         let db = DB::open_cf_descriptors(&o, path, descriptors(()))?;
         let store = Store {
-            db,
+            db: Arc::new(db),
             path: path.to_owned(),
             long_replay_min: so.long_replay_min,
             replay_memtable_bytes: so.replay_memtable_bytes,
@@ -669,9 +673,50 @@ impl Store {
         Ok((n, pending_seq))
     }
 
-    /// A read view of the live index.
+    /// Up to `limit` index entries with key prefix `prefix` after `after`.
+    fn index_scan(
+        &self,
+        cf: Cf,
+        mut ro: ReadOptions,
+        prefix: &[u8],
+        after: Option<&[u8]>,
+        limit: usize,
+    ) -> Result<Vec<Kv>> {
+        let h = self.index_cf(cf)?;
+        if cf == Cf::Edges && prefix.len() == 8 {
+            ro.set_prefix_same_as_start(true);
+        }
+        scan_iter(self.db.raw_iterator_cf_opt(h, ro), prefix, after, limit)
+    }
+
+    /// A read view of the live index: everything written to it, including
+    /// a round's changes that the applier has written while their fsync
+    /// runs. For the writer and offline tools; readers of a running
+    /// namespace read at its published [`IndexSnapshot`].
     pub fn index(&self) -> DbIndex<'_> {
         DbIndex { store: self }
+    }
+
+    /// A snapshot of the whole database as it is now.
+    pub fn snapshot(&self) -> IndexSnapshot {
+        let snap = self.db.snapshot();
+        // SAFETY: the snapshot borrows the `DB` inside `self.db`'s `Arc`,
+        // which never moves; `IndexSnapshot` holds a clone of that `Arc`
+        // and drops the snapshot before it (field order), so the borrow
+        // never outlives the database.
+        let snap: SnapshotWithThreadMode<'static, DB> = unsafe { std::mem::transmute(snap) };
+        let mut read = ReadOptions::default();
+        read.set_snapshot(&snap);
+        IndexSnapshot {
+            read,
+            snap,
+            _db: self.db.clone(),
+        }
+    }
+
+    /// A read view of the index at `snap`.
+    pub fn index_at<'a>(&'a self, snap: &'a IndexSnapshot) -> SnapshotIndex<'a> {
+        SnapshotIndex { store: self, snap }
     }
 
     /// Drops and recreates the index column families and replays the whole
@@ -687,9 +732,12 @@ impl Store {
                 });
             }
             let cache = Cache::new_lru_cache(so.block_cache_bytes);
+            // Nothing else holds this store's database: it was opened here.
+            let db = Arc::get_mut(&mut store.db)
+                .ok_or_else(|| Error::corrupt("rebuild", "the database is shared"))?;
             for name in [CF_INODES, CF_EDGES] {
-                store.db.drop_cf(name)?;
-                store.db.create_cf(name, &cf_options(name, so, &cache))?;
+                db.drop_cf(name)?;
+                db.create_cf(name, &cf_options(name, so, &cache))?;
             }
             let empty = crate::index::MemIndex::default();
             let mut ov = Overlay::new(&empty);
@@ -904,23 +952,65 @@ impl IndexRead for DbIndex<'_> {
     }
 
     fn scan(&self, cf: Cf, prefix: &[u8], after: Option<&[u8]>, limit: usize) -> Result<Vec<Kv>> {
-        let h = self.store.index_cf(cf)?;
-        let mut ro = ReadOptions::default();
-        if cf == Cf::Edges && prefix.len() == 8 {
-            ro.set_prefix_same_as_start(true);
+        self.store
+            .index_scan(cf, ReadOptions::default(), prefix, after, limit)
+    }
+}
+
+/// A RocksDB snapshot that owns its place: shared between threads (in an
+/// `Arc`) and published to readers, it keeps its database open.
+pub struct IndexSnapshot {
+    /// Read options with the snapshot set, shared by every point read at it.
+    read: ReadOptions,
+    snap: SnapshotWithThreadMode<'static, DB>,
+    _db: Arc<DB>,
+}
+
+impl IndexSnapshot {
+    /// RocksDB's sequence number of the snapshot.
+    pub fn sequence_number(&self) -> u64 {
+        self.snap.sequence_number()
+    }
+}
+
+/// [`IndexRead`] over the `inodes` and `edges` column families at a
+/// snapshot.
+pub struct SnapshotIndex<'a> {
+    store: &'a Store,
+    snap: &'a IndexSnapshot,
+}
+
+impl SnapshotIndex<'_> {
+    /// A `meta` value at the snapshot.
+    pub fn meta_u64(&self, key: &[u8]) -> Result<Option<u64>> {
+        let h = self.store.cf(CF_META)?;
+        match self.store.db.get_pinned_cf_opt(h, key, &self.snap.read)? {
+            Some(v) => Ok(Some(meta::decode_u64("meta value", &v)?)),
+            None => Ok(None),
         }
-        scan_iter(
-            self.store.db.raw_iterator_cf_opt(h, ro),
-            prefix,
-            after,
-            limit,
-        )
+    }
+}
+
+impl IndexRead for SnapshotIndex<'_> {
+    fn get(&self, cf: Cf, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        let h = self.store.index_cf(cf)?;
+        Ok(self
+            .store
+            .db
+            .get_pinned_cf_opt(h, key, &self.snap.read)?
+            .map(|v| v.to_vec()))
+    }
+
+    fn scan(&self, cf: Cf, prefix: &[u8], after: Option<&[u8]>, limit: usize) -> Result<Vec<Kv>> {
+        let mut ro = ReadOptions::default();
+        ro.set_snapshot(&self.snap.snap);
+        self.store.index_scan(cf, ro, prefix, after, limit)
     }
 }
 
 /// Up to `limit` entries with key prefix `prefix` after `after`, from a raw
 /// iterator (shared by the live and the snapshot index views).
-pub fn scan_iter(
+fn scan_iter(
     mut it: rocksdb::DBRawIteratorWithThreadMode<'_, DB>,
     prefix: &[u8],
     after: Option<&[u8]>,

@@ -25,16 +25,14 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rocksdb::{ReadOptions, SnapshotWithThreadMode, DB};
 use serde::{Deserialize, Serialize};
 
 use crate::engine;
 use crate::error::{Error, ErrorKind, Result};
 use crate::event::{Event, EventKind};
 use crate::format::{self, meta, record};
-use crate::index::{Cf, IndexRead, Kv};
 use crate::path;
-use crate::store::{Store, CF_EDGES, CF_INODES, CF_LOG, CF_META};
+use crate::store::CF_LOG;
 use crate::types::Inode;
 use crate::writer::Shared;
 
@@ -630,37 +628,6 @@ impl Drop for Subscription {
     }
 }
 
-/// [`IndexRead`] over a RocksDB snapshot of the index.
-struct SnapIndex<'a> {
-    store: &'a Store,
-    snap: &'a SnapshotWithThreadMode<'a, DB>,
-}
-
-impl IndexRead for SnapIndex<'_> {
-    fn get(&self, cf: Cf, key: &[u8]) -> Result<Option<Vec<u8>>> {
-        let h = self.store.cf(match cf {
-            Cf::Inodes => CF_INODES,
-            Cf::Edges => CF_EDGES,
-        })?;
-        Ok(self.snap.get_pinned_cf(h, key)?.map(|v| v.to_vec()))
-    }
-
-    fn scan(&self, cf: Cf, prefix: &[u8], after: Option<&[u8]>, limit: usize) -> Result<Vec<Kv>> {
-        let h = self.store.cf(match cf {
-            Cf::Inodes => CF_INODES,
-            Cf::Edges => CF_EDGES,
-        })?;
-        let mut ro = ReadOptions::default();
-        ro.set_snapshot(self.snap);
-        crate::store::scan_iter(
-            self.store.db().raw_iterator_cf_opt(h, ro),
-            prefix,
-            after,
-            limit,
-        )
-    }
-}
-
 struct Frame {
     id: u64,
     path: String,
@@ -679,12 +646,11 @@ fn produce_snapshot(
     let send = |item: StreamItem| -> Result<()> {
         tx.blocking_send(Ok(item)).map_err(|_| Error::ShuttingDown)
     };
-    let store = &shared.store;
-    let snap = store.db().snapshot();
-    let seq = match snap.get_cf(store.cf(CF_META)?, meta::APPLIED_SEQ_KEY)? {
-        Some(v) => meta::decode_u64("applied_seq", &v)?,
-        None => 0,
-    };
+    // The committed index (RocksDB's latest state may hold a round whose
+    // fsync has not finished).
+    let snap = shared.view.load_full();
+    let view = shared.store.index_at(&snap);
+    let seq = view.meta_u64(meta::APPLIED_SEQ_KEY)?.unwrap_or(0);
     send(StreamItem::SnapshotStart {
         seq,
         prefix: prefix.to_owned(),
@@ -693,7 +659,6 @@ fn produce_snapshot(
     // Entries in the snapshot only use dictionary ids that existed then; the
     // current dictionaries are a superset.
     let dicts = shared.dicts();
-    let view = SnapIndex { store, snap: &snap };
     let root = match engine::resolve(&view, &dicts, prefix) {
         Ok(r) => Some(r),
         Err(e) if matches!(e.kind(), ErrorKind::NotFound | ErrorKind::NotADirectory) => None,

@@ -33,7 +33,7 @@ use crate::engine::{Engine, EngineState, Outcome};
 use crate::error::{Error, Result};
 use crate::event::Record;
 use crate::format::{self, record, DictSet};
-use crate::index::{Overlay, OverlayWrites, Pending, PendingIndex};
+use crate::index::{Cf, IndexRead, Kv, Overlay, OverlayWrites, Pending, PendingIndex};
 use crate::store::{Store, CF_LOG};
 use crate::watermark::Watermark;
 
@@ -106,6 +106,10 @@ pub struct Shared {
     pub dicts: arc_swap::ArcSwap<DictSet>,
     /// Highest sequence whose record is durable and applied to the index.
     pub committed: Watermark,
+    /// The index as of `committed`: readers read RocksDB at this snapshot,
+    /// because the applier writes a round's index changes while its fsync
+    /// runs, before they may be seen.
+    pub view: arc_swap::ArcSwap<crate::store::IndexSnapshot>,
     /// Why the writer stopped, once it has.
     pub failure: Mutex<Option<String>>,
     pub stats: WriterStats,
@@ -139,6 +143,7 @@ impl Shared {
     ) -> Result<Shared> {
         Ok(Shared {
             dicts: arc_swap::ArcSwap::from_pointee(dicts),
+            view: arc_swap::ArcSwap::from_pointee(store.snapshot()),
             committed: Watermark::new(store.last_log_seq()?),
             failure: Default::default(),
             stats: Default::default(),
@@ -159,6 +164,11 @@ impl Shared {
         })
     }
 
+    /// The committed index, as readers see it.
+    pub fn reader_index(&self) -> PublishedIndex<'_> {
+        PublishedIndex(self)
+    }
+
     /// The current dictionaries, without touching a shared reference count.
     pub fn dicts(&self) -> arc_swap::Guard<Arc<DictSet>> {
         self.dicts.load()
@@ -177,6 +187,26 @@ impl Shared {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .clone()
+    }
+}
+
+/// [`IndexRead`] over the committed index: each read at the snapshot
+/// published last, loaded when the read starts. Not one snapshot for the
+/// view's life: the readers' cache notes a key's generation before it reads
+/// the key from here, and must then read at a snapshot at least as new as
+/// that generation (see `readcache`).
+pub struct PublishedIndex<'a>(&'a Shared);
+
+impl IndexRead for PublishedIndex<'_> {
+    fn get(&self, cf: Cf, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        self.0.store.index_at(&self.0.view.load()).get(cf, key)
+    }
+
+    fn scan(&self, cf: Cf, prefix: &[u8], after: Option<&[u8]>, limit: usize) -> Result<Vec<Kv>> {
+        self.0
+            .store
+            .index_at(&self.0.view.load())
+            .scan(cf, prefix, after, limit)
     }
 }
 
@@ -448,14 +478,21 @@ const SYNC_QUEUE: usize = 64;
 
 /// The later stages of group commit, in log order. The **syncer** makes
 /// appended groups durable with one fsync for all the groups that arrived
-/// since its last one; the **applier** writes their index changes, updates
-/// the readers' cache, publishes the committed watermark and replies. Each
-/// stage is its own thread (the next fsync starts while the applier works),
-/// or both run inline when a thread could not be started. A third thread
-/// grows the readers' cache when the applier finds it full.
+/// since its last one; the **applier** writes their index changes while
+/// that fsync runs, then, once it has succeeded, publishes them: a snapshot
+/// of the index for readers, the readers' cache, the committed watermark
+/// and the replies. Each stage is its own thread, or both run inline when a
+/// thread could not be started. A third thread grows the readers' cache
+/// when the applier finds it full.
 ///
 /// Only the applier makes anything visible to readers, and only after the
-/// fsync: readers never see a change that a crash could take back.
+/// fsync: readers read RocksDB at the published snapshot, so a round's
+/// index changes, in RocksDB before their fsync has finished, stay unseen
+/// until it has. Nor can they reach the disk ahead of their log records:
+/// the index is written without the WAL, and before RocksDB installs a
+/// flushed table it syncs the WALs that the flush's memtable switch closed
+/// (`SyncClosedWals` in RocksDB's `db_impl_compaction_flush.cc`), which
+/// hold those records.
 struct Committer {
     shared: Arc<Shared>,
     durability: Durability,
@@ -464,9 +501,6 @@ struct Committer {
     /// Wakes the thread that grows the readers' cache; `None`: grow inline.
     grower: Option<crossbeam_channel::Sender<()>>,
 }
-
-/// Durable groups on their way to the applier, with the sync's failure.
-type Synced = (Vec<Appended>, Option<String>);
 
 impl Committer {
     fn new(shared: Arc<Shared>, durability: Durability) -> Committer {
@@ -480,6 +514,10 @@ impl Committer {
 
     /// Starts the syncer and applier threads; `None` if either could not be
     /// started (the writer then commits inline).
+    ///
+    /// The syncer hands each round (the groups one fsync covers) to the
+    /// applier *before* its fsync, then the fsync's outcome on a second
+    /// channel, so that the index write and the fsync overlap.
     fn spawn(
         shared: &Arc<Shared>,
         durability: Durability,
@@ -488,7 +526,9 @@ impl Committer {
         Vec<std::thread::JoinHandle<()>>,
     )> {
         let (sync_tx, sync_rx) = crossbeam_channel::bounded::<Appended>(SYNC_QUEUE);
-        let (apply_tx, apply_rx) = crossbeam_channel::unbounded::<Synced>();
+        let (round_tx, round_rx) = crossbeam_channel::unbounded::<Vec<Appended>>();
+        // One message per round, in order: `Some(why)` if it is not durable.
+        let (synced_tx, synced_rx) = crossbeam_channel::unbounded::<Option<String>>();
         let mut applier = Committer::new(shared.clone(), durability);
         // Grows the readers' cache when the applier asks (one wake-up
         // pending at most); stops when the applier, its only sender, does.
@@ -509,17 +549,24 @@ impl Committer {
         let a = std::thread::Builder::new()
             .name("treelog-applier".into())
             .spawn(move || {
-                while let Ok((mut groups, mut failure)) = apply_rx.recv() {
-                    // Whatever else is durable already goes in the same
+                while let Ok(mut groups) = round_rx.recv() {
+                    // Every round handed over already goes in the same
                     // index write.
-                    for (more, f) in apply_rx.try_iter() {
+                    let mut rounds = 1;
+                    for more in round_rx.try_iter() {
                         groups.extend(more);
-                        failure = failure.or(f);
+                        rounds += 1;
                     }
-                    if let Some(f) = failure {
-                        applier.failed.get_or_insert(f);
+                    applier.write_index(&groups);
+                    for _ in 0..rounds {
+                        let outcome = synced_rx
+                            .recv()
+                            .unwrap_or_else(|_| Some("the log syncer stopped".into()));
+                        if let Some(why) = outcome {
+                            applier.failed.get_or_insert(why);
+                        }
                     }
-                    applier.apply(groups);
+                    applier.publish(groups);
                 }
             })
             .ok()?;
@@ -530,13 +577,17 @@ impl Committer {
                 while let Ok(first) = sync_rx.recv() {
                     let mut groups = vec![first];
                     groups.extend(sync_rx.try_iter());
-                    syncer.sync(&groups);
-                    let failure = syncer.failed.clone();
-                    if let Err(e) = apply_tx.send((groups, failure)) {
+                    let records = groups.iter().map(|g| g.records).sum();
+                    match round_tx.send(groups) {
+                        Ok(()) => {
+                            syncer.sync(records);
+                            // The applier stops only once `round_tx` is
+                            // dropped, after this.
+                            let _ = synced_tx.send(syncer.failed.clone());
+                        }
                         // The applier is gone (it stops only when this
-                        // sender is dropped): apply here.
-                        let (groups, _) = e.into_inner();
-                        syncer.apply(groups);
+                        // sender is dropped): commit here.
+                        Err(e) => syncer.commit(e.into_inner()),
                     }
                 }
             });
@@ -545,8 +596,8 @@ impl Committer {
                 threads.extend([s, a]);
                 Some((sync_tx, threads))
             }
-            // The applier stops once its sender (moved into the failed
-            // closure) is dropped.
+            // The applier stops once its senders (moved into the failed
+            // closure) are dropped.
             Err(_) => {
                 let _ = a.join();
                 None
@@ -554,15 +605,16 @@ impl Committer {
         }
     }
 
-    /// Both stages inline.
+    /// Every stage inline, in the same order as the threads.
     fn commit(&mut self, groups: Vec<Appended>) {
-        self.sync(&groups);
-        self.apply(groups);
+        self.write_index(&groups);
+        self.sync(groups.iter().map(|g| g.records).sum());
+        self.publish(groups);
     }
 
-    /// Makes `groups` durable: one fsync covers them all.
-    fn sync(&mut self, groups: &[Appended]) {
-        let records: u64 = groups.iter().map(|g| g.records).sum();
+    /// Makes every group appended so far durable (`records` of them since
+    /// the last sync): one fsync covers them all.
+    fn sync(&mut self, records: u64) {
         if self.failed.is_none() && self.shared.failure().is_some() {
             // A later stage failed: syncing more is pointless.
             self.failed = self.shared.failure();
@@ -581,24 +633,49 @@ impl Committer {
         }
     }
 
-    /// Commits durable `groups` (in log order): one index write, then the
-    /// watermark and the replies.
-    fn apply(&mut self, groups: Vec<Appended>) {
+    /// Writes the groups' index changes (newer after older) with the new
+    /// `applied_seq`, in one batch, which readers do not see until
+    /// [`Committer::publish`].
+    fn write_index(&mut self, groups: &[Appended]) {
+        let Some(last) = groups.last() else {
+            return;
+        };
+        let records: u64 = groups.iter().map(|g| g.records).sum();
+        if self.failed.is_some() || records == 0 {
+            return;
+        }
+        let t = Instant::now();
+        let bytes: u64 = groups.iter().map(|g| g.bytes).sum();
+        let store = &self.shared.store;
+        let mut b = WriteBatch::default();
+        let written = groups
+            .iter()
+            .try_for_each(|g| store.add_index_writes(&mut b, &g.writes))
+            .and_then(|()| {
+                let log_bytes = self.shared.log_bytes.fetch_add(bytes, Ordering::AcqRel) + bytes;
+                store.write_index_batch(b, last.seq, Some(log_bytes))
+            });
+        match written {
+            Ok(()) => {
+                if let Some(m) = &self.shared.metrics {
+                    m.index_apply.observe(t.elapsed().as_secs_f64());
+                }
+            }
+            // The records will be durable and replayed on restart, but this
+            // process can no longer serve a consistent index.
+            Err(e) => self.failed = Some(format!("index write failed: {e}")),
+        }
+    }
+
+    /// Commits `groups` (in log order), durable and in the index now: a new
+    /// snapshot for readers, the readers' cache, the watermark, then the
+    /// replies. Refuses them all if a stage failed.
+    fn publish(&mut self, groups: Vec<Appended>) {
         let Some(last) = groups.last() else {
             return;
         };
         let seq = last.seq;
         let records: u64 = groups.iter().map(|g| g.records).sum();
-        let bytes: u64 = groups.iter().map(|g| g.bytes).sum();
-        let t_start = Instant::now();
-        if self.failed.is_none() && records > 0 {
-            if let Err(e) = self.write_index(&groups, seq, bytes) {
-                // The records are durable and will be replayed on restart,
-                // but this process can no longer serve a consistent index.
-                self.failed = Some(format!("index write failed: {e}"));
-            }
-        }
-        let t_applied = Instant::now();
         if let Some(why) = &self.failed {
             if let Some(m) = &self.shared.metrics {
                 m.writer_failed.set(1);
@@ -608,6 +685,17 @@ impl Committer {
                 Writer::refuse_all(g.requests, why);
             }
             return;
+        }
+        if records > 0 {
+            // The snapshot before the cache (see `readcache` on why): a
+            // reader that sees the cache's new generation reads RocksDB at
+            // this snapshot or a later one.
+            self.shared
+                .view
+                .store(Arc::new(self.shared.store.snapshot()));
+            for g in &groups {
+                self.shared.read_cache.apply(&g.writes);
+            }
         }
         let commands: usize = groups.iter().map(|g| g.requests.len()).sum();
         let mut decoded = Vec::with_capacity(records as usize);
@@ -626,9 +714,6 @@ impl Committer {
                 .fetch_max(g.requests.len() as u64, Ordering::Relaxed);
         }
         if let Some(m) = &self.shared.metrics {
-            if records > 0 {
-                m.index_apply.observe((t_applied - t_start).as_secs_f64());
-            }
             m.last_seq.set(seq as i64);
             m.applied_seq.set(seq as i64);
             m.log_bytes
@@ -676,22 +761,6 @@ impl Committer {
             }
         }
     }
-
-    /// One index write for all the groups, newer changes after older, then
-    /// the readers' cache (after RocksDB: see `readcache` on why).
-    fn write_index(&self, groups: &[Appended], seq: u64, bytes: u64) -> Result<()> {
-        let store = &self.shared.store;
-        let mut b = WriteBatch::default();
-        for g in groups {
-            store.add_index_writes(&mut b, &g.writes)?;
-        }
-        let log_bytes = self.shared.log_bytes.fetch_add(bytes, Ordering::AcqRel) + bytes;
-        store.write_index_batch(b, seq, Some(log_bytes))?;
-        for g in groups {
-            self.shared.read_cache.apply(&g.writes);
-        }
-        Ok(())
-    }
 }
 
 #[cfg(test)]
@@ -699,6 +768,7 @@ mod tests {
     use super::*;
     use crate::engine::resolve;
     use crate::error::ErrorKind;
+    use crate::format::meta;
     use crate::store::StoreOptions;
 
     fn mkdir(path: &str) -> Command {
@@ -734,10 +804,16 @@ mod tests {
         (shared, w, s)
     }
 
+    /// What a reader sees.
     fn stat_kind(shared: &Shared, path: &str) -> Option<ErrorKind> {
-        resolve(&shared.store.index(), &shared.dicts(), path)
+        resolve(&shared.reader_index(), &shared.dicts(), path)
             .err()
             .map(|e| e.kind())
+    }
+
+    /// What RocksDB holds, committed or not.
+    fn in_rocksdb(shared: &Shared, path: &str) -> bool {
+        resolve(&shared.store.index(), &shared.dicts(), path).is_ok()
     }
 
     #[test]
@@ -772,6 +848,59 @@ mod tests {
         let (r4, _rx4) = request(mkdir("/a/b/c"));
         let _g3 = w.append_group(vec![r4]).unwrap();
         assert_eq!(w.pending.len(), 1);
+    }
+
+    #[test]
+    fn readers_do_not_see_an_index_write_until_its_fsync_has_succeeded() {
+        let dir = tempfile::tempdir().unwrap();
+        let (shared, mut w, mut applier) = open(dir.path());
+        // A reader's view made before the commit reads at the snapshot
+        // published last when it reads, not when it was made (the readers'
+        // cache depends on it: see `PublishedIndex`).
+        let reader = shared.reader_index();
+        let (r1, mut rx1) = request(mkdir("/a"));
+        let g1 = w.append_group(vec![r1]).unwrap();
+        // The applier's first step, as while the fsync runs.
+        applier.write_index(std::slice::from_ref(&g1));
+        assert!(in_rocksdb(&shared, "/a"));
+        assert_eq!(stat_kind(&shared, "/a"), Some(ErrorKind::NotFound));
+        assert_eq!(
+            shared
+                .store
+                .index_at(&shared.view.load())
+                .meta_u64(meta::APPLIED_SEQ_KEY)
+                .unwrap(),
+            Some(0)
+        );
+        assert!(rx1.try_recv().is_err());
+        applier.sync(g1.records);
+        assert_eq!(stat_kind(&shared, "/a"), Some(ErrorKind::NotFound));
+        applier.publish(vec![g1]);
+        assert_eq!(rx1.try_recv().unwrap().unwrap(), 1);
+        assert_eq!(stat_kind(&shared, "/a"), None);
+        assert!(resolve(&reader, &shared.dicts(), "/a").is_ok());
+        assert_eq!(
+            shared
+                .store
+                .index_at(&shared.view.load())
+                .meta_u64(meta::APPLIED_SEQ_KEY)
+                .unwrap(),
+            Some(1)
+        );
+
+        // A round whose fsync fails stays unseen, though RocksDB has it.
+        let (r2, mut rx2) = request(mkdir("/b"));
+        let g2 = w.append_group(vec![r2]).unwrap();
+        applier.write_index(std::slice::from_ref(&g2));
+        applier.failed = Some("injected fsync failure".into());
+        applier.publish(vec![g2]);
+        assert!(in_rocksdb(&shared, "/b"));
+        assert_eq!(stat_kind(&shared, "/b"), Some(ErrorKind::NotFound));
+        assert_eq!(
+            rx2.try_recv().unwrap().unwrap_err().kind(),
+            ErrorKind::WriterStopped
+        );
+        assert_eq!(shared.committed.get(), 1);
     }
 
     #[test]
