@@ -10,13 +10,14 @@
 //! - The **syncer** takes every group appended since its last round and
 //!   makes them durable with one WAL fsync (RocksDB's `SyncWAL`, which does
 //!   not block appends).
-//! - The **applier** writes the durable groups' index changes (without the
-//!   WAL), updates the readers' cache, publishes the committed watermark and
-//!   replies, while the syncer runs the next fsync.
+//! - The **applier** writes each round's index changes (without the WAL)
+//!   while the round's fsync runs; once it has succeeded, it publishes a
+//!   RocksDB snapshot for readers, updates the readers' cache, publishes the
+//!   committed watermark and replies.
 //!
 //! So the fsync of one round overlaps the validation and appends of the
-//! next groups and the index write of the previous ones, and readers only
-//! ever see what is durable. A failed append, fsync or index write stops the writer for good: the callers of the groups not
+//! next groups and the round's own index write, and readers, who read at
+//! the published snapshot, only ever see what is durable. A failed append, fsync or index write stops the writer for good: the callers of the groups not
 //! yet committed and every later caller get [`Error::WriterStopped`];
 //! nothing that is not durable is acknowledged, and a restart recovers from
 //! the log.
