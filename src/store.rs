@@ -352,7 +352,12 @@ impl Store {
     }
 
     pub fn meta_u64(&self, key: &[u8]) -> Result<Option<u64>> {
-        match self.db.get_cf(self.cf(CF_META)?, key)? {
+        self.meta_u64_at(key, &ReadOptions::default())
+    }
+
+    /// A `meta` value as `ro` reads it (at its snapshot, if it has one).
+    fn meta_u64_at(&self, key: &[u8], ro: &ReadOptions) -> Result<Option<u64>> {
+        match self.db.get_pinned_cf_opt(self.cf(CF_META)?, key, ro)? {
             Some(v) => Ok(Some(meta::decode_u64("meta value", &v)?)),
             None => Ok(None),
         }
@@ -966,13 +971,6 @@ pub struct IndexSnapshot {
     _db: Arc<DB>,
 }
 
-impl IndexSnapshot {
-    /// RocksDB's sequence number of the snapshot.
-    pub fn sequence_number(&self) -> u64 {
-        self.snap.sequence_number()
-    }
-}
-
 /// [`IndexRead`] over the `inodes` and `edges` column families at a
 /// snapshot.
 pub struct SnapshotIndex<'a> {
@@ -983,11 +981,7 @@ pub struct SnapshotIndex<'a> {
 impl SnapshotIndex<'_> {
     /// A `meta` value at the snapshot.
     pub fn meta_u64(&self, key: &[u8]) -> Result<Option<u64>> {
-        let h = self.store.cf(CF_META)?;
-        match self.store.db.get_pinned_cf_opt(h, key, &self.snap.read)? {
-            Some(v) => Ok(Some(meta::decode_u64("meta value", &v)?)),
-            None => Ok(None),
-        }
+        self.store.meta_u64_at(key, &self.snap.read)
     }
 }
 

@@ -812,6 +812,15 @@ mod tests {
             .map(|e| e.kind())
     }
 
+    /// `applied_seq` at the snapshot readers read.
+    fn published_applied_seq(shared: &Shared) -> Option<u64> {
+        shared
+            .store
+            .index_at(&shared.view.load())
+            .meta_u64(meta::APPLIED_SEQ_KEY)
+            .unwrap()
+    }
+
     /// What RocksDB holds, committed or not.
     fn in_rocksdb(shared: &Shared, path: &str) -> bool {
         resolve(&shared.store.index(), &shared.dicts(), path).is_ok()
@@ -865,14 +874,7 @@ mod tests {
         applier.write_index(std::slice::from_ref(&g1));
         assert!(in_rocksdb(&shared, "/a"));
         assert_eq!(stat_kind(&shared, "/a"), Some(ErrorKind::NotFound));
-        assert_eq!(
-            shared
-                .store
-                .index_at(&shared.view.load())
-                .meta_u64(meta::APPLIED_SEQ_KEY)
-                .unwrap(),
-            Some(0)
-        );
+        assert_eq!(published_applied_seq(&shared), Some(0));
         assert!(rx1.try_recv().is_err());
         applier.sync(g1.records);
         assert_eq!(stat_kind(&shared, "/a"), Some(ErrorKind::NotFound));
@@ -880,14 +882,7 @@ mod tests {
         assert_eq!(rx1.try_recv().unwrap().unwrap(), 1);
         assert_eq!(stat_kind(&shared, "/a"), None);
         assert!(resolve(&reader, &shared.dicts(), "/a").is_ok());
-        assert_eq!(
-            shared
-                .store
-                .index_at(&shared.view.load())
-                .meta_u64(meta::APPLIED_SEQ_KEY)
-                .unwrap(),
-            Some(1)
-        );
+        assert_eq!(published_applied_seq(&shared), Some(1));
 
         // A round whose fsync fails stays unseen, though RocksDB has it.
         let (r2, mut rx2) = request(mkdir("/b"));
