@@ -10,7 +10,7 @@
 
 use crate::command::Command;
 use crate::error::{DictKind, Error, Result};
-use crate::event::{Event, Update};
+use crate::event::{Event, EventRef, Update};
 use crate::format::{
     self, edge_key, edge_prefix, edge_value, inode_key, next_id_value, Dict, DictSet, InodeEntry,
     FLAG_COMPLETE, FLAG_DIRECTORY, GROUP_DICT_KEY, ID_BLOCK, MAX_INODE_ID, NEXT_ID_KEY,
@@ -18,7 +18,7 @@ use crate::format::{
 };
 use crate::index::{Cf, IndexRead, IndexWrite, Overlay};
 use crate::path;
-use crate::types::{Attrs, DirEntry, FileType, Inode, DEFAULT_DIR_MODE};
+use crate::types::{Attrs, AttrsRef, DirEntry, FileType, Inode, DEFAULT_DIR_MODE};
 
 /// The in-memory part of the index state the writer keeps between groups.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -301,7 +301,7 @@ impl Engine {
         };
         if let Outcome::Events(events) = &outcome {
             debug_assert!(!events.is_empty());
-            apply_events(events, view, &mut self.state)?;
+            apply_events(events.iter().map(Event::borrowed), view, &mut self.state)?;
         }
         Ok(Ok(outcome))
     }
@@ -674,12 +674,12 @@ fn delete_subtree(
 fn entry_for(
     parent: u64,
     name: &str,
-    a: &Attrs,
+    a: &AttrsRef<'_>,
     state: &mut EngineState,
     view_dict_writes: &mut Vec<DictKind>,
 ) -> Result<InodeEntry> {
-    let (owner_id, o_added) = state.dicts.owners.intern(DictKind::Owner, &a.owner)?;
-    let (group_id, g_added) = state.dicts.groups.intern(DictKind::Group, &a.group)?;
+    let (owner_id, o_added) = state.dicts.owners.intern(DictKind::Owner, a.owner)?;
+    let (group_id, g_added) = state.dicts.groups.intern(DictKind::Group, a.group)?;
     if o_added {
         view_dict_writes.push(DictKind::Owner);
     }
@@ -709,29 +709,29 @@ fn entry_for(
 
 /// Applies the events of one record to the index. Deterministic: the same
 /// events on the same index and state give the same writes on any machine.
-pub fn apply_events<W: IndexWrite + ?Sized>(
-    events: &[Event],
+pub fn apply_events<'e, W: IndexWrite + ?Sized>(
+    events: impl IntoIterator<Item = EventRef<'e>>,
     ov: &mut W,
     state: &mut EngineState,
 ) -> Result<()> {
     let mut dict_writes = Vec::new();
     for ev in events {
         match ev {
-            Event::Create {
+            EventRef::Create {
                 id,
                 parent,
                 name,
                 attrs,
                 ..
             } => {
-                let e = entry_for(*parent, name, attrs, state, &mut dict_writes)?;
-                ov.put(Cf::Inodes, inode_key(*id).to_vec(), e.encode());
+                let e = entry_for(parent, name, &attrs, state, &mut dict_writes)?;
+                ov.put(Cf::Inodes, inode_key(id).to_vec(), e.encode());
                 ov.put(
                     Cf::Edges,
-                    edge_key(*parent, name.as_bytes()),
-                    edge_value(*id).to_vec(),
+                    edge_key(parent, name.as_bytes()),
+                    edge_value(id).to_vec(),
                 );
-                if *id >= state.id_bound {
+                if id >= state.id_bound {
                     // Crossing the reserved block: reserve the next one.
                     state.id_bound = id + ID_BLOCK;
                     ov.put(
@@ -742,17 +742,17 @@ pub fn apply_events<W: IndexWrite + ?Sized>(
                 }
                 state.next_id = state.next_id.max(id + 1);
             }
-            Event::Complete(u) | Event::SetSize(u) | Event::SetAttr(u) => {
-                let e = entry_for(u.parent, &u.name, &u.new, state, &mut dict_writes)?;
+            EventRef::Complete(u) | EventRef::SetSize(u) | EventRef::SetAttr(u) => {
+                let e = entry_for(u.parent, u.name, &u.new, state, &mut dict_writes)?;
                 ov.put(Cf::Inodes, inode_key(u.id).to_vec(), e.encode());
             }
-            Event::Delete {
+            EventRef::Delete {
                 id, parent, name, ..
             } => {
-                ov.delete(Cf::Inodes, inode_key(*id).to_vec());
-                ov.delete(Cf::Edges, edge_key(*parent, name.as_bytes()));
+                ov.delete(Cf::Inodes, inode_key(id).to_vec());
+                ov.delete(Cf::Edges, edge_key(parent, name.as_bytes()));
             }
-            Event::Rename {
+            EventRef::Rename {
                 id,
                 old_parent,
                 old_name,
@@ -761,14 +761,14 @@ pub fn apply_events<W: IndexWrite + ?Sized>(
                 attrs,
                 ..
             } => {
-                let e = entry_for(*new_parent, new_name, attrs, state, &mut dict_writes)?;
-                ov.delete(Cf::Edges, edge_key(*old_parent, old_name.as_bytes()));
+                let e = entry_for(new_parent, new_name, &attrs, state, &mut dict_writes)?;
+                ov.delete(Cf::Edges, edge_key(old_parent, old_name.as_bytes()));
                 ov.put(
                     Cf::Edges,
-                    edge_key(*new_parent, new_name.as_bytes()),
-                    edge_value(*id).to_vec(),
+                    edge_key(new_parent, new_name.as_bytes()),
+                    edge_value(id).to_vec(),
                 );
-                ov.put(Cf::Inodes, inode_key(*id).to_vec(), e.encode());
+                ov.put(Cf::Inodes, inode_key(id).to_vec(), e.encode());
             }
         }
     }

@@ -18,7 +18,7 @@ use rocksdb::{
 
 use crate::engine::{self, EngineState};
 use crate::error::{Error, Result};
-use crate::event::Record;
+use crate::event::{Record, RecordRef};
 use crate::format::{self, meta, record};
 use crate::index::{Cf, IndexRead, IndexWrite, Kv, Overlay, OverlayWrites};
 
@@ -636,7 +636,7 @@ impl Store {
                 Ok::<(), Error>(())
             };
             let mut result = Ok(());
-            while let Some(item) = records.next() {
+            while let Some(item) = records.next_borrowed() {
                 let rec = match item {
                     Ok(r) => r,
                     Err(e) => {
@@ -651,7 +651,7 @@ impl Store {
                     ));
                     break;
                 }
-                if let Err(e) = engine::apply_events(&rec.events, &mut ov, &mut state) {
+                if let Err(e) = engine::apply_events(rec.events, &mut ov, &mut state) {
                     result = Err(e);
                     break;
                 }
@@ -902,10 +902,10 @@ pub struct LogIter<'a> {
     pub bytes: u64,
 }
 
-impl Iterator for LogIter<'_> {
-    type Item = Result<Record>;
-
-    fn next(&mut self) -> Option<Self::Item> {
+impl LogIter<'_> {
+    /// Moves to the next record and checks its key; returns its sequence
+    /// (its value is then `self.inner.value()`).
+    fn advance(&mut self) -> Option<Result<u64>> {
         if self.done {
             return None;
         }
@@ -913,35 +913,68 @@ impl Iterator for LogIter<'_> {
             self.inner.next();
         }
         self.started = true;
-        let (k, v) = match (self.inner.key(), self.inner.value()) {
-            (Some(k), Some(v)) => (k, v),
+        let (k, len) = match (self.inner.key(), self.inner.value()) {
+            (Some(k), Some(v)) => (k, v.len() as u64),
             _ => {
                 self.done = true;
                 return self.inner.status().err().map(|e| Err(e.into()));
             }
         };
         let expect = self.expect;
-        let res = (|| {
-            let seq = format::decode_log_key(k)?;
-            if seq != expect {
-                return Err(Error::corrupt(
+        let res = format::decode_log_key(k).and_then(|seq| {
+            if seq == expect {
+                Ok(seq)
+            } else {
+                Err(Error::corrupt(
                     "log",
                     format!("expected sequence {expect}, found {seq} (gap)"),
-                ));
+                ))
             }
-            Ok((record::decode_record(v, Some(seq))?, v.len() as u64))
-        })();
-        Some(match res {
-            Ok((rec, len)) => {
-                self.expect = rec.seq + 1;
+        });
+        match res {
+            Ok(seq) => {
+                self.expect = seq + 1;
                 self.bytes += len;
-                Ok(rec)
+                Some(Ok(seq))
             }
             Err(e) => {
                 self.done = true;
-                Err(e)
+                Some(Err(e))
             }
-        })
+        }
+    }
+
+    /// The next record, decoded without copying its strings: replay's form
+    /// (see [`RecordRef`]).
+    pub fn next_borrowed(&mut self) -> Option<Result<RecordRef<'_>>> {
+        self.decode_next(record::decode_record_ref)
+    }
+
+    fn decode_next<'s, T>(
+        &'s mut self,
+        decode: fn(&'s [u8], Option<u64>) -> Result<T>,
+    ) -> Option<Result<T>> {
+        let seq = match self.advance()? {
+            Ok(seq) => seq,
+            Err(e) => return Some(Err(e)),
+        };
+        // `advance` saw a value here; an empty one fails to decode.
+        let v = self.inner.value().unwrap_or_default();
+        match decode(v, Some(seq)) {
+            Ok(rec) => Some(Ok(rec)),
+            Err(e) => {
+                self.done = true;
+                Some(Err(e))
+            }
+        }
+    }
+}
+
+impl Iterator for LogIter<'_> {
+    type Item = Result<Record>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        self.decode_next(record::decode_record)
     }
 }
 

@@ -29,6 +29,38 @@ pub struct Attrs {
     pub group: String,
 }
 
+/// [`Attrs`] borrowing its owner and group: replay's form, decoded from a
+/// log value without copying (see [`crate::event::RecordRef`]). Field for
+/// field the same as `Attrs`, so the two decode the same bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+pub struct AttrsRef<'a> {
+    pub kind: FileType,
+    pub size: u64,
+    pub block_size: u64,
+    pub ctime_ms: u64,
+    pub mtime_ms: u64,
+    pub mode: u32,
+    pub complete: bool,
+    pub owner: &'a str,
+    pub group: &'a str,
+}
+
+impl Attrs {
+    pub fn borrowed(&self) -> AttrsRef<'_> {
+        AttrsRef {
+            kind: self.kind,
+            size: self.size,
+            block_size: self.block_size,
+            ctime_ms: self.ctime_ms,
+            mtime_ms: self.mtime_ms,
+            mode: self.mode,
+            complete: self.complete,
+            owner: &self.owner,
+            group: &self.group,
+        }
+    }
+}
+
 /// An inode as a caller sees it (`stat`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Inode {

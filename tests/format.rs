@@ -4,7 +4,7 @@
 use proptest::prelude::*;
 use treelog::error::{DictKind, ErrorKind};
 use treelog::event::{Event, Record, Update};
-use treelog::format::record::{decode_record, encode_record};
+use treelog::format::record::{decode_record, decode_record_ref, encode_record};
 use treelog::format::*;
 use treelog::types::{Attrs, FileType};
 
@@ -233,6 +233,100 @@ fn record_round_trip_and_envelope() {
     );
 }
 
+/// Every event variant, with a distinct value in every field, so that a
+/// variant or field out of order in the borrowed mirror decodes to
+/// something else.
+fn every_variant_record() -> Record {
+    let mut n = 0u64;
+    let mut next = || {
+        n += 1;
+        n
+    };
+    let mut attrs = |dir: bool| Attrs {
+        kind: if dir {
+            FileType::Directory
+        } else {
+            FileType::File
+        },
+        size: next(),
+        block_size: next(),
+        ctime_ms: next(),
+        mtime_ms: next(),
+        mode: next() as u32,
+        complete: !dir,
+        owner: format!("owner{}", next()),
+        group: format!("group{}", next()),
+    };
+    let (a, b, c, d, e, f, g, h, i) = (
+        attrs(true),
+        attrs(false),
+        attrs(false),
+        attrs(true),
+        attrs(false),
+        attrs(true),
+        attrs(false),
+        attrs(false),
+        attrs(true),
+    );
+    let update = |id: u64, old: Attrs, new: Attrs| Update {
+        id,
+        parent: id + 100,
+        name: format!("name{id}"),
+        path: format!("/path{id}"),
+        old,
+        new,
+    };
+    Record {
+        seq: 9_000_000_001,
+        time_ms: 1_700_000_000_999,
+        events: vec![
+            Event::Create {
+                id: 11,
+                parent: 12,
+                name: "created".into(),
+                path: "/dir/created".into(),
+                attrs: a,
+            },
+            Event::Complete(update(21, b, c)),
+            Event::SetSize(update(31, d, e)),
+            Event::SetAttr(update(41, f, g)),
+            Event::Delete {
+                id: 51,
+                parent: 52,
+                name: "deleted".into(),
+                path: "/dir/deleted".into(),
+                attrs: h,
+            },
+            Event::Rename {
+                id: 61,
+                old_parent: 62,
+                old_name: "before".into(),
+                old_path: "/a/before".into(),
+                new_parent: 63,
+                new_name: "after".into(),
+                new_path: "/b/after".into(),
+                attrs: i,
+            },
+        ],
+    }
+}
+
+#[test]
+fn the_borrowed_record_decodes_the_same_bytes() {
+    // Replay decodes `RecordRef`, everything else `Record`: the mirror
+    // must read every variant and field of the owned form's bytes.
+    for rec in [every_variant_record(), sample_record()] {
+        let v = encode_record(&rec).unwrap();
+        let borrowed = decode_record_ref(&v, Some(rec.seq)).unwrap();
+        assert_eq!(borrowed, rec.borrowed());
+        assert_eq!(borrowed.events.len(), rec.events.len());
+        assert_eq!(
+            decode_record_ref(&v, Some(rec.seq + 1)).unwrap_err().kind(),
+            ErrorKind::Corruption
+        );
+    }
+}
+
 #[test]
 fn record_golden_bytes() {
     // A tiny record whose postcard bytes are easy to check by hand:
@@ -264,6 +358,7 @@ fn record_golden_bytes() {
     let payload = "0102 01 00 02 01 0161 022f61 00 00 00 02 02 a403 00 00 00";
     let v = encode_record(&rec).unwrap();
     assert_eq!(hex::encode(&v[6..]), hex::encode(unhex(payload)));
+    assert_eq!(decode_record_ref(&v, Some(1)).unwrap(), rec.borrowed());
     let crc = crc32c::crc32c_append(crc32c::crc32c(&[1, 1]), &unhex(payload));
     assert_eq!(&v[2..6], &crc.to_le_bytes());
 }
@@ -274,6 +369,10 @@ fn corrupt_records_are_errors_not_panics() {
     // Every truncation.
     for n in 0..v.len() {
         assert!(decode_record(&v[..n], None).is_err(), "truncated to {n}");
+        assert!(
+            decode_record_ref(&v[..n], None).is_err(),
+            "truncated to {n}"
+        );
     }
     // Every single-bit flip is caught (by the CRC or the header checks).
     for i in 0..v.len() {
@@ -282,6 +381,10 @@ fn corrupt_records_are_errors_not_panics() {
             c[i] ^= 1 << bit;
             assert_eq!(
                 decode_record(&c, None).unwrap_err().kind(),
+                ErrorKind::Corruption
+            );
+            assert_eq!(
+                decode_record_ref(&c, None).unwrap_err().kind(),
                 ErrorKind::Corruption
             );
         }
@@ -329,6 +432,7 @@ proptest! {
         let _ = InodeEntry::decode(&bytes);
         let _ = Dict::decode(&bytes);
         let _ = decode_record(&bytes, None);
+        let _ = decode_record_ref(&bytes, None);
         let _ = decode_edge_key(&bytes);
         let _ = decode_edge_value(&bytes);
         let _ = decode_next_id_value(&bytes);

@@ -13,7 +13,9 @@
 //! decoding, with an explicit version instead of guessing).
 
 use crate::error::{Error, Result};
-use crate::event::{Record, EVENT_SCHEMA_VERSION};
+use serde::Deserialize;
+
+use crate::event::{Record, RecordRef, EVENT_SCHEMA_VERSION};
 
 pub const ENVELOPE_VERSION: u8 = 1;
 pub const ENVELOPE_HEADER_LEN: usize = 6;
@@ -35,7 +37,25 @@ pub fn encode_record(rec: &Record) -> Result<Vec<u8>> {
 
 /// Decodes a log value. `expected_seq`, when given, must match the record.
 pub fn decode_record(b: &[u8], expected_seq: Option<u64>) -> Result<Record> {
-    let bad = |d: String| Error::corrupt("log record", d);
+    let rec: Record = decode_payload(b)?;
+    check_seq(rec.seq, expected_seq)?;
+    Ok(rec)
+}
+
+/// Decodes a log value without copying its strings (replay's form; see
+/// [`RecordRef`]). The same checks as [`decode_record`].
+pub fn decode_record_ref(b: &[u8], expected_seq: Option<u64>) -> Result<RecordRef<'_>> {
+    let rec: RecordRef<'_> = decode_payload(b)?;
+    check_seq(rec.seq, expected_seq)?;
+    Ok(rec)
+}
+
+fn bad(detail: String) -> Error {
+    Error::corrupt("log record", detail)
+}
+
+/// Checks the envelope and decodes its payload by schema version.
+fn decode_payload<'a, T: Deserialize<'a>>(b: &'a [u8]) -> Result<T> {
     if b.len() < ENVELOPE_HEADER_LEN {
         return Err(bad(format!(
             "{} bytes is shorter than the {ENVELOPE_HEADER_LEN}-byte envelope",
@@ -58,9 +78,9 @@ pub fn decode_record(b: &[u8], expected_seq: Option<u64>) -> Result<Record> {
             "checksum mismatch: stored {stored:#010x}, computed {actual:#010x}"
         )));
     }
-    let rec: Record = match b[1] {
+    match b[1] {
         1 => {
-            let (rec, rest) = postcard::take_from_bytes::<Record>(payload)
+            let (rec, rest) = postcard::take_from_bytes::<T>(payload)
                 .map_err(|e| bad(format!("payload does not decode: {e}")))?;
             if !rest.is_empty() {
                 return Err(bad(format!(
@@ -68,18 +88,17 @@ pub fn decode_record(b: &[u8], expected_seq: Option<u64>) -> Result<Record> {
                     rest.len()
                 )));
             }
-            rec
+            Ok(rec)
         }
-        v => {
-            return Err(bad(format!(
-                "unknown event schema version {v} (this build reads 1..={EVENT_SCHEMA_VERSION})"
-            )))
-        }
-    };
-    if let Some(seq) = expected_seq {
-        if rec.seq != seq {
-            return Err(bad(format!("record under key {seq} says seq {}", rec.seq)));
-        }
+        v => Err(bad(format!(
+            "unknown event schema version {v} (this build reads 1..={EVENT_SCHEMA_VERSION})"
+        ))),
     }
-    Ok(rec)
+}
+
+fn check_seq(seq: u64, expected: Option<u64>) -> Result<()> {
+    match expected {
+        Some(want) if want != seq => Err(bad(format!("record under key {want} says seq {seq}"))),
+        _ => Ok(()),
+    }
 }
