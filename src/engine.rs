@@ -12,9 +12,9 @@ use crate::command::Command;
 use crate::error::{DictKind, Error, Result};
 use crate::event::{Event, EventRef, Update};
 use crate::format::{
-    self, edge_key, edge_prefix, edge_value, inode_key, next_id_value, Dict, DictSet, InodeEntry,
-    FLAG_COMPLETE, FLAG_DIRECTORY, GROUP_DICT_KEY, ID_BLOCK, MAX_INODE_ID, NEXT_ID_KEY,
-    OWNER_DICT_KEY, ROOT_ID,
+    self, edge_key, edge_key_into, edge_prefix, edge_value, inode_key, next_id_value, Dict,
+    DictSet, InodeEntry, FLAG_COMPLETE, FLAG_DIRECTORY, GROUP_DICT_KEY, ID_BLOCK, MAX_INODE_ID,
+    NEXT_ID_KEY, OWNER_DICT_KEY, ROOT_ID,
 };
 use crate::index::{Cf, IndexRead, IndexWrite, Overlay};
 use crate::path;
@@ -671,13 +671,13 @@ fn delete_subtree(
 // Events to index writes
 // ---------------------------------------------------------------------------
 
-fn entry_for(
+fn entry_for<'n>(
     parent: u64,
-    name: &str,
+    name: &'n str,
     a: &AttrsRef<'_>,
     state: &mut EngineState,
     view_dict_writes: &mut Vec<DictKind>,
-) -> Result<InodeEntry> {
+) -> Result<InodeEntry<&'n [u8]>> {
     let (owner_id, o_added) = state.dicts.owners.intern(DictKind::Owner, a.owner)?;
     let (group_id, g_added) = state.dicts.groups.intern(DictKind::Group, a.group)?;
     if o_added {
@@ -703,8 +703,15 @@ fn entry_for(
         flags,
         owner_id,
         group_id,
-        name: name.as_bytes().to_vec(),
+        name: name.as_bytes(),
     })
+}
+
+/// `buf`, cleared and filled by `encode`.
+fn encoded(buf: &mut Vec<u8>, encode: impl FnOnce(&mut Vec<u8>)) -> &[u8] {
+    buf.clear();
+    encode(buf);
+    buf
 }
 
 /// Applies the events of one record to the index. Deterministic: the same
@@ -715,6 +722,9 @@ pub fn apply_events<'e, W: IndexWrite + ?Sized>(
     state: &mut EngineState,
 ) -> Result<()> {
     let mut dict_writes = Vec::new();
+    // Every composed key or value is encoded here and written before the
+    // next is: one allocation per record, not two per write.
+    let mut buf = Vec::new();
     for ev in events {
         match ev {
             EventRef::Create {
@@ -725,32 +735,43 @@ pub fn apply_events<'e, W: IndexWrite + ?Sized>(
                 ..
             } => {
                 let e = entry_for(parent, name, &attrs, state, &mut dict_writes)?;
-                ov.put(Cf::Inodes, inode_key(id).to_vec(), e.encode());
+                ov.put(
+                    Cf::Inodes,
+                    &inode_key(id),
+                    encoded(&mut buf, |b| e.encode_into(b)),
+                );
                 ov.put(
                     Cf::Edges,
-                    edge_key(parent, name.as_bytes()),
-                    edge_value(id).to_vec(),
+                    encoded(&mut buf, |b| edge_key_into(parent, name.as_bytes(), b)),
+                    &edge_value(id),
                 );
                 if id >= state.id_bound {
                     // Crossing the reserved block: reserve the next one.
                     state.id_bound = id + ID_BLOCK;
                     ov.put(
                         Cf::Inodes,
-                        inode_key(NEXT_ID_KEY).to_vec(),
-                        next_id_value(state.id_bound).to_vec(),
+                        &inode_key(NEXT_ID_KEY),
+                        &next_id_value(state.id_bound),
                     );
                 }
                 state.next_id = state.next_id.max(id + 1);
             }
             EventRef::Complete(u) | EventRef::SetSize(u) | EventRef::SetAttr(u) => {
                 let e = entry_for(u.parent, u.name, &u.new, state, &mut dict_writes)?;
-                ov.put(Cf::Inodes, inode_key(u.id).to_vec(), e.encode());
+                ov.put(
+                    Cf::Inodes,
+                    &inode_key(u.id),
+                    encoded(&mut buf, |b| e.encode_into(b)),
+                );
             }
             EventRef::Delete {
                 id, parent, name, ..
             } => {
-                ov.delete(Cf::Inodes, inode_key(id).to_vec());
-                ov.delete(Cf::Edges, edge_key(parent, name.as_bytes()));
+                ov.delete(Cf::Inodes, &inode_key(id));
+                ov.delete(
+                    Cf::Edges,
+                    encoded(&mut buf, |b| edge_key_into(parent, name.as_bytes(), b)),
+                );
             }
             EventRef::Rename {
                 id,
@@ -762,13 +783,24 @@ pub fn apply_events<'e, W: IndexWrite + ?Sized>(
                 ..
             } => {
                 let e = entry_for(new_parent, new_name, &attrs, state, &mut dict_writes)?;
-                ov.delete(Cf::Edges, edge_key(old_parent, old_name.as_bytes()));
+                ov.delete(
+                    Cf::Edges,
+                    encoded(&mut buf, |b| {
+                        edge_key_into(old_parent, old_name.as_bytes(), b)
+                    }),
+                );
                 ov.put(
                     Cf::Edges,
-                    edge_key(new_parent, new_name.as_bytes()),
-                    edge_value(id).to_vec(),
+                    encoded(&mut buf, |b| {
+                        edge_key_into(new_parent, new_name.as_bytes(), b)
+                    }),
+                    &edge_value(id),
                 );
-                ov.put(Cf::Inodes, inode_key(id).to_vec(), e.encode());
+                ov.put(
+                    Cf::Inodes,
+                    &inode_key(id),
+                    encoded(&mut buf, |b| e.encode_into(b)),
+                );
             }
         }
     }
@@ -777,11 +809,7 @@ pub fn apply_events<'e, W: IndexWrite + ?Sized>(
             DictKind::Owner => OWNER_DICT_KEY,
             DictKind::Group => GROUP_DICT_KEY,
         };
-        ov.put(
-            Cf::Inodes,
-            inode_key(key).to_vec(),
-            state.dicts.get(kind).encode(),
-        );
+        ov.put(Cf::Inodes, &inode_key(key), &state.dicts.get(kind).encode());
     }
     Ok(())
 }

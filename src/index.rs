@@ -123,20 +123,22 @@ impl OverlayWrites {
 }
 
 /// Where the engine's index changes go: an overlay (the writer, which reads
-/// its own changes back), or straight into a write batch (replay, whose
-/// events are blind writes that never read the index).
+/// its own changes back), or replay's sorted batch (whose events are blind
+/// writes that never read the index). Keys and values are borrowed: the
+/// engine encodes them into one scratch buffer, and replay copies them into
+/// an arena instead of allocating two vectors per write.
 pub trait IndexWrite {
-    fn put(&mut self, cf: Cf, key: Vec<u8>, value: Vec<u8>);
-    fn delete(&mut self, cf: Cf, key: Vec<u8>);
+    fn put(&mut self, cf: Cf, key: &[u8], value: &[u8]);
+    fn delete(&mut self, cf: Cf, key: &[u8]);
 }
 
 impl<R: IndexRead + ?Sized> IndexWrite for Overlay<'_, R> {
-    fn put(&mut self, cf: Cf, key: Vec<u8>, value: Vec<u8>) {
-        Overlay::put(self, cf, key, value)
+    fn put(&mut self, cf: Cf, key: &[u8], value: &[u8]) {
+        Overlay::put(self, cf, key.to_vec(), value.to_vec())
     }
 
-    fn delete(&mut self, cf: Cf, key: Vec<u8>) {
-        Overlay::delete(self, cf, key)
+    fn delete(&mut self, cf: Cf, key: &[u8]) {
+        Overlay::delete(self, cf, key.to_vec())
     }
 }
 

@@ -23,8 +23,10 @@ pub const FLAG_COMPLETE: u8 = 0b10;
 const KNOWN_FLAGS: u8 = FLAG_DIRECTORY | FLAG_COMPLETE;
 
 /// One `inodes` value as stored (owner and group still dictionary ids).
+/// The name is owned when decoded; the engine encodes entries whose name
+/// borrows an event's (`InodeEntry<&[u8]>`), without copying it first.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct InodeEntry {
+pub struct InodeEntry<N = Vec<u8>> {
     pub parent_id: u64,
     pub size: u64,
     pub block_size: u64,
@@ -34,10 +36,10 @@ pub struct InodeEntry {
     pub flags: u8,
     pub owner_id: u8,
     pub group_id: u8,
-    pub name: Vec<u8>,
+    pub name: N,
 }
 
-impl InodeEntry {
+impl<N: AsRef<[u8]>> InodeEntry<N> {
     pub fn is_dir(&self) -> bool {
         self.flags & FLAG_DIRECTORY != 0
     }
@@ -47,7 +49,7 @@ impl InodeEntry {
     }
 
     pub fn encoded_len(&self) -> usize {
-        INODE_HEADER_LEN + self.name.len()
+        INODE_HEADER_LEN + self.name.as_ref().len()
     }
 
     pub fn encode_into(&self, out: &mut Vec<u8>) {
@@ -62,7 +64,7 @@ impl InodeEntry {
         out.push(self.owner_id);
         out.push(self.group_id);
         out.push(0);
-        out.extend_from_slice(&self.name);
+        out.extend_from_slice(self.name.as_ref());
     }
 
     pub fn encode(&self) -> Vec<u8> {
@@ -70,7 +72,9 @@ impl InodeEntry {
         self.encode_into(&mut v);
         v
     }
+}
 
+impl InodeEntry {
     pub fn decode(b: &[u8]) -> Result<InodeEntry> {
         if b.len() < INODE_HEADER_LEN {
             return Err(Error::corrupt(

@@ -38,9 +38,14 @@ pub fn decode_inode_key(b: &[u8]) -> Result<u64> {
 /// `edges` key: `[parent 8B BE][name bytes]`, no separator.
 pub fn edge_key(parent: u64, name: &[u8]) -> Vec<u8> {
     let mut k = Vec::with_capacity(8 + name.len());
-    k.extend_from_slice(&parent.to_be_bytes());
-    k.extend_from_slice(name);
+    edge_key_into(parent, name, &mut k);
     k
+}
+
+/// [`edge_key`], appended to `out`.
+pub fn edge_key_into(parent: u64, name: &[u8], out: &mut Vec<u8>) {
+    out.extend_from_slice(&parent.to_be_bytes());
+    out.extend_from_slice(name);
 }
 
 /// The prefix shared by every edge of one directory.
