@@ -415,8 +415,9 @@ impl Treelog {
     }
 
     pub fn stat(&self, path: &str) -> Result<Inode> {
-        let dicts = self.shared.dicts();
-        let r = engine::resolve(&self.reads(), &dicts, path);
+        let r = self
+            .shared
+            .consistent_read(|| engine::resolve(&self.reads(), &self.shared.dicts(), path));
         self.count_read(
             0,
             path.split('/').filter(|c| !c.is_empty()).count() as u64,
@@ -426,8 +427,9 @@ impl Treelog {
     }
 
     pub fn stat_id(&self, id: u64) -> Result<Inode> {
-        let dicts = self.shared.dicts();
-        let r = engine::get_inode(&self.reads(), &dicts, id)
+        let r = self
+            .shared
+            .consistent_read(|| engine::get_inode(&self.reads(), &self.shared.dicts(), id))
             .and_then(|o| o.ok_or(Error::InodeNotFound(id)));
         self.count_read(1, 0, &r);
         r
@@ -435,14 +437,16 @@ impl Treelog {
 
     /// The current path of an inode.
     pub fn path_of(&self, id: u64) -> Result<String> {
-        let dicts = self.shared.dicts();
-        engine::path_of(&self.reads(), &dicts, id)
+        self.shared
+            .consistent_read(|| engine::path_of(&self.reads(), &self.shared.dicts(), id))
     }
 
     /// One page of a directory listing: names after `start_after` in byte
     /// order, at most `limit` of them.
     pub fn list(&self, dir: &str, start_after: Option<&str>, limit: usize) -> Result<ListPage> {
-        let r = self.list_inner(dir, start_after, limit);
+        let r = self
+            .shared
+            .consistent_read(|| self.list_inner(dir, start_after, limit));
         self.count_read(
             2,
             dir.split('/').filter(|c| !c.is_empty()).count() as u64,

@@ -22,6 +22,14 @@
 //! group has been acknowledged yet, so this is the same as reading just
 //! before the group.
 //!
+//! Each key is exact, but a read of several keys (a path's edges and then
+//! its inode, a page of edges and then their inodes) that straddles a
+//! publish can pair an edge of one round with the inode of the next: a
+//! concurrent delete then looks like an edge to nowhere. The applier
+//! counts publishes (`Shared::publishing`, odd while one runs), and the
+//! namespace's reads go through `Shared::consistent_read`, which retries a
+//! read that failed as corrupt if a publish ran beside it.
+//!
 //! Bounded: a shard that reaches its share of the capacity is cleared (the
 //! entries are cheap to reload; clearing needs no eviction bookkeeping on the
 //! read path, which stays a shared lock and a hash lookup). Shards grow by

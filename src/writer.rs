@@ -31,7 +31,7 @@ use rocksdb::WriteBatch;
 
 use crate::command::Command;
 use crate::engine::{Engine, EngineState, Outcome};
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorKind, Result};
 use crate::event::Record;
 use crate::format::{self, record, DictSet};
 use crate::index::{Cf, IndexRead, Kv, Overlay, OverlayWrites, Pending, PendingIndex};
@@ -130,6 +130,11 @@ pub struct Shared {
     /// The readers' cache of index entries; the writer updates it after
     /// each group's index write.
     pub read_cache: crate::readcache::IndexCache,
+    /// Odd while the applier publishes a round (its snapshot, then its
+    /// keys in the readers' cache), even otherwise. A read that looks up
+    /// several keys can straddle a publish and pair an edge of one round
+    /// with the inode of the next; see [`Shared::consistent_read`].
+    pub publishing: AtomicU64,
 }
 
 impl Shared {
@@ -162,7 +167,42 @@ impl Shared {
             },
             metrics,
             store,
+            publishing: AtomicU64::new(0),
         })
+    }
+
+    /// Runs `read` again while it fails as corrupt *and* a publish ran
+    /// beside it. A read of several keys (the edges of a path, then an
+    /// inode; a page of edges, then their inodes) that straddles a publish
+    /// can see an edge of one round and the inode of the next (a delete
+    /// between them: the edge points nowhere), or an inode that uses an
+    /// owner id its dictionary snapshot predates. Such a read is retried
+    /// once the publish is over; one that failed with no publish beside it
+    /// found real corruption and returns it. Retrying only on failure keeps
+    /// a long read (a 1,024-entry page) from starving under a steady stream
+    /// of publishes.
+    pub fn consistent_read<T>(&self, mut read: impl FnMut() -> Result<T>) -> Result<T> {
+        // Each retry starts between publishes, so it fails again only if
+        // yet another publish starts during it; a bound that only a
+        // pathological schedule reaches (the error is then returned).
+        const ATTEMPTS: usize = 64;
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let before = self.publishing.load(Ordering::SeqCst);
+            let r = read();
+            let torn = || before % 2 == 1 || self.publishing.load(Ordering::SeqCst) != before;
+            match &r {
+                Err(e) if e.kind() == ErrorKind::Corruption && attempt < ATTEMPTS && torn() => {
+                    // Retrying inside a publish (the applier may be off
+                    // its core) could tear the same way.
+                    while self.publishing.load(Ordering::SeqCst) % 2 == 1 {
+                        std::thread::yield_now();
+                    }
+                }
+                _ => return r,
+            }
+        }
     }
 
     /// The committed index, as readers see it.
@@ -688,15 +728,18 @@ impl Committer {
             return;
         }
         if records > 0 {
+            let snapshot = Arc::new(self.shared.store.snapshot());
+            // Odd from before readers can see any of the round until they
+            // see all of it (see `Shared::consistent_read`).
+            self.shared.publishing.fetch_add(1, Ordering::SeqCst);
             // The snapshot before the cache (see `readcache` on why): a
             // reader that sees the cache's new generation reads RocksDB at
             // this snapshot or a later one.
-            self.shared
-                .view
-                .store(Arc::new(self.shared.store.snapshot()));
+            self.shared.view.store(snapshot);
             for g in &groups {
                 self.shared.read_cache.apply(&g.writes);
             }
+            self.shared.publishing.fetch_add(1, Ordering::SeqCst);
         }
         let commands: usize = groups.iter().map(|g| g.requests.len()).sum();
         let mut decoded = Vec::with_capacity(records as usize);
@@ -803,6 +846,51 @@ mod tests {
         let w = Writer::new(shared.clone(), state, 0, 0, WriterConfig::default());
         let s = Committer::new(shared.clone(), Durability::Sync);
         (shared, w, s)
+    }
+
+    #[test]
+    fn a_read_retries_only_when_a_publish_ran_beside_its_failure() {
+        let dir = tempfile::tempdir().unwrap();
+        let (shared, _w, _s) = open(dir.path());
+        let corrupt = || Error::corrupt("index", "edge points nowhere");
+        // No publish beside it: real corruption, returned at once.
+        let mut calls = 0;
+        let r: Result<()> = shared.consistent_read(|| {
+            calls += 1;
+            Err(corrupt())
+        });
+        assert_eq!((r.unwrap_err().kind(), calls), (ErrorKind::Corruption, 1));
+        // A publish ran beside the first attempt: retried, and the retry's
+        // answer stands.
+        let mut calls = 0;
+        let r = shared.consistent_read(|| {
+            calls += 1;
+            if calls == 1 {
+                shared.publishing.fetch_add(2, Ordering::SeqCst);
+                Err(corrupt())
+            } else {
+                Ok(calls)
+            }
+        });
+        assert_eq!(r.unwrap(), 2);
+        // Other errors are answers, publish or not.
+        let mut calls = 0;
+        let r: Result<()> = shared.consistent_read(|| {
+            calls += 1;
+            shared.publishing.fetch_add(2, Ordering::SeqCst);
+            Err(Error::NotFound("/a".into()))
+        });
+        assert_eq!((r.unwrap_err().kind(), calls), (ErrorKind::NotFound, 1));
+        // A failure that every attempt meets beside a publish ends at the
+        // bound, with the error.
+        let mut calls = 0;
+        let r: Result<()> = shared.consistent_read(|| {
+            calls += 1;
+            shared.publishing.fetch_add(2, Ordering::SeqCst);
+            Err(corrupt())
+        });
+        assert_eq!(r.unwrap_err().kind(), ErrorKind::Corruption);
+        assert!(calls > 1 && calls <= 64, "{calls}");
     }
 
     /// What a reader sees.

@@ -231,3 +231,71 @@ fn read_cache_misses_are_exported() {
     t.stat("/m/n").unwrap();
     assert_eq!((misses(&t, "edges"), misses(&t, "inodes")), (e1, i1));
 }
+
+/// Readers racing the writer see each file before or after a change, never
+/// an index torn between the two: an edge whose inode is gone, or an inode
+/// whose owner the reader's dictionary does not know yet. Either used to
+/// surface as a corruption error from `stat` or `list`.
+#[test]
+fn reads_racing_creates_and_deletes_never_see_a_torn_index() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = Arc::new(
+        Treelog::open(dir.path(), Options::default().durability(Durability::None)).unwrap(),
+    );
+    t.mkdir_p("/d").unwrap();
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    struct StopOnDrop<'a>(&'a std::sync::atomic::AtomicBool);
+    impl Drop for StopOnDrop<'_> {
+        fn drop(&mut self) {
+            self.0.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+    let unexpected = std::sync::Mutex::new(Vec::new());
+    let reads = std::sync::atomic::AtomicU64::new(0);
+    std::thread::scope(|s| {
+        for r in 0..2 {
+            let (t, stop, unexpected, reads) = (&t, &stop, &unexpected, &reads);
+            s.spawn(move || {
+                let mut i = r;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    i += 1;
+                    let res = if i % 8 == 0 {
+                        t.list_all("/d").map(|_| ())
+                    } else {
+                        t.stat(&format!("/d/f{}", i % 16)).map(|_| ())
+                    };
+                    reads.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    if let Err(e) = res {
+                        if e.kind() != ErrorKind::NotFound {
+                            let op = if i % 8 == 0 { "list" } else { "stat" };
+                            unexpected.lock().unwrap().push(format!("{op}: {e}"));
+                        }
+                    }
+                }
+            });
+        }
+        let _stop = StopOnDrop(&stop);
+        // A new owner every round: its dictionary id reaches readers with
+        // the entries that use it.
+        for round in 0..200 {
+            for i in 0..16 {
+                let o = CreateOptions {
+                    owner: format!("u{round}"),
+                    ..CreateOptions::default()
+                };
+                t.create(&format!("/d/f{i}"), o).unwrap();
+            }
+            for i in 0..16 {
+                t.delete(&format!("/d/f{i}"), false).unwrap();
+            }
+        }
+    });
+    let unexpected = unexpected.into_inner().unwrap();
+    assert!(
+        unexpected.is_empty(),
+        "{} of {} reads failed, first: {}",
+        unexpected.len(),
+        reads.into_inner(),
+        unexpected[0]
+    );
+}
