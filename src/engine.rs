@@ -92,8 +92,12 @@ pub fn initial_index_writes<R: IndexRead + ?Sized>(ov: &mut Overlay<'_, R>) {
 // ---------------------------------------------------------------------------
 
 /// Decodes a stored entry into an [`Inode`].
-pub fn inode_from_entry(id: u64, e: &InodeEntry, dicts: &DictSet) -> Result<Inode> {
-    let name = String::from_utf8(e.name.clone())
+pub fn inode_from_entry<N: AsRef<[u8]>>(
+    id: u64,
+    e: &InodeEntry<N>,
+    dicts: &DictSet,
+) -> Result<Inode> {
+    let name = String::from_utf8(e.name.as_ref().to_vec())
         .map_err(|_| Error::corrupt("inode entry", format!("name of inode {id} is not UTF-8")))?;
     Ok(Inode {
         id,
@@ -126,7 +130,11 @@ pub fn get_inode(
         return Ok(None);
     }
     match view.get(Cf::Inodes, &inode_key(id))? {
-        Some(v) => Ok(Some(inode_from_entry(id, &InodeEntry::decode(&v)?, dicts)?)),
+        Some(v) => Ok(Some(inode_from_entry(
+            id,
+            &InodeEntry::decode_ref(&v)?,
+            dicts,
+        )?)),
         None => Ok(None),
     }
 }

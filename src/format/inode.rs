@@ -76,6 +76,25 @@ impl<N: AsRef<[u8]>> InodeEntry<N> {
 
 impl InodeEntry {
     pub fn decode(b: &[u8]) -> Result<InodeEntry> {
+        let e = InodeEntry::decode_ref(b)?;
+        Ok(InodeEntry {
+            parent_id: e.parent_id,
+            size: e.size,
+            block_size: e.block_size,
+            creation_time_ms: e.creation_time_ms,
+            modification_time_ms: e.modification_time_ms,
+            mode: e.mode,
+            flags: e.flags,
+            owner_id: e.owner_id,
+            group_id: e.group_id,
+            name: e.name.to_vec(),
+        })
+    }
+}
+
+impl<'a> InodeEntry<&'a [u8]> {
+    /// Decodes an entry whose name borrows `b`.
+    pub fn decode_ref(b: &'a [u8]) -> Result<InodeEntry<&'a [u8]>> {
         if b.len() < INODE_HEADER_LEN {
             return Err(Error::corrupt(
                 "inode entry",
@@ -115,7 +134,7 @@ impl InodeEntry {
             flags,
             owner_id: b[45],
             group_id: b[46],
-            name: b[INODE_HEADER_LEN..].to_vec(),
+            name: &b[INODE_HEADER_LEN..],
         })
     }
 }
