@@ -186,6 +186,10 @@ impl Shared {
         // yet another publish starts during it; a bound that only a
         // pathological schedule reaches (the error is then returned).
         const ATTEMPTS: usize = 64;
+        // And a bound in time, should the applier have died half-way
+        // through a publish (the count then stays odd).
+        const PATIENCE: std::time::Duration = std::time::Duration::from_secs(1);
+        let mut give_up = None;
         let mut attempt = 0;
         loop {
             attempt += 1;
@@ -194,9 +198,13 @@ impl Shared {
             let torn = || before % 2 == 1 || self.publishing.load(Ordering::SeqCst) != before;
             match &r {
                 Err(e) if e.kind() == ErrorKind::Corruption && attempt < ATTEMPTS && torn() => {
+                    let give_up = *give_up.get_or_insert_with(|| Instant::now() + PATIENCE);
                     // Retrying inside a publish (the applier may be off
                     // its core) could tear the same way.
                     while self.publishing.load(Ordering::SeqCst) % 2 == 1 {
+                        if Instant::now() >= give_up {
+                            return r;
+                        }
                         std::thread::yield_now();
                     }
                 }
@@ -891,6 +899,11 @@ mod tests {
         });
         assert_eq!(r.unwrap_err().kind(), ErrorKind::Corruption);
         assert!(calls > 1 && calls <= 64, "{calls}");
+        // A publish that never ends (an applier that died in it): the
+        // read gives up with its error instead of waiting forever.
+        shared.publishing.fetch_add(1, Ordering::SeqCst);
+        let r: Result<()> = shared.consistent_read(|| Err(corrupt()));
+        assert_eq!(r.unwrap_err().kind(), ErrorKind::Corruption);
     }
 
     /// What a reader sees.
