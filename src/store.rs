@@ -903,7 +903,8 @@ impl SortedWrites {
     }
 }
 
-/// The first 16 bytes of `k` as a big-endian integer, zero-padded.
+/// A key's first 16 bytes as a big-endian integer, zero-padded: keys with
+/// different heads order as their heads do.
 fn key_head(k: &[u8]) -> u128 {
     let mut b = [0u8; 16];
     let n = k.len().min(16);
@@ -1157,38 +1158,41 @@ mod tests {
             let dir = tempfile::tempdir().unwrap();
             let store = Store::open(dir.path(), &StoreOptions::default()).unwrap();
             let mut sw = SortedWrites::default();
-            // Twice: a batch taken leaves the arena empty for the next.
-            for _round in 0..2 {
-            let mut model = BTreeMap::new();
-            for (edges, k, v) in &writes {
-                let edges = *edges;
-                let cf = if edges { Cf::Edges } else { Cf::Inodes };
-                match v {
-                    Some(v) => sw.put(cf, k, v),
-                    None => sw.delete(cf, k),
+            // Twice, the second time with every write in the other column
+            // family: a write left over from the first batch would show up
+            // in the second in its old one.
+            for flip in [false, true] {
+                let mut model = BTreeMap::new();
+                for (edges, k, v) in &writes {
+                    let edges = *edges != flip;
+                    let cf = if edges { Cf::Edges } else { Cf::Inodes };
+                    match v {
+                        Some(v) => sw.put(cf, k, v),
+                        None => sw.delete(cf, k),
+                    }
+                    model.insert((edges, k.clone()), v.clone());
                 }
-                model.insert((edges, k.clone()), v.clone());
-            }
-            let b = sw.take_batch(&store).unwrap();
-            prop_assert_eq!(sw.len(), 0);
-            let mut entries = Entries::default();
-            b.iterate_cf(&mut entries);
-            let ids = [cf_id(&store, Cf::Inodes), cf_id(&store, Cf::Edges)];
-            // Inodes first, then edges; strictly increasing keys in each.
-            for pair in entries.0.windows(2) {
-                let (a, b) = (&pair[0], &pair[1]);
-                let pos = |id| ids.iter().position(|i| *i == id).unwrap();
-                prop_assert!(
-                    (pos(a.0), &a.1) < (pos(b.0), &b.1),
-                    "{:?} before {:?}", a, b
-                );
-            }
-            let got: BTreeMap<_, _> = entries
-                .0
-                .into_iter()
-                .map(|(cf, k, v)| ((cf == ids[1], k), v))
-                .collect();
-            prop_assert_eq!(got, model);
+                let b = sw.take_batch(&store).unwrap();
+                prop_assert_eq!(sw.len(), 0);
+                prop_assert!(sw.data.is_empty());
+                let mut entries = Entries::default();
+                b.iterate_cf(&mut entries);
+                let ids = [cf_id(&store, Cf::Inodes), cf_id(&store, Cf::Edges)];
+                // Inodes first, then edges; strictly increasing keys in each.
+                for pair in entries.0.windows(2) {
+                    let (a, b) = (&pair[0], &pair[1]);
+                    let pos = |id| ids.iter().position(|i| *i == id).unwrap();
+                    prop_assert!(
+                        (pos(a.0), &a.1) < (pos(b.0), &b.1),
+                        "{:?} before {:?}", a, b
+                    );
+                }
+                let got: BTreeMap<_, _> = entries
+                    .0
+                    .into_iter()
+                    .map(|(cf, k, v)| ((cf == ids[1], k), v))
+                    .collect();
+                prop_assert_eq!(got, model);
             }
         }
     }

@@ -7,6 +7,16 @@ use std::sync::Arc;
 
 use treelog::{admin, CreateOptions, Durability, ErrorKind, Options, Treelog};
 
+/// Sets its flag when dropped: stops reader threads also when an assertion
+/// fails (a thread scope would otherwise wait for them forever).
+struct StopOnDrop<'a>(&'a std::sync::atomic::AtomicBool);
+
+impl Drop for StopOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
 #[test]
 fn concurrent_callers_are_grouped_and_gap_free() {
     let dir = tempfile::tempdir().unwrap();
@@ -123,14 +133,6 @@ fn reads_see_every_acknowledged_write_through_the_cache() {
     t.mkdir_p("/a/b").unwrap();
     t.mkdir_p("/c").unwrap();
     let stop = std::sync::atomic::AtomicBool::new(false);
-    // Stops the readers also when an assertion below fails (the scope
-    // would otherwise wait for them forever).
-    struct StopOnDrop<'a>(&'a std::sync::atomic::AtomicBool);
-    impl Drop for StopOnDrop<'_> {
-        fn drop(&mut self) {
-            self.0.store(true, std::sync::atomic::Ordering::Relaxed);
-        }
-    }
     std::thread::scope(|s| {
         // Readers that keep loading the same entries into the cache.
         for _ in 0..2 {
@@ -244,12 +246,6 @@ fn reads_racing_creates_and_deletes_never_see_a_torn_index() {
     );
     t.mkdir_p("/d").unwrap();
     let stop = std::sync::atomic::AtomicBool::new(false);
-    struct StopOnDrop<'a>(&'a std::sync::atomic::AtomicBool);
-    impl Drop for StopOnDrop<'_> {
-        fn drop(&mut self) {
-            self.0.store(true, std::sync::atomic::Ordering::Relaxed);
-        }
-    }
     let unexpected = std::sync::Mutex::new(Vec::new());
     let reads = std::sync::atomic::AtomicU64::new(0);
     std::thread::scope(|s| {
