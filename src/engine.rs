@@ -157,14 +157,14 @@ fn missing_inode(id: u64) -> Error {
     )
 }
 
-/// The stored entry of inode `id`, without resolving its owner and group
-/// names: walking a path needs only each directory's kind.
-fn must_entry(view: &(impl IndexRead + ?Sized), id: u64) -> Result<InodeEntry> {
+/// Whether inode `id` is a directory, read from its stored entry without
+/// resolving its name, owner or group.
+fn stored_is_dir(view: &(impl IndexRead + ?Sized), id: u64) -> Result<bool> {
     if id > MAX_INODE_ID {
         return Err(missing_inode(id));
     }
     match view.get(Cf::Inodes, &inode_key(id))? {
-        Some(v) => InodeEntry::decode(&v),
+        Some(v) => Ok(InodeEntry::decode_ref(&v)?.is_dir()),
         None => Err(missing_inode(id)),
     }
 }
@@ -338,9 +338,9 @@ impl Engine {
                         Err(Error::AlreadyExists("/".into()))
                     };
                 }
-                let (dir, existing) = walk_existing(view, dicts, &comps)?;
+                let (dir, is_dir, existing) = walk_existing(view, &comps)?;
                 if existing == comps.len() {
-                    return if *parents && dir.attrs.kind.is_dir() {
+                    return if *parents && is_dir {
                         Ok(Outcome::NoOp)
                     } else {
                         Err(Error::AlreadyExists(path::join_all(&comps)))
@@ -361,7 +361,7 @@ impl Engine {
                     owner: owner.clone(),
                     group: group.clone(),
                 };
-                let events = self.create_chain(&comps, existing, dir.id, &attrs, &attrs)?;
+                let events = self.create_chain(&comps, existing, dir, &attrs, &attrs)?;
                 Ok(Outcome::Events(events))
             }
             Command::Create {
@@ -377,7 +377,7 @@ impl Engine {
                 if comps.is_empty() {
                     return Err(Error::AlreadyExists("/".into()));
                 }
-                let (dir, existing) = walk_existing(view, dicts, &comps)?;
+                let (dir, _, existing) = walk_existing(view, &comps)?;
                 if existing == comps.len() {
                     return Err(Error::AlreadyExists(path::join_all(&comps)));
                 }
@@ -407,8 +407,7 @@ impl Engine {
                     owner: owner.clone(),
                     group: group.clone(),
                 };
-                let events =
-                    self.create_chain(&comps, existing, dir.id, &dir_attrs, &file_attrs)?;
+                let events = self.create_chain(&comps, existing, dir, &dir_attrs, &file_attrs)?;
                 Ok(Outcome::Events(events))
             }
             Command::Complete { path: p, size } => {
@@ -615,27 +614,30 @@ fn resolve_canon(
     Ok((resolve(view, dicts, &canon)?, canon))
 }
 
-/// Walks the existing prefix of `comps`. Returns the deepest existing inode
-/// and how many components exist. Errors if an existing component that must
-/// be a directory (because more components follow) is a file.
-fn walk_existing(
-    view: &(impl IndexRead + ?Sized),
-    dicts: &DictSet,
-    comps: &[&str],
-) -> Result<(Inode, usize)> {
-    // Only the deepest existing inode is returned whole; the ones above it
-    // are read for their kind alone.
-    let (mut id, mut entry) = (ROOT_ID, must_entry(view, ROOT_ID)?);
+/// The deepest existing inode on the path `comps`: its id, whether it is a
+/// directory, and how many components exist. Errors if an existing
+/// component that must be a directory (because more components follow) is
+/// a file.
+fn walk_existing(view: &(impl IndexRead + ?Sized), comps: &[&str]) -> Result<(u64, bool, usize)> {
+    // The edges alone, as in `resolve`: a file has no edges under it, so
+    // the walk stops at a file on the way, and only the deepest inode is
+    // read, for its kind. (Every create walks its parent's path here, on
+    // the writer's thread: half the lookups of reading each inode.)
+    let (mut id, mut existing) = (ROOT_ID, comps.len());
     for (i, c) in comps.iter().enumerate() {
-        if !entry.is_dir() {
-            return Err(Error::NotADirectory(path::join_all(&comps[..i])));
-        }
         match get_child(view, id, c)? {
-            Some(child) => (id, entry) = (child, must_entry(view, child)?),
-            None => return Ok((inode_from_entry(id, &entry, dicts)?, i)),
+            Some(child) => id = child,
+            None => {
+                existing = i;
+                break;
+            }
         }
     }
-    Ok((inode_from_entry(id, &entry, dicts)?, comps.len()))
+    let is_dir = stored_is_dir(view, id)?;
+    if existing < comps.len() && !is_dir {
+        return Err(Error::NotADirectory(path::join_all(&comps[..existing])));
+    }
+    Ok((id, is_dir, existing))
 }
 
 /// Delete events for `ino` and everything below it, children first.
