@@ -396,7 +396,7 @@ impl<R: IndexRead + ?Sized> IndexRead for PendingIndex<'_, R> {
 /// Bounded: when full it is cleared.
 pub struct ReadCache {
     /// Per column family (`Cf as usize`), so lookups borrow the key.
-    maps: [std::collections::HashMap<Vec<u8>, Option<Vec<u8>>>; 2],
+    maps: [std::collections::HashMap<Vec<u8>, Option<Vec<u8>>, ahash::RandomState>; 2],
     capacity: usize,
     /// Lookups served from the cache / from RocksDB since the last `take_counts`.
     hits: u64,

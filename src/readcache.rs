@@ -61,7 +61,7 @@ type Value = Option<Vec<u8>>;
 /// a large tree wait on.
 type InlineKey = SmallVec<[u8; 24]>;
 type InlineValue = Option<SmallVec<[u8; 72]>>;
-type ShardMap = HashMap<InlineKey, InlineValue>;
+type ShardMap = HashMap<InlineKey, InlineValue, ahash::RandomState>;
 
 fn inline(v: &Value) -> InlineValue {
     v.as_deref().map(SmallVec::from_slice)
@@ -306,7 +306,7 @@ impl IndexCache {
             }
             let lock = &self.shards[i / SHARDS][i % SHARDS];
             let want = (2 * read(lock).capacity()).max(64).min(self.per_shard);
-            let mut fresh = ShardMap::with_capacity(want);
+            let mut fresh = ShardMap::with_capacity_and_hasher(want, Default::default());
             // Touch every page of the new map outside the lock: fill it
             // with distinct placeholder keys, then empty it (which keeps its
             // memory).
