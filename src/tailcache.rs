@@ -92,8 +92,9 @@ impl Inner {
         }
     }
 
-    /// Appends `chunk`, keeping at most `capacity` records (whole chunks).
-    fn push(&mut self, chunk: Arc<Chunk>, capacity: usize) {
+    /// Appends `chunk`, keeping at most `capacity` records (whole chunks);
+    /// the chunks let go go to `evicted`.
+    fn push(&mut self, chunk: Arc<Chunk>, capacity: usize, evicted: &mut Vec<Arc<Chunk>>) {
         if self
             .chunks
             .back()
@@ -102,9 +103,10 @@ impl Inner {
         {
             // Not contiguous (records were dropped from a full stash), or
             // larger than the whole cache: start over.
-            self.chunks.clear();
+            evicted.extend(self.chunks.drain(..));
             self.len = 0;
             if chunk.records.len() > capacity {
+                evicted.push(chunk);
                 return;
             }
         }
@@ -113,6 +115,7 @@ impl Inner {
         while self.len > capacity {
             if let Some(c) = self.chunks.pop_front() {
                 self.len -= c.records.len();
+                evicted.push(c);
             }
         }
     }
@@ -128,12 +131,18 @@ impl TailCache {
     }
 
     /// Appends a round's records (consecutive, continuing the cache).
-    pub fn extend(&self, records: Vec<Arc<Record>>) {
+    /// Returns the chunks that made room for them, for the caller to drop
+    /// when it is not holding anyone up: freeing a round's worth of records
+    /// is slower than everything else here, and the applier has replies to
+    /// send first.
+    #[must_use = "dropping the evicted chunks frees them here"]
+    pub fn extend(&self, records: Vec<Arc<Record>>) -> Vec<Arc<Chunk>> {
+        let mut evicted = Vec::new();
         let Some(first) = records.first().map(|r| r.seq) else {
-            return;
+            return evicted;
         };
         if self.capacity == 0 {
-            return;
+            return evicted;
         }
         debug_assert!(
             records.windows(2).all(|w| w[0].seq + 1 == w[1].seq),
@@ -141,17 +150,18 @@ impl TailCache {
         );
         let chunk = Arc::new(Chunk { first, records });
         let mut stash = self.stash.lock().unwrap_or_else(|p| p.into_inner());
-        stash.push(chunk, self.capacity);
+        stash.push(chunk, self.capacity, &mut evicted);
         let mut inner = match self.inner.try_write() {
             Ok(g) => g,
             Err(TryLockError::Poisoned(p)) => p.into_inner(),
             // A reader holds it: add the stash next round.
-            Err(TryLockError::WouldBlock) => return,
+            Err(TryLockError::WouldBlock) => return evicted,
         };
         for c in stash.chunks.drain(..) {
-            inner.push(c, self.capacity);
+            inner.push(c, self.capacity, &mut evicted);
         }
         stash.len = 0;
+        evicted
     }
 
     /// Fills `out` with up to `max` records from `from` on, none above
@@ -211,6 +221,14 @@ mod tests {
             .collect()
     }
 
+    /// Adds records `first..first + n`; returns the sequences evicted.
+    fn push(c: &TailCache, first: u64, n: u64) -> Vec<u64> {
+        c.extend(recs(first, n))
+            .iter()
+            .flat_map(|chunk| chunk.records.iter().map(|r| r.seq))
+            .collect()
+    }
+
     fn seqs(c: &TailCache, from: u64, upto: u64, max: usize) -> Option<Vec<u64>> {
         let mut s = Slice::default();
         c.get(from, upto, max, &mut s)
@@ -220,9 +238,9 @@ mod tests {
     #[test]
     fn reads_across_chunks_within_bounds() {
         let c = TailCache::new(100);
-        c.extend(recs(1, 3));
-        c.extend(recs(4, 1));
-        c.extend(recs(5, 4));
+        push(&c, 1, 3);
+        push(&c, 4, 1);
+        push(&c, 5, 4);
         assert_eq!(seqs(&c, 1, 8, 100), Some((1..=8).collect()));
         assert_eq!(seqs(&c, 2, 6, 100), Some(vec![2, 3, 4, 5, 6]));
         assert_eq!(seqs(&c, 3, 8, 3), Some(vec![3, 4, 5]));
@@ -234,18 +252,18 @@ mod tests {
     #[test]
     fn evicts_whole_chunks_beyond_capacity() {
         let c = TailCache::new(5);
-        c.extend(recs(1, 3));
-        c.extend(recs(4, 3));
-        // 6 records > 5: the first chunk goes.
+        assert_eq!(push(&c, 1, 3), Vec::<u64>::new());
+        // 6 records > 5: the first chunk goes, handed back to be freed.
+        assert_eq!(push(&c, 4, 3), vec![1, 2, 3]);
         assert_eq!(seqs(&c, 1, 10, 10), None);
         assert_eq!(seqs(&c, 4, 10, 10), Some(vec![4, 5, 6]));
-        // A chunk larger than the cache is not cached; what is cached
-        // stays valid and ends before it.
-        c.extend(recs(7, 6));
+        // A chunk larger than the cache is not cached (and handed back);
+        // what is cached stays valid and ends before it.
+        assert_eq!(push(&c, 7, 6), vec![7, 8, 9, 10, 11, 12]);
         assert_eq!(seqs(&c, 4, 20, 20), Some(vec![4, 5, 6]));
         assert_eq!(seqs(&c, 7, 20, 20), None);
         // Caching starts again with the next chunk (after the gap).
-        c.extend(recs(13, 2));
+        assert_eq!(push(&c, 13, 2), vec![4, 5, 6]);
         assert_eq!(seqs(&c, 4, 20, 20), None);
         assert_eq!(seqs(&c, 13, 20, 20), Some(vec![13, 14]));
     }
@@ -253,11 +271,11 @@ mod tests {
     #[test]
     fn a_gap_restarts_the_cache_and_truncation_drops_old_chunks() {
         let c = TailCache::new(100);
-        c.extend(recs(1, 3));
-        c.extend(recs(10, 2));
+        push(&c, 1, 3);
+        push(&c, 10, 2);
         assert_eq!(seqs(&c, 1, 20, 20), None);
         assert_eq!(seqs(&c, 10, 20, 20), Some(vec![10, 11]));
-        c.extend(recs(12, 3));
+        push(&c, 12, 3);
         c.truncate_below(12);
         assert_eq!(seqs(&c, 10, 20, 20), None);
         assert_eq!(seqs(&c, 12, 20, 20), Some(vec![12, 13, 14]));
@@ -268,14 +286,14 @@ mod tests {
     #[test]
     fn a_held_read_lock_defers_a_round_instead_of_blocking() {
         let c = TailCache::new(100);
-        c.extend(recs(1, 2));
+        push(&c, 1, 2);
         {
             let _reader = c.inner.read().unwrap();
-            c.extend(recs(3, 2)); // returns at once
+            push(&c, 3, 2); // returns at once
         }
         assert_eq!(seqs(&c, 3, 10, 10), None, "stashed, not yet visible");
         assert_eq!(seqs(&c, 1, 10, 10), Some(vec![1, 2]));
-        c.extend(recs(5, 1));
+        push(&c, 5, 1);
         assert_eq!(seqs(&c, 1, 10, 10), Some(vec![1, 2, 3, 4, 5]));
     }
 
@@ -284,14 +302,14 @@ mod tests {
     #[test]
     fn an_overfull_stash_restarts_the_cache_without_a_gap() {
         let c = TailCache::new(4);
-        c.extend(recs(1, 2));
+        push(&c, 1, 2);
         {
             let _reader = c.inner.read().unwrap();
-            c.extend(recs(3, 2));
-            c.extend(recs(5, 2));
-            c.extend(recs(7, 2));
+            push(&c, 3, 2);
+            push(&c, 5, 2);
+            push(&c, 7, 2);
         }
-        c.extend(recs(9, 1));
+        push(&c, 9, 1);
         assert_eq!(seqs(&c, 1, 20, 20), None);
         let got = (1..=9).find_map(|s| seqs(&c, s, 20, 20));
         assert_eq!(got, Some(vec![7, 8, 9]));
@@ -300,7 +318,7 @@ mod tests {
     #[test]
     fn disabled_cache_holds_nothing() {
         let c = TailCache::new(0);
-        c.extend(recs(1, 3));
+        push(&c, 1, 3);
         assert_eq!(seqs(&c, 1, 3, 3), None);
     }
 }

@@ -755,7 +755,7 @@ impl Committer {
             decoded.extend(g.decoded.iter().cloned());
         }
         // Subscribers woken by the watermark find the records in memory.
-        self.shared.tail.extend(decoded);
+        let evicted = self.shared.tail.extend(decoded);
         self.shared.committed.publish(seq);
         let st = &self.shared.stats;
         st.groups.fetch_add(groups.len() as u64, Ordering::Relaxed);
@@ -803,6 +803,8 @@ impl Committer {
                 m.ops.with_label_values(&[name, outcome]).inc_by(n);
             }
         }
+        // Frees the records the tail cache let go, now that nobody waits.
+        drop(evicted);
         // Room for the next groups' entries, made beside this thread (or
         // here, now that nobody waits on us, if that thread is missing).
         if self.shared.read_cache.wants_growth() {
