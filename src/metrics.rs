@@ -62,6 +62,7 @@ pub struct Metrics {
     pub read_seconds: HistogramVec,
     pub writer_cache_hits: IntCounter,
     pub writer_cache_misses: IntCounter,
+    pub inline_groups: IntCounter,
     // rocksdb
     pub cf_keys: IntGaugeVec,
     pub cf_sst_bytes: IntGaugeVec,
@@ -204,6 +205,10 @@ impl Metrics {
                 "treelog_writer_cache_misses_total",
                 "Index lookups during validation that went to RocksDB",
             )?,
+            inline_groups: IntCounter::new(
+                "treelog_write_groups_inline_total",
+                "Small groups the writer committed itself, nothing being in flight or queued behind them (the rest go through the syncer and applier threads)",
+            )?,
             cf_keys: IntGaugeVec::new(
                 Opts::new(
                     "treelog_rocksdb_estimated_keys",
@@ -330,6 +335,7 @@ impl Metrics {
             &self.path_lookups,
             &self.writer_cache_hits,
             &self.writer_cache_misses,
+            &self.inline_groups,
             &self.connections_total,
             &self.connections_rejected,
             &self.bad_frames,

@@ -80,6 +80,28 @@ fn concurrent_callers_are_grouped_and_gap_free() {
     assert!(report.ok(), "{report:?}");
 }
 
+/// With nothing in flight and nobody queued behind it, the writer commits a
+/// group on its own thread instead of handing it to the syncer and the
+/// applier: every command of a lone caller. What it acknowledges is
+/// committed, visible and in the log, as through the threads.
+#[test]
+fn a_lone_callers_groups_are_committed_by_the_writer_itself() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = Treelog::open(dir.path(), Options::default().durability(Durability::Sync)).unwrap();
+    t.mkdir_p("/a").unwrap();
+    for i in 0..50 {
+        let p = format!("/a/f{i}");
+        let seq = t.create(&p, CreateOptions::default()).unwrap();
+        assert!(t.committed_seq() >= seq);
+        assert_eq!(t.stat(&p).unwrap().name, format!("f{i}"));
+    }
+    let stats = t.writer_stats();
+    assert_eq!(stats.records, 51);
+    assert_eq!(stats.inline_groups, stats.groups, "{stats:?}");
+    let report = admin::verify(t.store()).unwrap();
+    assert!(report.ok(), "{report:?}");
+}
+
 #[test]
 fn async_callers_do_not_block_the_runtime() {
     let dir = tempfile::tempdir().unwrap();

@@ -484,9 +484,10 @@ pub fn writer_breakdown(m: &crate::metrics::Metrics) -> String {
         |h: &prometheus::Histogram| h.get_sample_sum() / (h.get_sample_count().max(1) as f64);
     let syncs = m.wal_sync.get_sample_count().max(1) as f64;
     format!(
-        "  (treelog writer: {:.1} commands/group, {:.1} per fsync; per group: validate {:.0} us, log append {:.0} us; per fsync: {:.0} us, then index apply {:.0} us; queue wait {:.0} us/command)",
+        "  (treelog writer: {:.1} commands/group, {:.1} per fsync, {:.0}% of groups committed inline; per group: validate {:.0} us, log append {:.0} us; per fsync: {:.0} us, then index apply {:.0} us; queue wait {:.0} us/command)",
         mean(&m.group_commands),
         m.group_commands.get_sample_sum() / syncs,
+        100.0 * m.inline_groups.get() as f64 / m.group_commands.get_sample_count().max(1) as f64,
         mean(&m.validate) * 1e6,
         mean(&m.log_write) * 1e6,
         mean(&m.wal_sync) * 1e6,
