@@ -373,7 +373,8 @@ impl Writer {
                             && in_flight.load(Ordering::Acquire) == 0
                             && rx.is_empty() =>
                     {
-                        inline.commit(vec![appended]);
+                        // Counted before the replies, like the other stats,
+                        // so that a caller who has its reply sees it.
                         self.shared
                             .stats
                             .inline_groups
@@ -381,6 +382,7 @@ impl Writer {
                         if let Some(m) = &self.shared.metrics {
                             m.inline_groups.inc();
                         }
+                        inline.commit(vec![appended]);
                     }
                     Some(tx) => {
                         in_flight.fetch_add(1, Ordering::AcqRel);
