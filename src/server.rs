@@ -67,6 +67,71 @@ impl ServerConfig {
     }
 }
 
+/// The scheduling policy of the request workers (the tokio runtime that
+/// serves connections and submits their commands).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum WorkerPolicy {
+    /// Ordinary threads: a woken worker may preempt the thread running on
+    /// its CPU at once. The default.
+    #[default]
+    Normal,
+    /// Linux `SCHED_BATCH`: a worker woken by a reply or a packet does not
+    /// preempt the thread running on its CPU, but waits for it to block or
+    /// for the scheduler's tick; same share of the CPU as a normal thread.
+    /// On a machine whose cores are all busy, the applier then sends a
+    /// round's replies without being preempted by the first worker it
+    /// wakes (which held up the rest, and cost a context switch each way):
+    /// more creates per second for less CPU (see docs/OPERATIONS.md). The
+    /// price: a worker woken onto a core that runs a long CPU-bound thread
+    /// (a compaction) may wait up to a tick (1–10 ms) instead of
+    /// preempting it.
+    Batch,
+}
+
+impl std::str::FromStr for WorkerPolicy {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "batch" => Ok(WorkerPolicy::Batch),
+            "normal" => Ok(WorkerPolicy::Normal),
+            _ => Err(Error::InvalidArgument(format!(
+                "worker policy {s:?}: expected `batch` or `normal`"
+            ))),
+        }
+    }
+}
+
+impl std::fmt::Display for WorkerPolicy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            WorkerPolicy::Batch => "batch",
+            WorkerPolicy::Normal => "normal",
+        })
+    }
+}
+
+/// The runtime that serves requests: one worker per core, each started at
+/// `policy` (best effort: a refusal leaves it a normal thread).
+pub fn request_runtime(policy: WorkerPolicy) -> Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .on_thread_start(move || set_worker_policy(policy))
+        .build()?)
+}
+
+fn set_worker_policy(policy: WorkerPolicy) {
+    #[cfg(target_os = "linux")]
+    if policy == WorkerPolicy::Batch {
+        let param = libc::sched_param { sched_priority: 0 };
+        // SAFETY: a plain syscall on the calling thread (pid 0); `param`
+        // outlives it.
+        let _ = unsafe { libc::sched_setscheduler(0, libc::SCHED_BATCH, &param) };
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = policy;
+}
+
 struct State {
     cfg: ServerConfig,
     store: OnceLock<Arc<Treelog>>,
@@ -741,4 +806,45 @@ async fn metrics_handler(
         None => String::new(),
     };
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], body).into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_worker_policies() {
+        assert_eq!(
+            "batch".parse::<WorkerPolicy>().ok(),
+            Some(WorkerPolicy::Batch)
+        );
+        assert_eq!(
+            "normal".parse::<WorkerPolicy>().ok(),
+            Some(WorkerPolicy::Normal)
+        );
+        let e = "idle".parse::<WorkerPolicy>().err().map(|e| e.kind());
+        assert_eq!(e, Some(ErrorKind::InvalidArgument));
+        for p in [WorkerPolicy::Batch, WorkerPolicy::Normal] {
+            assert_eq!(p.to_string().parse::<WorkerPolicy>().ok(), Some(p));
+        }
+    }
+
+    /// The request workers really run at the asked policy.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn request_workers_get_the_policy() {
+        for (p, policy) in [
+            (WorkerPolicy::Batch, libc::SCHED_BATCH),
+            (WorkerPolicy::Normal, libc::SCHED_OTHER),
+        ] {
+            let rt = request_runtime(p).expect("runtime");
+            let got = rt
+                .block_on(async {
+                    // SAFETY: a query about the calling thread.
+                    tokio::spawn(async { unsafe { libc::sched_getscheduler(0) } }).await
+                })
+                .expect("task");
+            assert_eq!(got, policy, "{p}");
+        }
+    }
 }

@@ -348,10 +348,10 @@ pub fn run_creates_async(
     tag: &str,
 ) -> Result<Figure> {
     make_create_dirs(&*t, dirs, tag)?;
-    let workers = std::thread::available_parallelism().map_or(2, |n| n.get());
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(workers)
-        .build()?;
+    // The server's request runtime at its default policy, so that the
+    // callers are scheduled as the server's are (and as every other
+    // system's caller threads: `WorkerPolicy::Batch` helps those too).
+    let rt = crate::server::request_runtime(crate::server::WorkerPolicy::default())?;
     let per = ops.div_ceil(callers);
     let start = Instant::now();
     let lat = rt.block_on(async {

@@ -225,6 +225,12 @@ pub struct ServeArgs {
     /// 0..19 (subscribers keep a share under full load).
     #[arg(long, default_value = "idle")]
     pub stream_priority: crate::stream::DeliveryPriority,
+    /// Scheduling policy of the request workers: `normal`, or `batch` (a
+    /// woken worker waits for the running thread to block rather than
+    /// preempting it, so the commit pipeline finishes its round first;
+    /// Linux `SCHED_BATCH`; see docs/OPERATIONS.md).
+    #[arg(long, default_value = "normal")]
+    pub worker_policy: crate::server::WorkerPolicy,
     /// Token file (also accepted as the global --token-file).
     #[arg(long = "require-token-file")]
     pub token_file: Option<PathBuf>,
@@ -729,9 +735,7 @@ fn serve(cli: &Cli, a: &ServeArgs) -> Result<u8> {
         max_cursor_lag: a.max_cursor_lag,
         interval: None,
     };
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?;
+    let rt = crate::server::request_runtime(a.worker_policy)?;
     rt.block_on(crate::server::run(cfg))?;
     Ok(0)
 }
