@@ -348,9 +348,10 @@ pub fn run_creates_async(
     tag: &str,
 ) -> Result<Figure> {
     make_create_dirs(&*t, dirs, tag)?;
-    // The server's request runtime at its default policy, so that the
-    // callers are scheduled as the server's are (and as every other
-    // system's caller threads: `WorkerPolicy::Batch` helps those too).
+    // The server's request runtime at its default policy: the callers are
+    // scheduled as the server's workers are, and as the other systems'
+    // caller threads (which `WorkerPolicy::Batch` would speed up as well;
+    // see docs/OPERATIONS.md).
     let rt = crate::server::request_runtime(crate::server::WorkerPolicy::default())?;
     let per = ops.div_ceil(callers);
     let start = Instant::now();
