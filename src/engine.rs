@@ -262,6 +262,9 @@ pub enum Outcome {
 
 pub struct Engine {
     pub state: EngineState,
+    /// Most inodes one recursive delete may remove (see
+    /// `WriterConfig::max_delete_inodes`).
+    pub max_delete_inodes: usize,
 }
 
 fn check_mode(mode: u32) -> Result<()> {
@@ -275,7 +278,10 @@ fn check_mode(mode: u32) -> Result<()> {
 
 impl Engine {
     pub fn new(state: EngineState) -> Engine {
-        Engine { state }
+        Engine {
+            state,
+            max_delete_inodes: DEFAULT_MAX_DELETE_INODES,
+        }
     }
 
     fn alloc_ids(&self, n: usize) -> Result<u64> {
@@ -485,7 +491,7 @@ impl Engine {
                     return Err(Error::NotEmpty(canon));
                 }
                 let mut events = Vec::new();
-                delete_subtree(view, dicts, ino, canon, &mut events)?;
+                delete_subtree(view, dicts, ino, canon, self.max_delete_inodes, &mut events)?;
                 Ok(Outcome::Events(events))
             }
             Command::Rename {
@@ -640,19 +646,46 @@ fn walk_existing(view: &(impl IndexRead + ?Sized), comps: &[&str]) -> Result<(u6
     Ok((id, is_dir, existing))
 }
 
-/// Delete events for `ino` and everything below it, children first.
+/// The default of `WriterConfig::max_delete_inodes`.
+pub const DEFAULT_MAX_DELETE_INODES: usize = 1_000_000;
+
+/// Delete events for `ino` and everything below it, children first; refused
+/// if that is more than `max` inodes.
 fn delete_subtree(
     view: &(impl IndexRead + ?Sized),
     dicts: &DictSet,
     ino: Inode,
     ino_path: String,
+    max: usize,
     out: &mut Vec<Event>,
 ) -> Result<()> {
+    let too_many = |p: &str| {
+        Error::InvalidArgument(format!(
+            "{p} holds more than {max} inodes, the most one delete removes (its record \
+             holds an event per inode): delete its subdirectories first"
+        ))
+    };
+    if max == 0 {
+        return Err(too_many(&ino_path));
+    }
+    let top = ino_path.clone();
     // Iterative post-order walk: deep trees must not overflow the stack.
     let mut stack: Vec<(Inode, String, bool)> = vec![(ino, ino_path, false)];
     while let Some((node, p, expanded)) = stack.pop() {
         if node.attrs.kind.is_dir() && !expanded {
-            let children = view.scan(Cf::Edges, &edge_prefix(node.id), None, usize::MAX)?;
+            // Inodes found so far: deleted, waiting, and this one. Read one
+            // child more than there is room for, to know it is too many
+            // without reading them all.
+            let room = max.saturating_sub(out.len() + stack.len() + 1);
+            let children = view.scan(
+                Cf::Edges,
+                &edge_prefix(node.id),
+                None,
+                room.saturating_add(1),
+            )?;
+            if children.len() > room {
+                return Err(too_many(&top));
+            }
             let id = node.id;
             stack.push((node, p.clone(), true));
             for (k, v) in children.into_iter().rev() {

@@ -65,6 +65,11 @@ pub struct WriterConfig {
     pub max_group_commands: usize,
     /// Most (approximate) command bytes in one group.
     pub max_group_bytes: usize,
+    /// Most inodes one recursive delete removes; a bigger subtree is
+    /// refused (`InvalidArgument`) and must be deleted in parts. Its record
+    /// holds one event of ~100–200 bytes per inode, built in memory,
+    /// written as one batch and sent to every subscriber whole.
+    pub max_delete_inodes: usize,
 }
 
 impl Default for WriterConfig {
@@ -73,6 +78,7 @@ impl Default for WriterConfig {
             durability: Durability::Sync,
             max_group_commands: 1024,
             max_group_bytes: 4 << 20,
+            max_delete_inodes: crate::engine::DEFAULT_MAX_DELETE_INODES,
         }
     }
 }
@@ -322,7 +328,10 @@ impl Writer {
     ) -> Writer {
         Writer {
             shared,
-            engine: Engine::new(state),
+            engine: Engine {
+                max_delete_inodes: cfg.max_delete_inodes,
+                ..Engine::new(state)
+            },
             cfg,
             last_seq,
             last_time_ms,

@@ -466,3 +466,34 @@ proptest! {
         prop_assert_eq!(store_tree(&t), model.nodes);
     }
 }
+
+/// A recursive delete of more inodes than `max_delete_inodes` is refused
+/// whole: nothing is logged and the subtree stays. At the bound it goes.
+#[test]
+fn a_recursive_delete_over_the_bound_is_refused_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut o = Options::default().durability(Durability::None);
+    o.writer.max_delete_inodes = 6;
+    let t = Treelog::open(dir.path(), o).unwrap();
+    // /big holds 7 inodes: itself, /big/sub and five files in it.
+    t.mkdir_p("/big/sub").unwrap();
+    for i in 0..5 {
+        t.create(&format!("/big/sub/f{i}"), treelog::CreateOptions::default())
+            .unwrap();
+    }
+    let before = t.committed_seq();
+    let e = t.delete("/big", true).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidArgument);
+    assert!(
+        e.to_string().contains("/big holds more than 6 inodes"),
+        "{e}"
+    );
+    assert_eq!(t.committed_seq(), before, "nothing logged");
+    assert!(t.stat("/big/sub/f4").is_ok());
+    // /big/sub holds 6: exactly the bound.
+    t.delete("/big/sub", true).unwrap();
+    assert_eq!(t.stat("/big/sub").unwrap_err().kind(), ErrorKind::NotFound);
+    t.delete("/big", true).unwrap();
+    let report = admin::verify(t.store()).unwrap();
+    assert!(report.ok(), "{report:?}");
+}

@@ -231,6 +231,11 @@ pub struct ServeArgs {
     /// Linux `SCHED_BATCH`; see docs/OPERATIONS.md).
     #[arg(long, default_value = "normal")]
     pub worker_policy: crate::server::WorkerPolicy,
+    /// Most inodes one recursive delete removes (a bigger subtree is
+    /// refused with InvalidArgument, to be deleted in parts): its record
+    /// holds an event per inode.
+    #[arg(long, default_value_t = crate::engine::DEFAULT_MAX_DELETE_INODES)]
+    pub max_delete_inodes: usize,
     /// Token file (also accepted as the global --token-file).
     #[arg(long = "require-token-file")]
     pub token_file: Option<PathBuf>,
@@ -728,6 +733,7 @@ fn serve(cli: &Cli, a: &ServeArgs) -> Result<u8> {
     cfg.idle_timeout = std::time::Duration::from_secs(a.idle_timeout_secs);
     cfg.stream_priority = a.stream_priority;
     cfg.store = Options::default().durability(cli.durability.into());
+    cfg.store.writer.max_delete_inodes = a.max_delete_inodes;
     cfg.store.retention = crate::retention::RetentionPolicy {
         max_records: a.retain_records,
         max_age: a.retain_secs.map(std::time::Duration::from_secs),
