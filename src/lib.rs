@@ -26,6 +26,7 @@ pub mod path;
 pub mod protocol;
 pub mod readcache;
 pub mod retention;
+mod sched;
 pub mod server;
 pub mod store;
 pub mod stream;

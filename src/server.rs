@@ -123,10 +123,7 @@ pub fn request_runtime(policy: WorkerPolicy) -> Result<tokio::runtime::Runtime> 
 fn set_worker_policy(policy: WorkerPolicy) {
     #[cfg(target_os = "linux")]
     if policy == WorkerPolicy::Batch {
-        let param = libc::sched_param { sched_priority: 0 };
-        // SAFETY: a plain syscall on the calling thread (pid 0); `param`
-        // outlives it.
-        let _ = unsafe { libc::sched_setscheduler(0, libc::SCHED_BATCH, &param) };
+        crate::sched::set_policy(libc::SCHED_BATCH);
     }
     #[cfg(not(target_os = "linux"))]
     let _ = policy;
@@ -839,12 +836,9 @@ mod tests {
         ] {
             let rt = request_runtime(p).expect("runtime");
             let got = rt
-                .block_on(async {
-                    // SAFETY: a query about the calling thread.
-                    tokio::spawn(async { unsafe { libc::sched_getscheduler(0) } }).await
-                })
+                .block_on(async { tokio::spawn(async { crate::sched::current() }).await })
                 .expect("task");
-            assert_eq!(got, policy, "{p}");
+            assert_eq!(got.0, policy, "{p}");
         }
     }
 }

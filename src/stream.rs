@@ -804,19 +804,9 @@ impl Drop for DeliveryRuntime {
 /// failure leaves the default priority.
 fn lower_thread_priority(priority: DeliveryPriority) {
     #[cfg(target_os = "linux")]
-    // SAFETY: plain syscalls on the calling thread (pid 0 / its own tid);
-    // `param` outlives the call.
-    unsafe {
-        match priority {
-            DeliveryPriority::Idle => {
-                let param = libc::sched_param { sched_priority: 0 };
-                let _ = libc::sched_setscheduler(0, libc::SCHED_IDLE, &param);
-            }
-            DeliveryPriority::Nice(n) => {
-                let tid = libc::gettid();
-                let _ = libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, n);
-            }
-        }
+    match priority {
+        DeliveryPriority::Idle => crate::sched::set_policy(libc::SCHED_IDLE),
+        DeliveryPriority::Nice(n) => crate::sched::set_niceness(n),
     }
     #[cfg(not(target_os = "linux"))]
     let _ = priority;
@@ -854,18 +844,7 @@ mod priority_tests {
             let rt = DeliveryRuntime::new(p).expect("runtime");
             let (got_policy, got_nice) = rt
                 .handle()
-                .block_on(async {
-                    tokio::spawn(async {
-                        // SAFETY: queries about the calling thread.
-                        unsafe {
-                            let tid = libc::gettid();
-                            *libc::__errno_location() = 0;
-                            let n = libc::getpriority(libc::PRIO_PROCESS, tid as libc::id_t);
-                            (libc::sched_getscheduler(0), n)
-                        }
-                    })
-                    .await
-                })
+                .block_on(async { tokio::spawn(async { crate::sched::current() }).await })
                 .expect("task");
             assert_eq!(got_policy, policy, "{p}");
             if let Some(n) = nice {
