@@ -17,13 +17,16 @@ impl Drop for StopOnDrop<'_> {
     }
 }
 
+/// A store in `dir` with the given durability and otherwise default options.
+fn open(dir: &std::path::Path, d: Durability) -> Treelog {
+    Treelog::open(dir, Options::default().durability(d)).unwrap()
+}
+
 #[test]
 fn concurrent_callers_are_grouped_and_gap_free() {
     let dir = tempfile::tempdir().unwrap();
     // Synced: the fsync is what gives followers time to queue up.
-    let t = Arc::new(
-        Treelog::open(dir.path(), Options::default().durability(Durability::Sync)).unwrap(),
-    );
+    let t = Arc::new(open(dir.path(), Durability::Sync));
     let threads = 16;
     let per = 150;
     let handles: Vec<_> = (0..threads)
@@ -87,7 +90,7 @@ fn concurrent_callers_are_grouped_and_gap_free() {
 #[test]
 fn a_lone_callers_groups_are_committed_by_the_writer_itself() {
     let dir = tempfile::tempdir().unwrap();
-    let t = Treelog::open(dir.path(), Options::default().durability(Durability::Sync)).unwrap();
+    let t = open(dir.path(), Durability::Sync);
     t.mkdir_p("/a").unwrap();
     for i in 0..50 {
         let p = format!("/a/f{i}");
@@ -105,9 +108,7 @@ fn a_lone_callers_groups_are_committed_by_the_writer_itself() {
 #[test]
 fn async_callers_do_not_block_the_runtime() {
     let dir = tempfile::tempdir().unwrap();
-    let t = Arc::new(
-        Treelog::open(dir.path(), Options::default().durability(Durability::None)).unwrap(),
-    );
+    let t = Arc::new(open(dir.path(), Durability::None));
     // A current-thread runtime: if submit blocked the thread, tasks could not
     // interleave and this would deadlock rather than finish.
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -149,9 +150,7 @@ fn async_callers_do_not_block_the_runtime() {
 #[test]
 fn reads_see_every_acknowledged_write_through_the_cache() {
     let dir = tempfile::tempdir().unwrap();
-    let t = Arc::new(
-        Treelog::open(dir.path(), Options::default().durability(Durability::None)).unwrap(),
-    );
+    let t = Arc::new(open(dir.path(), Durability::None));
     t.mkdir_p("/a/b").unwrap();
     t.mkdir_p("/c").unwrap();
     let stop = std::sync::atomic::AtomicBool::new(false);
@@ -199,7 +198,7 @@ fn reads_see_every_acknowledged_write_through_the_cache() {
 #[test]
 fn read_cache_size_is_exported() {
     let dir = tempfile::tempdir().unwrap();
-    let t = Treelog::open(dir.path(), Options::default().durability(Durability::None)).unwrap();
+    let t = open(dir.path(), Durability::None);
     let entries = |t: &Treelog| -> i64 {
         let text = t.render_metrics();
         let line = text
@@ -232,7 +231,7 @@ fn read_cache_size_is_exported() {
 #[test]
 fn read_cache_misses_are_exported() {
     let dir = tempfile::tempdir().unwrap();
-    let t = Treelog::open(dir.path(), Options::default().durability(Durability::None)).unwrap();
+    let t = open(dir.path(), Durability::None);
     let misses = |t: &Treelog, cf: &str| -> u64 {
         let text = t.render_metrics();
         let prefix = format!("treelog_read_cache_misses_total{{cf=\"{cf}\"}} ");
@@ -246,7 +245,7 @@ fn read_cache_misses_are_exported() {
     // Written entries go into the cache: look up one written before this
     // process started instead.
     drop(t);
-    let t = Treelog::open(dir.path(), Options::default().durability(Durability::None)).unwrap();
+    let t = open(dir.path(), Durability::None);
     let (e0, i0) = (misses(&t, "edges"), misses(&t, "inodes"));
     t.stat("/m/n").unwrap();
     let (e1, i1) = (misses(&t, "edges"), misses(&t, "inodes"));
@@ -263,9 +262,7 @@ fn read_cache_misses_are_exported() {
 #[test]
 fn reads_racing_creates_and_deletes_never_see_a_torn_index() {
     let dir = tempfile::tempdir().unwrap();
-    let t = Arc::new(
-        Treelog::open(dir.path(), Options::default().durability(Durability::None)).unwrap(),
-    );
+    let t = Arc::new(open(dir.path(), Durability::None));
     t.mkdir_p("/d").unwrap();
     let stop = std::sync::atomic::AtomicBool::new(false);
     let unexpected = std::sync::Mutex::new(Vec::new());
