@@ -25,7 +25,7 @@
 //! Each key is exact, but a read of several keys (a path's edges and then
 //! its inode, a page of edges and then their inodes) that straddles a
 //! publish can pair an edge of one round with the inode of the next: a
-//! concurrent delete then looks like an edge to nowhere. The applier
+//! concurrent delete then looks like an edge to nowhere. The publisher
 //! counts publishes (`Shared::publishing`, odd while one runs), and the
 //! namespace's reads go through `Shared::consistent_read`, which retries a
 //! read that failed as corrupt if a publish ran beside it.
@@ -35,7 +35,7 @@
 //! read path, which stays a shared lock and a hash lookup). Shards grow by
 //! doubling, but never inside `apply`: a write that would grow its shard is
 //! left uncached (absent, so nothing is stale) and a thread beside the
-//! applier grows the shard ([`IndexCache::grow`]).
+//! publisher grows the shard ([`IndexCache::grow`]).
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -256,7 +256,8 @@ impl IndexCache {
     }
 
     /// Records a group's index writes, after the snapshot that holds them
-    /// is published to readers. Only the writer's applier calls this.
+    /// is published to readers. Only the writer's publisher (its syncer
+    /// thread, or the writer committing a group itself) calls this.
     pub fn apply(&self, w: &OverlayWrites) {
         if self.per_shard == 0 {
             return;
@@ -275,7 +276,7 @@ impl IndexCache {
                     // fresh memory, under the lock and before this group's
                     // callers are answered. Leave the key uncached (no stale
                     // copy exists: it is absent, and the generation moved)
-                    // and let `grow` make room beside the applier.
+                    // and let `grow` make room beside the publisher.
                     self.full[cf as usize * SHARDS + slot.shard()].store(true, Ordering::Relaxed);
                     continue;
                 }
@@ -294,8 +295,8 @@ impl IndexCache {
     }
 
     /// Grows the shards that `apply` found full (doubling, up to the
-    /// shard's share of the capacity). A thread beside the applier runs it
-    /// (see `writer`), so the applier only waits for a shard while its
+    /// shard's share of the capacity). A thread beside the publisher runs it
+    /// (see `writer`), so the publisher only waits for a shard while its
     /// entries move into the bigger map, never while that map is allocated
     /// and first touched: first-touch page faults are most of a grow's cost
     /// (about 3 ms per 2 MiB on a virtual machine here).

@@ -78,7 +78,7 @@ pub enum WorkerPolicy {
     /// Linux `SCHED_BATCH`: a worker woken by a reply or a packet does not
     /// preempt the thread running on its CPU, but waits for it to block or
     /// for the scheduler's tick; same share of the CPU as a normal thread.
-    /// On a machine whose cores are all busy, the applier then sends a
+    /// On a machine whose cores are all busy, the syncer then sends a
     /// round's replies without being preempted by the first worker it
     /// wakes (which held up the rest, and cost a context switch each way):
     /// more creates per second for less CPU (see docs/OPERATIONS.md). The

@@ -3,7 +3,7 @@
 //!
 //! Without it, each commit would wake every subscriber to create a RocksDB
 //! iterator and decode the same records again: with 100 subscribers on two
-//! cores that steals the writer's CPU. The applier inserts each round's
+//! cores that steals the writer's CPU. The publisher inserts each round's
 //! records (already decoded by the writer, so no extra work) as one
 //! immutable chunk just before it publishes the watermark; subscribers that
 //! are within the cache read from it, and ones further behind catch up from
@@ -16,10 +16,10 @@
 //! record is delivered 100 times, so the per-record cost is what matters.
 //! The lock is held only to find and clone the chunk references.
 //!
-//! The applier never waits for that lock: subscribers run on a low-priority
+//! The publisher never waits for that lock: subscribers run on a low-priority
 //! (by default `SCHED_IDLE`) thread, which the scheduler may preempt while
 //! it holds the read lock and not run again for a while on a busy machine.
-//! When the lock is taken, the applier leaves its chunk in a stash that only
+//! When the lock is taken, the publisher leaves its chunk in a stash that only
 //! it touches and adds it with the next round's; subscribers meanwhile read
 //! those records from the log. The stash is bounded like the cache.
 
@@ -79,8 +79,8 @@ struct Inner {
 pub struct TailCache {
     capacity: usize,
     inner: RwLock<Inner>,
-    /// Chunks the applier could not add because a reader held the lock
-    /// (only the applier takes this mutex).
+    /// Chunks the publisher could not add because a reader held the lock
+    /// (only the publisher takes this mutex).
     stash: Mutex<Inner>,
 }
 
@@ -133,7 +133,7 @@ impl TailCache {
     /// Appends a round's records (consecutive, continuing the cache).
     /// Returns the chunks that made room for them, for the caller to drop
     /// when it is not holding anyone up: freeing a round's worth of records
-    /// is slower than everything else here, and the applier has replies to
+    /// is slower than everything else here, and the publisher has replies to
     /// send first.
     #[must_use = "dropping the evicted chunks frees them here"]
     pub fn extend(&self, records: Vec<Arc<Record>>) -> Vec<Arc<Chunk>> {
@@ -281,7 +281,7 @@ mod tests {
         assert_eq!(seqs(&c, 12, 20, 20), Some(vec![12, 13, 14]));
     }
 
-    /// The applier does not wait for a reader holding the lock: the round
+    /// The publisher does not wait for a reader holding the lock: the round
     /// is stashed and added with the next one, contiguously.
     #[test]
     fn a_held_read_lock_defers_a_round_instead_of_blocking() {

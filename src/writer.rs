@@ -11,13 +11,16 @@
 //!   makes them durable with one WAL fsync (RocksDB's `SyncWAL`, which does
 //!   not block appends).
 //! - The **applier** writes each round's index changes (without the WAL)
-//!   while the round's fsync runs; once it has succeeded, it publishes a
-//!   RocksDB snapshot for readers, updates the readers' cache, publishes the
-//!   committed watermark and replies.
+//!   while the round's fsync runs and hands the round back to the syncer,
+//!   which, once the fsync has succeeded, publishes a RocksDB snapshot for
+//!   readers, updates the readers' cache, publishes the committed watermark
+//!   and replies.
 //!
 //! So the fsync of one round overlaps the validation and appends of the
 //! next groups and the round's own index write, and readers, who read at
-//! the published snapshot, only ever see what is durable.
+//! the published snapshot, only ever see what is durable. The thread that
+//! publishes (the syncer, or the writer for a group it commits itself, see
+//! below) is called the **publisher** elsewhere.
 //!
 //! When a small group has nothing in flight ahead of it and no command
 //! queued behind it, no other group could share its fsync: the writer then
@@ -148,7 +151,7 @@ pub struct Shared {
     /// The readers' cache of index entries; the writer updates it after
     /// each group's index write.
     pub read_cache: crate::readcache::IndexCache,
-    /// Odd while the applier publishes a round (its snapshot, then its
+    /// Odd while the syncer publishes a round (its snapshot, then its
     /// keys in the readers' cache), even otherwise. A read that looks up
     /// several keys can straddle a publish and pair an edge of one round
     /// with the inode of the next; see [`Shared::consistent_read`].
@@ -204,7 +207,7 @@ impl Shared {
         // yet another publish starts during it; a bound that only a
         // pathological schedule reaches (the error is then returned).
         const ATTEMPTS: usize = 64;
-        // And a bound in time, should the applier have died half-way
+        // And a bound in time, should the publisher have died half-way
         // through a publish (the count then stays odd).
         const PATIENCE: std::time::Duration = std::time::Duration::from_secs(1);
         let mut give_up = None;
@@ -217,7 +220,7 @@ impl Shared {
             match &r {
                 Err(e) if e.kind() == ErrorKind::Corruption && attempt < ATTEMPTS && torn() => {
                     let give_up = *give_up.get_or_insert_with(|| Instant::now() + PATIENCE);
-                    // Retrying inside a publish (the applier may be off
+                    // Retrying inside a publish (the syncer may be off
                     // its core) could tear the same way.
                     while self.publishing.load(Ordering::SeqCst) % 2 == 1 {
                         if Instant::now() >= give_up {
@@ -355,7 +358,7 @@ impl Writer {
             };
         while let Ok(first) = rx.recv() {
             // Sized for a typical group, not the largest: a group's vector
-            // travels to the applier and is freed there, and a large
+            // travels to the syncer and is freed there, and a large
             // allocation per group costs more than growing a small one.
             let mut group: Vec<Request> = Vec::with_capacity(GROUP_CAPACITY);
             let mut bytes = first.cmd.approx_bytes();
@@ -598,13 +601,13 @@ const SYNC_QUEUE: usize = 64;
 /// The later stages of group commit, in log order. The **syncer** makes
 /// appended groups durable with one fsync for all the groups that arrived
 /// since its last one; the **applier** writes their index changes while
-/// that fsync runs, then, once it has succeeded, publishes them: a snapshot
-/// of the index for readers, the readers' cache, the committed watermark
-/// and the replies. Each stage is its own thread, or both run inline when a
-/// thread could not be started. A third thread grows the readers' cache
-/// when the applier finds it full.
+/// that fsync runs; once both are done, the syncer publishes them: a
+/// snapshot of the index for readers, the readers' cache, the committed
+/// watermark and the replies. Each stage is its own thread, or both run
+/// inline when a thread could not be started. A third thread grows the
+/// readers' cache when a publish finds it full.
 ///
-/// Only the applier makes anything visible to readers, and only after the
+/// Only a publish makes anything visible to readers, and only after the
 /// fsync: readers read RocksDB at the published snapshot, so a round's
 /// index changes, in RocksDB before their fsync has finished, stay unseen
 /// until it has. Nor can they reach the disk ahead of their log records:
@@ -636,21 +639,25 @@ impl Committer {
     /// the cache-growing thread, for the writer's own inline commits.
     ///
     /// The syncer hands each round (the groups one fsync covers) to the
-    /// applier *before* its fsync, then the fsync's outcome on a second
-    /// channel, so that the index write and the fsync overlap. Both take
-    /// the groups they have published or refused off `in_flight`.
+    /// applier *before* its fsync, so that the index write and the fsync
+    /// overlap; the applier hands the round back once it is written, and
+    /// the syncer, whose fsync has returned by then, publishes it and takes
+    /// its groups off `in_flight`.
     fn spawn(
         shared: &Arc<Shared>,
         durability: Durability,
         in_flight: &Arc<AtomicU64>,
     ) -> Option<Pipeline> {
         let (sync_tx, sync_rx) = crossbeam_channel::bounded::<Appended>(SYNC_QUEUE);
-        let (round_tx, round_rx) = crossbeam_channel::unbounded::<Vec<Appended>>();
-        // One message per round, in order: `Some(why)` if it is not durable.
-        let (synced_tx, synced_rx) = crossbeam_channel::unbounded::<Option<String>>();
-        let mut applier = Committer::new(shared.clone(), durability);
-        // Grows the readers' cache when the applier asks (one wake-up
-        // pending at most); stops when the applier, its only sender, does.
+        // At most one round is at the applier: the syncer waits for it
+        // before it takes the next.
+        let (round_tx, round_rx) = crossbeam_channel::bounded::<Vec<Appended>>(1);
+        // The round back, with why its index write failed, if it did.
+        let (written_tx, written_rx) =
+            crossbeam_channel::bounded::<(Vec<Appended>, Option<String>)>(1);
+        // Grows the readers' cache when the syncer asks (one wake-up
+        // pending at most); stops when its senders (the syncer's and the
+        // writer's) are gone.
         let (grow_tx, grow_rx) = crossbeam_channel::bounded::<()>(1);
         let mut threads = Vec::new();
         let cache = shared.clone();
@@ -661,41 +668,27 @@ impl Committer {
                     cache.read_cache.grow();
                 }
             });
+        let mut syncer = Committer::new(shared.clone(), durability);
         let mut writer_grower = None;
         if let Ok(g) = g {
             writer_grower = Some(grow_tx.clone());
-            applier.grower = Some(grow_tx);
+            syncer.grower = Some(grow_tx);
             threads.push(g);
         }
-        let applier_in_flight = in_flight.clone();
+        let mut applier = Committer::new(shared.clone(), durability);
         let a = std::thread::Builder::new()
             .name("treelog-applier".into())
             .spawn(move || {
-                while let Ok(mut groups) = round_rx.recv() {
-                    // Every round handed over already goes in the same
-                    // index write.
-                    let mut rounds = 1;
-                    for more in round_rx.try_iter() {
-                        groups.extend(more);
-                        rounds += 1;
-                    }
+                while let Ok(groups) = round_rx.recv() {
                     applier.write_index(&groups);
-                    for _ in 0..rounds {
-                        let outcome = synced_rx
-                            .recv()
-                            .unwrap_or_else(|_| Some("the log syncer stopped".into()));
-                        if let Some(why) = outcome {
-                            applier.failed.get_or_insert(why);
-                        }
+                    // The syncer stops only once it has its last round back.
+                    if written_tx.send((groups, applier.failed.clone())).is_err() {
+                        break;
                     }
-                    let n = groups.len() as u64;
-                    applier.publish(groups);
-                    applier_in_flight.fetch_sub(n, Ordering::AcqRel);
                 }
             })
             .ok()?;
-        let syncer_in_flight = in_flight.clone();
-        let mut syncer = Committer::new(shared.clone(), durability);
+        let in_flight = in_flight.clone();
         let s = std::thread::Builder::new()
             .name("treelog-syncer".into())
             .spawn(move || {
@@ -703,22 +696,38 @@ impl Committer {
                     let mut groups = vec![first];
                     groups.extend(sync_rx.try_iter());
                     let records = groups.iter().map(|g| g.records).sum();
+                    let n = groups.len() as u64;
                     match round_tx.send(groups) {
                         Ok(()) => {
                             syncer.sync(records);
-                            // The applier stops only once `round_tx` is
-                            // dropped, after this.
-                            let _ = synced_tx.send(syncer.failed.clone());
+                            // Publishing here, on the thread that the fsync
+                            // returned to, spares every round a wake-up of
+                            // another thread (tens of microseconds on a busy
+                            // machine) between its fsync and its replies;
+                            // the next fsync waits for the publish, but
+                            // covers the groups appended meanwhile.
+                            match written_rx.recv() {
+                                Ok((groups, failed)) => {
+                                    if let Some(why) = failed {
+                                        syncer.failed.get_or_insert(why);
+                                    }
+                                    syncer.publish(groups);
+                                }
+                                // The applier died with the round (its
+                                // callers see their reply dropped): nothing
+                                // after it may be committed.
+                                Err(_) => {
+                                    let why = "the index writer stopped".to_owned();
+                                    syncer.shared.fail(why.clone());
+                                    syncer.failed.get_or_insert(why);
+                                }
+                            }
                         }
-                        // The applier is gone (it stops only when this
-                        // sender is dropped): commit here.
-                        Err(e) => {
-                            let groups = e.into_inner();
-                            let n = groups.len() as u64;
-                            syncer.commit(groups);
-                            syncer_in_flight.fetch_sub(n, Ordering::AcqRel);
-                        }
+                        // The applier is gone (a panic: it stops only when
+                        // this sender is dropped): commit here.
+                        Err(e) => syncer.commit(e.into_inner()),
                     }
+                    in_flight.fetch_sub(n, Ordering::AcqRel);
                 }
             });
         match s {
@@ -986,7 +995,7 @@ mod tests {
         });
         assert_eq!(r.unwrap_err().kind(), ErrorKind::Corruption);
         assert!(calls > 1 && calls <= 64, "{calls}");
-        // A publish that never ends (an applier that died in it): the
+        // A publish that never ends (a syncer that died in it): the
         // read gives up with its error instead of waiting forever.
         shared.publishing.fetch_add(1, Ordering::SeqCst);
         let r: Result<()> = shared.consistent_read(|| Err(corrupt()));
@@ -1051,22 +1060,22 @@ mod tests {
     #[test]
     fn readers_do_not_see_an_index_write_until_its_fsync_has_succeeded() {
         let dir = tempfile::tempdir().unwrap();
-        let (shared, mut w, mut applier) = open(dir.path());
+        let (shared, mut w, mut c) = open(dir.path());
         // A reader's view made before the commit reads at the snapshot
         // published last when it reads, not when it was made (the readers'
         // cache depends on it: see `PublishedIndex`).
         let reader = shared.reader_index();
         let (r1, mut rx1) = request(mkdir("/a"));
         let g1 = w.append_group(vec![r1]).unwrap();
-        // The applier's first step, as while the fsync runs.
-        applier.write_index(std::slice::from_ref(&g1));
+        // The applier's step, as while the fsync runs.
+        c.write_index(std::slice::from_ref(&g1));
         assert!(in_rocksdb(&shared, "/a"));
         assert_eq!(stat_kind(&shared, "/a"), Some(ErrorKind::NotFound));
         assert_eq!(published_applied_seq(&shared), Some(0));
         assert!(rx1.try_recv().is_err());
-        applier.sync(g1.records);
+        c.sync(g1.records);
         assert_eq!(stat_kind(&shared, "/a"), Some(ErrorKind::NotFound));
-        applier.publish(vec![g1]);
+        c.publish(vec![g1]);
         assert_eq!(rx1.try_recv().unwrap().unwrap(), 1);
         assert_eq!(stat_kind(&shared, "/a"), None);
         assert!(resolve(&reader, &shared.dicts(), "/a").is_ok());
@@ -1075,9 +1084,9 @@ mod tests {
         // A round whose fsync fails stays unseen, though RocksDB has it.
         let (r2, mut rx2) = request(mkdir("/b"));
         let g2 = w.append_group(vec![r2]).unwrap();
-        applier.write_index(std::slice::from_ref(&g2));
-        applier.failed = Some("injected fsync failure".into());
-        applier.publish(vec![g2]);
+        c.write_index(std::slice::from_ref(&g2));
+        c.failed = Some("injected fsync failure".into());
+        c.publish(vec![g2]);
         assert!(in_rocksdb(&shared, "/b"));
         assert_eq!(stat_kind(&shared, "/b"), Some(ErrorKind::NotFound));
         assert_eq!(
