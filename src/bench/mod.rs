@@ -67,6 +67,10 @@ pub enum BenchCmd {
         ops: usize,
         #[arg(long, default_value = "1,8,64", value_delimiter = ',')]
         callers: Vec<usize>,
+        /// Create runs per system and caller count, alternating the order
+        /// of the systems; medians are reported.
+        #[arg(long, default_value_t = 3)]
+        repeat: usize,
         /// Records in the replay log.
         #[arg(long, default_value_t = 1_000_000)]
         replay_records: u64,
@@ -502,13 +506,14 @@ pub fn run(args: &BenchArgs) -> Result<u8> {
         BenchCmd::Suite {
             ops,
             callers,
+            repeat,
             replay_records,
             scale,
             json_out,
             dir,
         } => {
             let base = scratch(dir)?;
-            let mut figures = suite::run(&base, *ops, callers, *replay_records)?;
+            let mut figures = suite::run(&base, *ops, callers, *replay_records, *repeat)?;
             figures.extend(suite::workloads(&base, *ops)?);
             if let Some(p) = json_out {
                 std::fs::write(p, serde_json::to_vec_pretty(&figures).unwrap_or_default())?;

@@ -483,52 +483,121 @@ fn bar(len: u64, msg: &str) -> ProgressBar {
     pb
 }
 
-pub fn run(base: &Path, ops: usize, callers: &[usize], replay_records: u64) -> Result<Vec<Figure>> {
+/// The systems of the create comparison, in the order a repetition runs
+/// them (the next repetition runs them backwards).
+const CREATE_SYSTEMS: [&str; 5] = [
+    "treelog",
+    "treelog-async",
+    "seed-serialized",
+    "raw-rocksdb",
+    "sqlite",
+];
+
+/// One create run of `sys` with `n` callers, on a fresh directory.
+fn create_run(base: &Path, sys: &str, n: usize, ops: usize) -> Result<Figure> {
+    let path = base.join(format!("suite-{sys}-{n}"));
+    let _ = std::fs::remove_dir_all(&path);
+    let sys_ops = if sys == "sqlite" || sys == "seed-serialized" {
+        ops.min(5_000)
+    } else {
+        ops
+    };
+    let f = match sys {
+        "raw-rocksdb" => raw_rocksdb(&path, sys_ops, n),
+        "treelog-async" => Treelog::open(&path, Options::default())
+            .and_then(|t| run_creates_async(sys, Arc::new(t), n, sys_ops, 1000, "c")),
+        _ => open_system(sys, &path).and_then(|ns| run_creates(sys, ns, n, sys_ops, 1000, "c")),
+    };
+    let _ = std::fs::remove_dir_all(&path);
+    f
+}
+
+/// The middle value (the upper one of an even count); `NAN` if empty.
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
+}
+
+/// `median (min-max)` of `v`, each formatted by `f`.
+fn spread(v: &[f64], f: impl Fn(f64) -> String) -> String {
+    let min = v.iter().copied().fold(f64::INFINITY, f64::min);
+    let max = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    if v.len() < 2 {
+        return f(median(v.to_vec()));
+    }
+    format!("{} ({}-{})", f(median(v.to_vec())), f(min), f(max))
+}
+
+/// Durable creates on every system, `repeat` times per caller count, then
+/// the replay. The host is shared and its fsync latency drifts within
+/// seconds, so the systems run one after the other, in alternating order,
+/// and each ratio is taken within one repetition: the figures reported are
+/// the median run of each system and the median of the repetitions'
+/// ratios, with their range.
+pub fn run(
+    base: &Path,
+    ops: usize,
+    callers: &[usize],
+    replay_records: u64,
+    repeat: usize,
+) -> Result<Vec<Figure>> {
+    let repeat = repeat.max(1);
     let mut figures: Vec<Figure> = Vec::new();
     println!("== durable creates ({ops} per run, 1,000 directories; every create synced before it returns)");
     println!(
         "   raw-rocksdb is a create-only ceiling: treelog's bytes per create, pre-encoded, no validation"
     );
+    if repeat > 1 {
+        println!(
+            "   {repeat} repetitions, the systems in turn (every other one backwards); creates/s: median (min-max); a ratio: the median of the repetitions' side-by-side ratios (min-max)"
+        );
+    }
     println!("{:<20} {:>8} {:>12}", "system", "callers", "creates/s");
     for &n in callers {
-        for sys in [
-            "treelog",
-            "treelog-async",
-            "seed-serialized",
-            "raw-rocksdb",
-            "sqlite",
-        ] {
-            let path = base.join(format!("suite-{sys}-{n}"));
-            let _ = std::fs::remove_dir_all(&path);
-            let sys_ops = if sys == "sqlite" || sys == "seed-serialized" {
-                ops.min(5_000)
-            } else {
-                ops
-            };
-            let f = match sys {
-                "raw-rocksdb" => raw_rocksdb(&path, sys_ops, n)?,
-                "treelog-async" => run_creates_async(
-                    sys,
-                    Arc::new(Treelog::open(&path, Options::default())?),
-                    n,
-                    sys_ops,
-                    1000,
-                    "c",
-                )?,
-                _ => run_creates(sys, open_system(sys, &path)?, n, sys_ops, 1000, "c")?,
-            };
-            println!("{:<20} {:>8} {:>12.0}", f.system, f.callers, f.ops_per_sec);
-            figures.push(f);
-            let _ = std::fs::remove_dir_all(&path);
+        let mut runs: Vec<Vec<Figure>> = vec![Vec::new(); CREATE_SYSTEMS.len()];
+        for r in 0..repeat {
+            let mut order: Vec<usize> = (0..CREATE_SYSTEMS.len()).collect();
+            if r % 2 == 1 {
+                order.reverse();
+            }
+            for i in order {
+                runs[i].push(create_run(base, CREATE_SYSTEMS[i], n, ops)?);
+            }
+            if repeat > 1 {
+                let line: Vec<String> = CREATE_SYSTEMS
+                    .iter()
+                    .zip(&runs)
+                    .map(|(s, f)| format!("{s} {:.0}", f[r].ops_per_sec))
+                    .collect();
+                println!("   repetition {}: {}", r + 1, line.join(", "));
+            }
         }
-        let get = |s: &str| Figure::rate_of(&figures, s, n).unwrap_or(f64::NAN);
-        for t_sys in ["treelog", "treelog-async"] {
-            let t = get(t_sys);
+        let rates = |i: usize| -> Vec<f64> { runs[i].iter().map(|f| f.ops_per_sec).collect() };
+        for (i, sys) in CREATE_SYSTEMS.iter().enumerate() {
             println!(
-                "  ratios at {n} callers: {t_sys}/seed-serialized {:.1}x, {t_sys}/sqlite {:.1}x, {t_sys}/raw-rocksdb {:.2}x",
-                t / get("seed-serialized"),
-                t / get("sqlite"),
-                t / get("raw-rocksdb")
+                "{sys:<20} {n:>8} {:>12}",
+                spread(&rates(i), |x| format!("{x:.0}"))
+            );
+            // The median run itself, so that its latencies go with it.
+            let mut by_rate = runs[i].clone();
+            by_rate.sort_by(|a, b| a.ops_per_sec.total_cmp(&b.ops_per_sec));
+            if let Some(f) = by_rate.get(by_rate.len() / 2) {
+                figures.push(f.clone());
+            }
+        }
+        let index = |s: &str| CREATE_SYSTEMS.iter().position(|x| *x == s).unwrap_or(0);
+        for t_sys in ["treelog", "treelog-async"] {
+            let t = rates(index(t_sys));
+            let ratio = |other: &str, digits: usize| {
+                let o = rates(index(other));
+                let r: Vec<f64> = t.iter().zip(&o).map(|(a, b)| a / b).collect();
+                spread(&r, |x| format!("{x:.digits$}x"))
+            };
+            println!(
+                "  ratios at {n} callers: {t_sys}/seed-serialized {}, {t_sys}/sqlite {}, {t_sys}/raw-rocksdb {}",
+                ratio("seed-serialized", 1),
+                ratio("sqlite", 1),
+                ratio("raw-rocksdb", 2)
             );
         }
     }
@@ -951,6 +1020,17 @@ pub fn scale(base: &Path, target: u64) -> Result<()> {
 mod tests {
     use super::*;
     use crate::error::ErrorKind;
+
+    #[test]
+    fn repetitions_report_the_median_and_the_range() {
+        assert_eq!(median(vec![3.0, 1.0, 2.0]), 2.0);
+        // An even count takes the upper middle value (a run that happened).
+        assert_eq!(median(vec![4.0, 1.0, 3.0, 2.0]), 3.0);
+        assert!(median(Vec::new()).is_nan());
+        let f = |x: f64| format!("{x:.1}");
+        assert_eq!(spread(&[15.0, 12.5, 20.0], f), "15.0 (12.5-20.0)");
+        assert_eq!(spread(&[7.0], f), "7.0");
+    }
 
     /// The same small scenario, with its error cases, on every system of the
     /// workloads: the comparison systems must be correct, not just fast.
