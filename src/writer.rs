@@ -156,6 +156,18 @@ pub struct Shared {
     /// several keys can straddle a publish and pair an edge of one round
     /// with the inode of the next; see [`Shared::consistent_read`].
     pub publishing: AtomicU64,
+    /// Failures the unit tests inject into the commit pipeline.
+    #[cfg(test)]
+    inject: Inject,
+}
+
+/// Failpoints of the unit tests: while set, every fsync or index write
+/// fails as an I/O error would.
+#[cfg(test)]
+#[derive(Default)]
+struct Inject {
+    sync: std::sync::atomic::AtomicBool,
+    index_write: std::sync::atomic::AtomicBool,
 }
 
 impl Shared {
@@ -189,6 +201,8 @@ impl Shared {
             metrics,
             store,
             publishing: AtomicU64::new(0),
+            #[cfg(test)]
+            inject: Inject::default(),
         })
     }
 
@@ -766,6 +780,11 @@ impl Committer {
             return;
         }
         let t = Instant::now();
+        #[cfg(test)]
+        if self.shared.inject.sync.load(Ordering::SeqCst) {
+            self.failed = Some("injected fsync failure".into());
+            return;
+        }
         match self.shared.store.sync_log() {
             Ok(()) => {
                 if let Some(m) = &self.shared.metrics {
@@ -788,6 +807,11 @@ impl Committer {
             return;
         }
         let t = Instant::now();
+        #[cfg(test)]
+        if self.shared.inject.index_write.load(Ordering::SeqCst) {
+            self.failed = Some("injected index write failure".into());
+            return;
+        }
         let bytes: u64 = groups.iter().map(|g| g.bytes).sum();
         let store = &self.shared.store;
         let mut b = WriteBatch::default();
@@ -1094,6 +1118,61 @@ mod tests {
             ErrorKind::WriterStopped
         );
         assert_eq!(shared.committed.get(), 1);
+    }
+
+    /// Through the syncer and applier threads: a round whose fsync or
+    /// index write failed is refused, not published, and so is every round
+    /// after it, though their own fsyncs and writes succeed.
+    fn pipeline_failure_stops_the_commits(inject: impl Fn(&Shared, bool)) {
+        let dir = tempfile::tempdir().unwrap();
+        let (shared, mut w, _c) = open(dir.path());
+        let in_flight = Arc::new(AtomicU64::new(0));
+        let p = Committer::spawn(&shared, Durability::Sync, &in_flight).unwrap();
+        let mut send = |path: &str| {
+            let (r, rx) = request(mkdir(path));
+            let g = w.append_group(vec![r]).unwrap();
+            in_flight.fetch_add(1, Ordering::AcqRel);
+            assert!(p.tx.send(g).is_ok());
+            rx
+        };
+        assert_eq!(send("/a").blocking_recv().unwrap().unwrap(), 1);
+        inject(&shared, true);
+        let b = send("/b");
+        // Appended before /b's failure is known, and handed over after it.
+        let c = send("/c");
+        assert_eq!(
+            b.blocking_recv().unwrap().unwrap_err().kind(),
+            ErrorKind::WriterStopped
+        );
+        inject(&shared, false);
+        assert_eq!(
+            c.blocking_recv().unwrap().unwrap_err().kind(),
+            ErrorKind::WriterStopped
+        );
+        assert!(shared.failure().is_some());
+        assert_eq!(shared.committed.get(), 1);
+        assert_eq!(stat_kind(&shared, "/a"), None);
+        for path in ["/b", "/c"] {
+            assert_eq!(stat_kind(&shared, path), Some(ErrorKind::NotFound));
+        }
+        // The threads stop once their senders are gone.
+        drop((p.tx, p.grower));
+        for t in p.threads {
+            t.join().unwrap();
+        }
+        assert_eq!(in_flight.load(Ordering::Acquire), 0);
+    }
+
+    #[test]
+    fn a_failed_fsync_in_the_pipeline_stops_the_commits() {
+        pipeline_failure_stops_the_commits(|s, on| s.inject.sync.store(on, Ordering::SeqCst));
+    }
+
+    #[test]
+    fn a_failed_index_write_in_the_pipeline_stops_the_commits() {
+        pipeline_failure_stops_the_commits(|s, on| {
+            s.inject.index_write.store(on, Ordering::SeqCst)
+        });
     }
 
     #[test]
