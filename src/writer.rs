@@ -151,7 +151,7 @@ pub struct Shared {
     /// The readers' cache of index entries; the writer updates it after
     /// each group's index write.
     pub read_cache: crate::readcache::IndexCache,
-    /// Odd while the syncer publishes a round (its snapshot, then its
+    /// Odd while the publisher publishes a round (its snapshot, then its
     /// keys in the readers' cache), even otherwise. A read that looks up
     /// several keys can straddle a publish and pair an edge of one round
     /// with the inode of the next; see [`Shared::consistent_read`].
