@@ -74,6 +74,13 @@ pub enum BenchCmd {
         /// Records in the replay log.
         #[arg(long, default_value_t = 1_000_000)]
         replay_records: u64,
+        /// Creates per round of the change-stream throughput figure (as
+        /// `bench stream --ops`); 0 leaves the change-stream figures out.
+        #[arg(long, default_value_t = 100_000)]
+        stream_ops: usize,
+        /// Records in the change stream's catch-up log.
+        #[arg(long, default_value_t = 1_000_000)]
+        catchup_records: u64,
         /// Also grow a namespace to this many inodes and report rates at
         /// 100k, 1M and 10M (long; not run in CI).
         #[arg(long)]
@@ -292,14 +299,21 @@ fn create_path(tag: &str, callers: usize, dirs: usize, ci: usize, i: usize) -> S
     format!("/bench/{tag}/d{d}/f{ci}_{i}")
 }
 
-/// The two settings of an A/B pair in the order round `round` runs them:
-/// the order alternates, so that neither always runs right after the
-/// other's cleanup.
-pub fn in_turn<T>(round: usize, mut pair: [T; 2]) -> [T; 2] {
+/// The settings (or systems) of a comparison in the order round `round`
+/// runs them: forwards, then backwards, so that none always runs right
+/// after the same other one's cleanup, or always first.
+pub fn in_turn<T, const N: usize>(round: usize, mut set: [T; N]) -> [T; N] {
     if round % 2 == 1 {
-        pair.reverse();
+        set.reverse();
     }
-    pair
+    set
+}
+
+/// The middle value (the upper one of an even count: a run that
+/// happened); `NAN` if empty.
+pub fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
 }
 
 /// Runs `ops` creates from `callers` threads; returns the figure.
@@ -508,6 +522,8 @@ pub fn run(args: &BenchArgs) -> Result<u8> {
             callers,
             repeat,
             replay_records,
+            stream_ops,
+            catchup_records,
             scale,
             json_out,
             dir,
@@ -515,6 +531,14 @@ pub fn run(args: &BenchArgs) -> Result<u8> {
             let base = scratch(dir)?;
             let mut figures = suite::run(&base, *ops, callers, *replay_records, *repeat)?;
             figures.extend(suite::workloads(&base, *ops)?);
+            if *stream_ops > 0 {
+                figures.extend(stream::run(
+                    &base,
+                    *stream_ops,
+                    *catchup_records,
+                    crate::stream::DeliveryPriority::default(),
+                )?);
+            }
             if let Some(p) = json_out {
                 std::fs::write(p, serde_json::to_vec_pretty(&figures).unwrap_or_default())?;
             }

@@ -17,7 +17,7 @@ use crate::namespace::{Options, Treelog};
 use crate::stream::{DeliveryPriority, StartFrom, StreamItem, SubscribeOptions};
 use crate::writer::Durability;
 
-use super::{percentile, run_creates, Creator};
+use super::{median, percentile, run_creates, Creator, Figure};
 
 /// Subscribers as tasks on a one-worker tokio runtime, as a server runs
 /// them: they share one core instead of 100 threads preempting the writer.
@@ -72,7 +72,8 @@ pub fn run(
     ops: usize,
     catchup_records: u64,
     priority: DeliveryPriority,
-) -> Result<()> {
+) -> Result<Vec<Figure>> {
+    let mut figures = Vec::new();
     // Subscribers run where the server runs them: on the delivery runtime.
     let delivery = crate::stream::DeliveryRuntime::new(priority)?;
     let rt = delivery.handle().clone();
@@ -103,15 +104,19 @@ pub fn run(
             let _ = std::fs::remove_dir_all(&path);
         }
     }
-    let med = |v: &mut Vec<f64>| {
-        v.sort_by(|a, b| a.total_cmp(b));
-        v[v.len() / 2]
-    };
-    let (a, b) = (med(&mut none), med(&mut hundred));
+    let (a, b) = (median(none), median(hundred));
     println!(
         "  median: none {a:.0}, 100 subscribers {b:.0}; ratio {:.3}",
         b / a
     );
+    for (subs, rate) in [(0, a), (100, b)] {
+        figures.push(Figure::rate(
+            format!("treelog-creates-{subs}-subscribers"),
+            64,
+            ops,
+            ops as f64 / rate,
+        ));
+    }
 
     println!("== commit-to-delivery latency (steady load: 8 callers creating)");
     for subs in [1usize, 100] {
@@ -132,12 +137,20 @@ pub fn run(
         t.mkdir_p("/stop")?;
         let mut lat = join_all(&rt, hs);
         lat.sort_unstable();
+        let (p50, p99) = (percentile(&lat, 0.5), percentile(&lat, 0.99));
         println!(
-            "  {subs:>3} subscribers: p50 {:>7.0} us  p99 {:>7.0} us  ({} samples)",
-            percentile(&lat, 0.5),
-            percentile(&lat, 0.99),
+            "  {subs:>3} subscribers: p50 {p50:>7.0} us  p99 {p99:>7.0} us  ({} samples)",
             lat.len()
         );
+        figures.push(Figure {
+            system: format!("treelog-delivery-latency-{subs}-subscribers"),
+            callers: 8,
+            ops: lat.len(),
+            seconds: 0.0,
+            ops_per_sec: 0.0,
+            p50_us: p50,
+            p99_us: p99,
+        });
         drop(t);
         let _ = std::fs::remove_dir_all(&path);
     }
@@ -182,7 +195,8 @@ pub fn run(
         "  read {n} records in {secs:.2} s: {:.0} records/s",
         n as f64 / secs
     );
+    figures.push(Figure::rate("treelog-stream-catchup", 1, n as usize, secs));
     drop(t);
     let _ = std::fs::remove_dir_all(&path);
-    Ok(())
+    Ok(figures)
 }

@@ -33,7 +33,9 @@ use crate::namespace::{Options, Treelog};
 use crate::types::{Attrs, FileType};
 use crate::writer::Durability;
 
-use super::{run_creates, run_creates_async, seed::SeedStore, BenchNamespace, Creator, Figure};
+use super::{
+    median, run_creates, run_creates_async, seed::SeedStore, BenchNamespace, Creator, Figure,
+};
 
 /// An SQLite failure (the namespace's own errors, such as a missing parent,
 /// are checked and returned before SQLite sees the statement).
@@ -512,12 +514,6 @@ fn create_run(base: &Path, sys: &str, n: usize, ops: usize) -> Result<Figure> {
     f
 }
 
-/// The middle value (the upper one of an even count); `NAN` if empty.
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
-}
-
 /// `median (min-max)` of `v`, each formatted by `f`.
 fn spread(v: &[f64], f: impl Fn(f64) -> String) -> String {
     let min = v.iter().copied().fold(f64::INFINITY, f64::min);
@@ -556,11 +552,7 @@ pub fn run(
     for &n in callers {
         let mut runs: Vec<Vec<Figure>> = vec![Vec::new(); CREATE_SYSTEMS.len()];
         for r in 0..repeat {
-            let mut order: Vec<usize> = (0..CREATE_SYSTEMS.len()).collect();
-            if r % 2 == 1 {
-                order.reverse();
-            }
-            for i in order {
+            for i in super::in_turn(r, [0, 1, 2, 3, 4]) {
                 runs[i].push(create_run(base, CREATE_SYSTEMS[i], n, ops)?);
             }
             if repeat > 1 {
