@@ -516,12 +516,13 @@ fn create_run(base: &Path, sys: &str, n: usize, ops: usize) -> Result<Figure> {
 
 /// `median (min-max)` of `v`, each formatted by `f`.
 fn spread(v: &[f64], f: impl Fn(f64) -> String) -> String {
+    let mid = f(median(v.to_vec()));
+    if v.len() < 2 {
+        return mid;
+    }
     let min = v.iter().copied().fold(f64::INFINITY, f64::min);
     let max = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-    if v.len() < 2 {
-        return f(median(v.to_vec()));
-    }
-    format!("{} ({}-{})", f(median(v.to_vec())), f(min), f(max))
+    format!("{mid} ({}-{})", f(min), f(max))
 }
 
 /// Durable creates on every system, `repeat` times per caller count, then
@@ -564,24 +565,32 @@ pub fn run(
                 println!("   repetition {}: {}", r + 1, line.join(", "));
             }
         }
-        let rates = |i: usize| -> Vec<f64> { runs[i].iter().map(|f| f.ops_per_sec).collect() };
-        for (i, sys) in CREATE_SYSTEMS.iter().enumerate() {
+        // Each system's runs, by name, in repetition order (a ratio pairs
+        // the runs of one repetition).
+        let by_system: Vec<(&str, Vec<Figure>)> = CREATE_SYSTEMS.into_iter().zip(runs).collect();
+        let rates = |sys: &str| -> Vec<f64> {
+            by_system
+                .iter()
+                .filter(|(s, _)| *s == sys)
+                .flat_map(|(_, fs)| fs.iter().map(|f| f.ops_per_sec))
+                .collect()
+        };
+        for (sys, fs) in &by_system {
             println!(
                 "{sys:<20} {n:>8} {:>12}",
-                spread(&rates(i), |x| format!("{x:.0}"))
+                spread(&rates(sys), |x| format!("{x:.0}"))
             );
             // The median run itself, so that its latencies go with it.
-            let mut by_rate = runs[i].clone();
-            by_rate.sort_by(|a, b| a.ops_per_sec.total_cmp(&b.ops_per_sec));
-            if let Some(f) = by_rate.get(by_rate.len() / 2) {
-                figures.push(f.clone());
+            let mut sorted: Vec<&Figure> = fs.iter().collect();
+            sorted.sort_by(|a, b| a.ops_per_sec.total_cmp(&b.ops_per_sec));
+            if let Some(f) = sorted.get(sorted.len() / 2) {
+                figures.push((*f).clone());
             }
         }
-        let index = |s: &str| CREATE_SYSTEMS.iter().position(|x| *x == s).unwrap_or(0);
         for t_sys in ["treelog", "treelog-async"] {
-            let t = rates(index(t_sys));
+            let t = rates(t_sys);
             let ratio = |other: &str, digits: usize| {
-                let o = rates(index(other));
+                let o = rates(other);
                 let r: Vec<f64> = t.iter().zip(&o).map(|(a, b)| a / b).collect();
                 spread(&r, |x| format!("{x:.digits$}x"))
             };
