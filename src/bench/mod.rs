@@ -529,21 +529,26 @@ pub fn run(args: &BenchArgs) -> Result<u8> {
             dir,
         } => {
             let base = scratch(dir)?;
-            let mut figures = suite::run(&base, *ops, callers, *replay_records, *repeat)?;
-            figures.extend(suite::workloads(&base, *ops)?);
+            let mut report = suite::Report::default();
+            suite::run(&base, *ops, callers, *replay_records, *repeat, &mut report)?;
+            suite::workloads(&base, *ops, &mut report)?;
             if *stream_ops > 0 {
-                figures.extend(stream::run(
+                report.figures.extend(stream::run(
                     &base,
                     *stream_ops,
                     *catchup_records,
                     crate::stream::DeliveryPriority::default(),
                 )?);
             }
-            if let Some(p) = json_out {
-                std::fs::write(p, serde_json::to_vec_pretty(&figures).unwrap_or_default())?;
-            }
             if let Some(n) = scale {
-                suite::scale(&base, *n)?;
+                report.scale = suite::scale(&base, *n)?;
+            }
+            report.targets = suite::targets(&report);
+            suite::print_targets(&report.targets);
+            if let Some(p) = json_out {
+                let json = serde_json::to_vec_pretty(&report)
+                    .map_err(|e| Error::Io(std::io::Error::other(e)))?;
+                std::fs::write(p, json)?;
             }
             if dir.is_none() {
                 let _ = std::fs::remove_dir_all(&base);

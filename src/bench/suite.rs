@@ -474,6 +474,156 @@ fn raw_rocksdb(dir: &Path, ops: usize, group: usize) -> Result<Figure> {
     Ok(Figure::rate("raw-rocksdb", group, ops, secs))
 }
 
+/// Everything one suite run measured, as `--json-out` writes it.
+#[derive(Debug, Default, serde::Serialize)]
+pub struct Report {
+    pub figures: Vec<Figure>,
+    pub ratios: Vec<Ratio>,
+    pub scale: Vec<ScalePoint>,
+    pub targets: Vec<Target>,
+}
+
+/// `system`'s rate over `over`'s in one workload (`create` or a namespace
+/// workload's slug), taken side by side: the median of the repetitions'
+/// ratios and their range.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Ratio {
+    pub workload: String,
+    pub callers: usize,
+    pub system: String,
+    pub over: String,
+    pub median: f64,
+    pub min: f64,
+    pub max: f64,
+}
+
+impl Ratio {
+    fn of(workload: &str, callers: usize, system: &str, over: &str, r: &[f64]) -> Ratio {
+        Ratio {
+            workload: workload.into(),
+            callers,
+            system: system.into(),
+            over: over.into(),
+            median: median(r.to_vec()),
+            min: r.iter().copied().fold(f64::INFINITY, f64::min),
+            max: r.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+        }
+    }
+}
+
+/// One checkpoint of `--scale`: the figures measured once the namespace
+/// held `inodes` inodes.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ScalePoint {
+    pub inodes: u64,
+    pub grown_creates_per_sec: f64,
+    pub settle_seconds: f64,
+    pub creates_per_sec: f64,
+    pub stats_per_sec: f64,
+    pub rss_mib: f64,
+    pub index_bytes_per_inode: f64,
+    pub log_bytes_per_record: f64,
+}
+
+/// Creates per scale measurement (each checkpoint measures twice).
+const SCALE_MEASURE: usize = 100_000;
+
+/// One of the targets, judged against this run's figures.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Target {
+    pub figure: String,
+    pub target: String,
+    pub measured: f64,
+    pub met: bool,
+}
+
+/// The targets this run has figures for: creates at 64 callers against the
+/// serialized seed, SQLite and the raw limit (median ratios, for each way
+/// of calling treelog), stat at depth 6, replay, and the scale checkpoints.
+pub fn targets(r: &Report) -> Vec<Target> {
+    let mut out = Vec::new();
+    let mut at_least = |figure: String, target: &str, min: f64, measured: f64| {
+        out.push(Target {
+            figure,
+            target: format!(">= {target}"),
+            measured,
+            met: measured >= min,
+        })
+    };
+    for x in r
+        .ratios
+        .iter()
+        .filter(|x| x.workload == "create" && x.callers == 64)
+    {
+        let min = match x.over.as_str() {
+            "seed-serialized" | "sqlite" => 20.0,
+            "raw-rocksdb" => 0.5,
+            _ => continue,
+        };
+        at_least(
+            format!("creates, 64 callers: {} / {}", x.system, x.over),
+            &format!("{min}x"),
+            min,
+            x.median,
+        );
+    }
+    let figure = |name: &str| r.figures.iter().find(|f| f.system == name);
+    if let Some(f) = figure("treelog-stat-depth6") {
+        at_least(
+            "stat by path, depth 6, 2 threads (/s)".into(),
+            "1000000",
+            1e6,
+            f.ops_per_sec,
+        );
+    }
+    if let Some(f) = figure("treelog-replay") {
+        at_least("replay (records/s)".into(), "1000000", 1e6, f.ops_per_sec);
+    }
+    if let (Some(first), Some(last)) = (r.scale.first(), r.scale.last()) {
+        if last.inodes > first.inodes {
+            let name = |what: &str| {
+                format!(
+                    "creates at {} / at {} inodes, {what}",
+                    last.inodes, first.inodes
+                )
+            };
+            at_least(
+                name("as grown"),
+                "0.8x",
+                0.8,
+                last.grown_creates_per_sec / first.grown_creates_per_sec,
+            );
+            at_least(
+                name("settled"),
+                "0.8x",
+                0.8,
+                last.creates_per_sec / first.creates_per_sec,
+            );
+        }
+        out.push(Target {
+            figure: format!("index bytes per inode at {} inodes", last.inodes),
+            target: "<= 100".into(),
+            measured: last.index_bytes_per_inode,
+            met: last.index_bytes_per_inode <= 100.0,
+        });
+    }
+    out
+}
+
+/// Prints the targets as a closing table.
+pub fn print_targets(ts: &[Target]) {
+    println!("== targets");
+    for t in ts {
+        println!(
+            "  {:<58} {:>10} {:>12.2}  {}",
+            t.figure,
+            t.target,
+            t.measured,
+            if t.met { "met" } else { "MISSED" }
+        );
+    }
+}
+
 fn bar(len: u64, msg: &str) -> ProgressBar {
     let pb = ProgressBar::new(len);
     if let Ok(style) =
@@ -486,11 +636,15 @@ fn bar(len: u64, msg: &str) -> ProgressBar {
 }
 
 /// The systems of the create comparison, in the order a repetition runs
-/// them (the next repetition runs them backwards).
-const CREATE_SYSTEMS: [&str; 5] = [
+/// them (the next repetition runs them backwards). `seed-unserialized` is
+/// the seeds' write path without the namespace lock: it races (two creates
+/// of one name can both succeed) but RocksDB's own write grouping batches
+/// its synced writes, so it is shown beside the correct, serialized one.
+const CREATE_SYSTEMS: [&str; 6] = [
     "treelog",
     "treelog-async",
     "seed-serialized",
+    "seed-unserialized",
     "raw-rocksdb",
     "sqlite",
 ];
@@ -499,11 +653,11 @@ const CREATE_SYSTEMS: [&str; 5] = [
 fn create_run(base: &Path, sys: &str, n: usize, ops: usize) -> Result<Figure> {
     let path = base.join(format!("suite-{sys}-{n}"));
     let _ = std::fs::remove_dir_all(&path);
-    let sys_ops = if sys == "sqlite" || sys == "seed-serialized" {
-        ops.min(5_000)
-    } else {
-        ops
-    };
+    // The systems that sync once per operation run at ~5-8k creates/s
+    // here; 5,000 keeps their runs near a second.
+    let one_sync_per_op =
+        sys == "sqlite" || sys == "seed-serialized" || (sys == "seed-unserialized" && n == 1);
+    let sys_ops = if one_sync_per_op { ops.min(5_000) } else { ops };
     let f = match sys {
         "raw-rocksdb" => raw_rocksdb(&path, sys_ops, n),
         "treelog-async" => Treelog::open(&path, Options::default())
@@ -537,9 +691,9 @@ pub fn run(
     callers: &[usize],
     replay_records: u64,
     repeat: usize,
-) -> Result<Vec<Figure>> {
+    report: &mut Report,
+) -> Result<()> {
     let repeat = repeat.max(1);
-    let mut figures: Vec<Figure> = Vec::new();
     println!("== durable creates ({ops} per run, 1,000 directories; every create synced before it returns)");
     println!(
         "   raw-rocksdb is a create-only ceiling: treelog's bytes per create, pre-encoded, no validation"
@@ -553,7 +707,8 @@ pub fn run(
     for &n in callers {
         let mut runs: Vec<Vec<Figure>> = vec![Vec::new(); CREATE_SYSTEMS.len()];
         for r in 0..repeat {
-            for i in super::in_turn(r, [0, 1, 2, 3, 4]) {
+            let order: [usize; CREATE_SYSTEMS.len()] = std::array::from_fn(|i| i);
+            for i in super::in_turn(r, order) {
                 runs[i].push(create_run(base, CREATE_SYSTEMS[i], n, ops)?);
             }
             if repeat > 1 {
@@ -575,6 +730,7 @@ pub fn run(
                 .flat_map(|(_, fs)| fs.iter().map(|f| f.ops_per_sec))
                 .collect()
         };
+        let figures = &mut report.figures;
         for (sys, fs) in &by_system {
             println!(
                 "{sys:<20} {n:>8} {:>12}",
@@ -589,17 +745,20 @@ pub fn run(
         }
         for t_sys in ["treelog", "treelog-async"] {
             let t = rates(t_sys);
-            let ratio = |other: &str, digits: usize| {
+            let mut ratio = |other: &str, digits: usize| {
                 let o = rates(other);
                 let r: Vec<f64> = t.iter().zip(&o).map(|(a, b)| a / b).collect();
+                report.ratios.push(Ratio::of("create", n, t_sys, other, &r));
                 spread(&r, |x| format!("{x:.digits$}x"))
             };
-            println!(
-                "  ratios at {n} callers: {t_sys}/seed-serialized {}, {t_sys}/sqlite {}, {t_sys}/raw-rocksdb {}",
+            let line = format!(
+                "  ratios at {n} callers: {t_sys}/seed-serialized {}, {t_sys}/sqlite {}, {t_sys}/raw-rocksdb {}, {t_sys}/seed-unserialized {} (races)",
                 ratio("seed-serialized", 1),
                 ratio("sqlite", 1),
-                ratio("raw-rocksdb", 2)
+                ratio("raw-rocksdb", 2),
+                ratio("seed-unserialized", 1)
             );
+            println!("{line}");
         }
     }
 
@@ -632,9 +791,11 @@ pub fn run(
         "treelog replay",
         n as f64 / secs
     );
-    figures.push(Figure::rate("treelog-replay", 1, n as usize, secs));
+    report
+        .figures
+        .push(Figure::rate("treelog-replay", 1, n as usize, secs));
     let _ = std::fs::remove_dir_all(&path);
-    Ok(figures)
+    Ok(())
 }
 
 /// Runs `n` operations from `threads` threads, `op(i)` each; returns ops/s.
@@ -668,6 +829,9 @@ fn open_system(sys: &str, path: &Path) -> Result<Arc<dyn BenchNamespace>> {
     Ok(match sys {
         "treelog" => Arc::new(Treelog::open(path, Options::default())?),
         "seed-serialized" => Arc::new(SeedStore::open(path, true)?),
+        // Create comparison only: it races, so the namespace workloads
+        // (renames, deletes) do not run on it.
+        "seed-unserialized" => Arc::new(SeedStore::open(path, false)?),
         "sqlite" => Arc::new(SqliteStore::open(path)?),
         other => return Err(Error::InvalidArgument(format!("unknown system {other}"))),
     })
@@ -811,7 +975,7 @@ const LABELS: [&str; 8] = [
 /// SQLite, side by side: every acknowledged write synced, the same
 /// operations and concurrency for every system (writes and mixed from 64
 /// callers, reads from 2 threads).
-pub fn workloads(base: &Path, ops: usize) -> Result<Vec<Figure>> {
+pub fn workloads(base: &Path, ops: usize, report: &mut Report) -> Result<()> {
     let stat_files = (ops * 5).clamp(1_000, 100_000);
     let sizes = |sys: &str| Sizes {
         // A synced write of the seed design or SQLite costs ~200 us here.
@@ -851,13 +1015,12 @@ pub fn workloads(base: &Path, ops: usize) -> Result<Vec<Figure>> {
         "{:<38} {:<16} {:>9} {:>12}",
         "workload", "system", "ops", "ops/s"
     );
-    let mut out = Vec::new();
     for (wi, label) in LABELS.iter().enumerate() {
         for (sys, ms) in &results {
             let m = &ms[wi];
             let first = if sys == &SYSTEMS[0] { *label } else { "" };
             println!("{first:<38} {sys:<16} {:>9} {:>12.0}", m.ops, m.rate);
-            out.push(Figure::rate(
+            report.figures.push(Figure::rate(
                 format!("{sys}-{}", m.slug),
                 m.threads,
                 m.ops,
@@ -872,13 +1035,16 @@ pub fn workloads(base: &Path, ops: usize) -> Result<Vec<Figure>> {
                 .unwrap_or(f64::NAN)
         };
         let t = rate("treelog");
-        println!(
-            "  ratios: treelog/seed-serialized {:.1}x, treelog/sqlite {:.1}x",
-            t / rate("seed-serialized"),
-            t / rate("sqlite")
-        );
+        let (seed, sqlite) = (t / rate("seed-serialized"), t / rate("sqlite"));
+        println!("  ratios: treelog/seed-serialized {seed:.1}x, treelog/sqlite {sqlite:.1}x");
+        let (slug, threads) = (results[0].1[wi].slug, results[0].1[wi].threads);
+        for (over, r) in [("seed-serialized", seed), ("sqlite", sqlite)] {
+            report
+                .ratios
+                .push(Ratio::of(slug, threads, "treelog", over, &[r]));
+        }
     }
-    Ok(out)
+    Ok(())
 }
 
 fn rss_bytes() -> u64 {
@@ -910,12 +1076,17 @@ fn compact_index(t: &Treelog) -> Result<()> {
 /// above `target`) measures durable creates/s (64 callers) on the index as
 /// grown and again after compacting it, stats/s (2 threads), RSS, and
 /// on-disk bytes per inode of the index (after compaction) and of the log.
-pub fn scale(base: &Path, target: u64) -> Result<()> {
+pub fn scale(base: &Path, target: u64) -> Result<Vec<ScalePoint>> {
+    let mut points = Vec::new();
     let path = base.join("suite-scale");
     let _ = std::fs::remove_dir_all(&path);
     println!("== scale to {target} inodes");
     println!("   creates/s: on the index as grown (its compactions still running), then");
-    println!("   after compacting it (settle: how long that took); stats/s on the settled index");
+    println!("   after compacting it (settle: how long that took); stats/s on the settled index;");
+    println!(
+        "   each checkpoint's two measurements add {} inodes, counted in the bytes per inode",
+        2 * SCALE_MEASURE
+    );
     println!(
         "{:>12} {:>10} {:>9} {:>10} {:>12} {:>10} {:>14} {:>12}",
         "inodes",
@@ -961,7 +1132,7 @@ pub fn scale(base: &Path, target: u64) -> Result<()> {
         // a namespace grown at the durable rate sits between the two.
         // Each measurement is 100,000 creates (2 s or so), so that it is
         // not one noisy moment of a shared host.
-        let n = 100_000;
+        let n = SCALE_MEASURE;
         let creates = |tag: &str| {
             par(64, n, |i| {
                 t.create(
@@ -974,6 +1145,9 @@ pub fn scale(base: &Path, target: u64) -> Result<()> {
                 .map(|_| ())
             })
         };
+        // The checkpoint the figures belong to; the two measurements add
+        // 2n inodes, which the bytes per inode count.
+        let at = have;
         let grown = creates("g")?;
         let t0 = Instant::now();
         compact_index(&t)?;
@@ -1000,21 +1174,32 @@ pub fn scale(base: &Path, target: u64) -> Result<()> {
         let index = prop(crate::store::CF_INODES)? + prop(crate::store::CF_EDGES)?;
         store.flush()?;
         let log = prop(crate::store::CF_LOG)?;
+        let p = ScalePoint {
+            inodes: at,
+            grown_creates_per_sec: grown,
+            settle_seconds: settle,
+            creates_per_sec: c,
+            stats_per_sec: s,
+            rss_mib: rss_bytes() as f64 / (1 << 20) as f64,
+            index_bytes_per_inode: index as f64 / have as f64,
+            log_bytes_per_record: log as f64 / t.committed_seq().max(1) as f64,
+        };
         println!(
             "{:>12} {:>10.0} {:>9.1} {:>10.0} {:>12.0} {:>10.0} {:>14.1} {:>12.1}",
-            have,
-            grown,
-            settle,
-            c,
-            s,
-            rss_bytes() as f64 / (1 << 20) as f64,
-            index as f64 / have as f64,
-            log as f64 / t.committed_seq().max(1) as f64
+            p.inodes,
+            p.grown_creates_per_sec,
+            p.settle_seconds,
+            p.creates_per_sec,
+            p.stats_per_sec,
+            p.rss_mib,
+            p.index_bytes_per_inode,
+            p.log_bytes_per_record
         );
+        points.push(p);
         t.close()?;
     }
     let _ = std::fs::remove_dir_all(&path);
-    Ok(())
+    Ok(points)
 }
 
 #[cfg(test)]
@@ -1134,6 +1319,55 @@ mod tests {
         assert!(ns.load(&[], &["/l/d0/f0".into()], None).is_err(), "{sys}");
     }
 
+    /// The targets are judged on the figures they name, at 64 callers
+    /// only, and a missed one says so.
+    #[test]
+    fn targets_judge_the_figures_they_name() {
+        let ratio =
+            |callers, over: &str, m| Ratio::of("create", callers, "treelog-async", over, &[m]);
+        let point = |inodes, grown, settled, bytes| ScalePoint {
+            inodes,
+            grown_creates_per_sec: grown,
+            settle_seconds: 0.0,
+            creates_per_sec: settled,
+            stats_per_sec: 0.0,
+            rss_mib: 0.0,
+            index_bytes_per_inode: bytes,
+            log_bytes_per_record: 0.0,
+        };
+        let r = Report {
+            figures: vec![
+                Figure::rate("treelog-stat-depth6", 2, 1_000, 0.0005),
+                Figure::rate("treelog-replay", 1, 1_000, 0.002),
+            ],
+            ratios: vec![
+                ratio(8, "sqlite", 1.0),
+                ratio(64, "seed-serialized", 21.0),
+                ratio(64, "sqlite", 17.0),
+                ratio(64, "raw-rocksdb", 0.5),
+                ratio(64, "seed-unserialized", 2.0),
+            ],
+            scale: vec![
+                point(100_000, 100.0, 100.0, 30.0),
+                point(10_000_000, 79.0, 80.0, 25.0),
+            ],
+            targets: vec![],
+        };
+        let got: Vec<(String, bool)> = targets(&r).into_iter().map(|t| (t.figure, t.met)).collect();
+        let want = [
+            ("creates, 64 callers: treelog-async / seed-serialized", true),
+            ("creates, 64 callers: treelog-async / sqlite", false),
+            ("creates, 64 callers: treelog-async / raw-rocksdb", true),
+            ("stat by path, depth 6, 2 threads (/s)", true),
+            ("replay (records/s)", false),
+            ("creates at 10000000 / at 100000 inodes, as grown", false),
+            ("creates at 10000000 / at 100000 inodes, settled", true),
+            ("index bytes per inode at 10000000 inodes", true),
+        ];
+        let want: Vec<(String, bool)> = want.iter().map(|(f, m)| (f.to_string(), *m)).collect();
+        assert_eq!(got, want);
+    }
+
     #[test]
     fn bench_namespace_systems_agree() {
         for sys in SYSTEMS {
@@ -1142,10 +1376,8 @@ mod tests {
             scenario(sys, ns.as_ref());
         }
         let dir = tempfile::tempdir().unwrap();
-        scenario(
-            "seed-unserialized",
-            &SeedStore::open(dir.path(), false).unwrap(),
-        );
+        let ns = open_system("seed-unserialized", dir.path()).unwrap();
+        scenario("seed-unserialized", ns.as_ref());
     }
 
     /// The stores' writes are durable: they survive reopening.
