@@ -63,8 +63,12 @@ pub enum BenchCmd {
     /// and a mixed load on treelog, seed-serialized and SQLite (see
     /// docs/BENCHMARKS.md).
     Suite {
+        /// Creates per create run of treelog and the raw limit, and write
+        /// operations per namespace workload on treelog (the systems that
+        /// sync once per operation run at most 5,000).
         #[arg(long, default_value_t = 20_000)]
         ops: usize,
+        /// Caller counts of the create comparison, comma separated.
         #[arg(long, default_value = "1,8,64", value_delimiter = ',')]
         callers: Vec<usize>,
         /// Create runs per system and caller count, alternating the order
@@ -85,25 +89,32 @@ pub enum BenchCmd {
         /// 100k, 1M and 10M (long; not run in CI).
         #[arg(long)]
         scale: Option<u64>,
+        /// Also write the figures, ratios, scale points and targets as
+        /// JSON to this file.
         #[arg(long)]
         json_out: Option<std::path::PathBuf>,
+        /// Where to put the scratch databases (default: a temp directory).
         #[arg(long)]
         dir: Option<std::path::PathBuf>,
     },
     /// The server over loopback beside in-process figures.
     Network {
+        /// Creates per run.
         #[arg(long, default_value_t = 40_000)]
         ops: usize,
+        /// Where to put the scratch databases (default: a temp directory).
         #[arg(long)]
         dir: Option<std::path::PathBuf>,
     },
     /// Create throughput with metrics on and off, side by side.
     Metrics {
+        /// Creates per round.
         #[arg(long, default_value_t = 40_000)]
         ops: usize,
         /// Alternating rounds per setting.
         #[arg(long, default_value_t = 3)]
         rounds: usize,
+        /// Where to put the scratch databases (default: a temp directory).
         #[arg(long)]
         dir: Option<std::path::PathBuf>,
     },
@@ -120,6 +131,7 @@ pub enum BenchCmd {
         /// --stream-priority`.
         #[arg(long, default_value = "idle")]
         stream_priority: crate::stream::DeliveryPriority,
+        /// Where to put the scratch databases (default: a temp directory).
         #[arg(long)]
         dir: Option<std::path::PathBuf>,
     },
