@@ -499,14 +499,15 @@ pub struct Ratio {
 
 impl Ratio {
     fn of(workload: &str, callers: usize, system: &str, over: &str, r: &[f64]) -> Ratio {
+        let (min, max) = range(r);
         Ratio {
             workload: workload.into(),
             callers,
             system: system.into(),
             over: over.into(),
             median: median(r.to_vec()),
-            min: r.iter().copied().fold(f64::INFINITY, f64::min),
-            max: r.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+            min,
+            max,
         }
     }
 }
@@ -674,9 +675,16 @@ fn spread(v: &[f64], f: impl Fn(f64) -> String) -> String {
     if v.len() < 2 {
         return mid;
     }
-    let min = v.iter().copied().fold(f64::INFINITY, f64::min);
-    let max = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    let (min, max) = range(v);
     format!("{mid} ({}-{})", f(min), f(max))
+}
+
+/// The smallest and largest of `v` (infinities if empty).
+fn range(v: &[f64]) -> (f64, f64) {
+    v.iter()
+        .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), &x| {
+            (lo.min(x), hi.max(x))
+        })
 }
 
 /// Durable creates on every system, `repeat` times per caller count, then
@@ -751,14 +759,13 @@ pub fn run(
                 report.ratios.push(Ratio::of("create", n, t_sys, other, &r));
                 spread(&r, |x| format!("{x:.digits$}x"))
             };
-            let line = format!(
+            println!(
                 "  ratios at {n} callers: {t_sys}/seed-serialized {}, {t_sys}/sqlite {}, {t_sys}/raw-rocksdb {}, {t_sys}/seed-unserialized {} (races)",
                 ratio("seed-serialized", 1),
                 ratio("sqlite", 1),
                 ratio("raw-rocksdb", 2),
                 ratio("seed-unserialized", 1)
             );
-            println!("{line}");
         }
     }
 
@@ -1072,6 +1079,19 @@ fn compact_index(t: &Treelog) -> Result<()> {
     Ok(())
 }
 
+/// Inodes of the scale namespace with `files` files grown (and `measured`
+/// inodes from measurements): the root, `/g`, its directories (one per id
+/// modulo 10,000) and the files.
+fn scale_inodes(files: u64, measured: u64) -> u64 {
+    2 + files.min(10_000) + files + measured
+}
+
+/// Inodes one scale measurement of `n` creates adds: `/m…`, its 1,000
+/// directories and the files.
+fn measure_inodes(n: u64) -> u64 {
+    1 + n.min(1_000) + n
+}
+
 /// Grows one namespace to `target` inodes; at 100k, 1M and 10M (those not
 /// above `target`) measures durable creates/s (64 callers) on the index as
 /// grown and again after compacting it, stats/s (2 threads), RSS, and
@@ -1085,7 +1105,7 @@ pub fn scale(base: &Path, target: u64) -> Result<Vec<ScalePoint>> {
     println!("   after compacting it (settle: how long that took); stats/s on the settled index;");
     println!(
         "   each checkpoint's two measurements add {} inodes, counted in the bytes per inode",
-        2 * SCALE_MEASURE
+        2 * measure_inodes(SCALE_MEASURE as u64)
     );
     println!(
         "{:>12} {:>10} {:>9} {:>10} {:>12} {:>10} {:>14} {:>12}",
@@ -1098,18 +1118,26 @@ pub fn scale(base: &Path, target: u64) -> Result<Vec<ScalePoint>> {
         "index B/inode",
         "log B/rec"
     );
-    let mut have = 1u64;
+    // The grown files are /g/d{id % 10,000}/f{id} for ids 1..=files, so
+    // that the stats below name files that exist; `measured` counts the
+    // inodes the create measurements added.
+    let (mut files, mut measured) = (0u64, 0u64);
     for checkpoint in [100_000u64, 1_000_000, 10_000_000] {
         if checkpoint > target {
             break;
         }
         {
             let t = Treelog::open(&path, Options::default().durability(Durability::None))?;
-            let pb = bar(checkpoint - have, "growing");
-            let from = have;
+            // Every checkpoint is well past the 10,000 directories of /g,
+            // so this many files bring the namespace to exactly
+            // `checkpoint`.
+            let add = checkpoint - (2 + 10_000 + files + measured);
+            assert_eq!(scale_inodes(files + add, measured), checkpoint);
+            let pb = bar(add, "growing");
+            let from = files + 1;
             super::bulk_load(
                 &t,
-                checkpoint - have,
+                add,
                 4096,
                 |i| crate::Command::Create {
                     path: format!("/g/d{}/f{}", (from + i) % 10_000, from + i),
@@ -1121,7 +1149,7 @@ pub fn scale(base: &Path, target: u64) -> Result<Vec<ScalePoint>> {
                 },
                 Some(&pb),
             )?;
-            have = checkpoint;
+            files += add;
             t.close()?;
         }
         let t = Treelog::open(&path, Options::default())?;
@@ -1146,22 +1174,19 @@ pub fn scale(base: &Path, target: u64) -> Result<Vec<ScalePoint>> {
             })
         };
         // The checkpoint the figures belong to; the two measurements add
-        // 2n inodes, which the bytes per inode count.
-        let at = have;
+        // inodes, which the bytes per inode count.
+        let at = scale_inodes(files, measured);
         let grown = creates("g")?;
         let t0 = Instant::now();
         compact_index(&t)?;
         let settle = t0.elapsed().as_secs_f64();
         let c = creates("s")?;
-        have += 2 * n as u64;
+        measured += 2 * measure_inodes(n as u64);
+        // Stats of grown files spread over the whole namespace; a stat
+        // that fails fails the run, so every one found its file.
         let s = par(2, 200_000, |i| {
-            t.stat(&format!(
-                "/g/d{}/f{}",
-                (i * 7919 + 1) as u64 % checkpoint % 10_000,
-                ((i * 7919) as u64 % (checkpoint - 1)) + 1
-            ))
-            .map(|_| ())
-            .or(Ok(()))
+            let id = (i as u64 * 7919) % files + 1;
+            t.stat(&format!("/g/d{}/f{id}", id % 10_000)).map(|_| ())
         })?;
         compact_index(&t)?;
         let store = t.store();
@@ -1181,7 +1206,7 @@ pub fn scale(base: &Path, target: u64) -> Result<Vec<ScalePoint>> {
             creates_per_sec: c,
             stats_per_sec: s,
             rss_mib: rss_bytes() as f64 / (1 << 20) as f64,
-            index_bytes_per_inode: index as f64 / have as f64,
+            index_bytes_per_inode: index as f64 / scale_inodes(files, measured) as f64,
             log_bytes_per_record: log as f64 / t.committed_seq().max(1) as f64,
         };
         println!(
