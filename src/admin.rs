@@ -10,7 +10,7 @@ use crate::engine::{self, EngineState};
 use crate::error::{Error, Result};
 use crate::format::{self, DictSet, InodeEntry, MAX_INODE_ID, NEXT_ID_KEY, ROOT_ID};
 use crate::index::{Cf, IndexRead};
-use crate::store::{Store, StoreOptions, CF_EDGES, CF_INODES};
+use crate::store::{Store, StoreOptions, WalRecovery, CF_EDGES, CF_INODES};
 
 /// SHA-256 over every key and value of `inodes` then `edges`, in key order.
 /// Two stores with the same digest have byte-identical index CFs.
@@ -234,6 +234,70 @@ pub fn rebuild(path: &Path, so: &StoreOptions) -> Result<u64> {
             ..so.clone()
         },
     )
+}
+
+/// What [`accept_wal_loss`] did.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct WalLossReport {
+    /// When the loss was accepted (ms since the epoch).
+    pub time_ms: u64,
+    /// The log's last sequence after recovery: every record after it, if
+    /// there were any, is gone.
+    pub last_seq: u64,
+    /// The index was ahead of the recovered log and was rebuilt from it.
+    pub rebuilt_index: bool,
+    /// Records replayed into the index.
+    pub replayed: u64,
+}
+
+/// Opens a database whose write-ahead log has a corrupt record followed by
+/// intact ones (which a normal open refuses), keeping the log up to the
+/// corruption and discarding the rest: an operator's explicit choice, for
+/// when no backup holds the lost records. The index is replayed (or, if it
+/// held records the log lost, rebuilt from the log); everything is flushed,
+/// so the damaged WAL is retired, and the loss is recorded in `meta`
+/// (`wal_loss_accepted`, shown by `admin info`).
+pub fn accept_wal_loss(path: &Path, so: &StoreOptions) -> Result<WalLossReport> {
+    let so = StoreOptions {
+        create_if_missing: false,
+        wal_recovery: WalRecovery::AcceptLoss,
+        ..so.clone()
+    };
+    let mut rebuilt_index = false;
+    let replayed = {
+        let store = Store::open(path, &so)?;
+        let (applied, last) = (store.applied_seq()?, store.last_log_seq()?);
+        if applied > last {
+            // The lost records had reached the index: rebuild it from what
+            // is left (this needs the whole log).
+            drop(store);
+            rebuilt_index = true;
+            Store::rebuild(path, &so)?
+        } else {
+            store.replay(|_, _| {})?
+        }
+    };
+    let store = Store::open(path, &so)?;
+    store.flush()?;
+    let report = WalLossReport {
+        time_ms: crate::writer::now_ms(),
+        last_seq: store.last_log_seq()?,
+        rebuilt_index,
+        replayed,
+    };
+    let v = serde_json::to_vec(&report).map_err(|e| Error::InvalidArgument(e.to_string()))?;
+    store.put_meta_synced(format::meta::WAL_LOSS_KEY, &v)?;
+    Ok(report)
+}
+
+/// The loss of WAL records last accepted with [`accept_wal_loss`], if any.
+pub fn last_wal_loss(store: &Store) -> Result<Option<WalLossReport>> {
+    match store.get_meta(format::meta::WAL_LOSS_KEY)? {
+        Some(v) => serde_json::from_slice(&v)
+            .map(Some)
+            .map_err(|e| Error::corrupt("meta", format!("wal_loss_accepted: {e}"))),
+        None => Ok(None),
+    }
 }
 
 /// One index entry, decoded for `admin dump`.

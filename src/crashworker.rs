@@ -3,7 +3,8 @@
 //! Each thread works in its own directory and prints, line by line and
 //! flushed, `BEGIN <op> <paths>` before submitting an operation and
 //! `ACK <op> <paths> <seq>` after it was acknowledged. The test kills the
-//! process at a random point and checks every acknowledged operation.
+//! process at a random point and checks every acknowledged operation. With
+//! `--retain-records`, log retention passes run beside it.
 
 use std::io::Write;
 use std::path::Path;
@@ -11,6 +12,7 @@ use std::sync::Arc;
 
 use crate::error::Result;
 use crate::namespace::{CreateOptions, Options, Treelog};
+use crate::retention::RetentionPolicy;
 use crate::writer::Durability;
 
 fn say(line: &str) {
@@ -21,10 +23,19 @@ fn say(line: &str) {
     let _ = l.flush();
 }
 
-pub fn run(data: &Path, threads: usize, run: &str, durability: Durability) -> Result<u8> {
+pub fn run(
+    data: &Path,
+    threads: usize,
+    run: &str,
+    durability: Durability,
+    retention: RetentionPolicy,
+) -> Result<u8> {
     let t = Arc::new(Treelog::open(
         data,
-        Options::default().durability(durability),
+        Options {
+            retention,
+            ..Options::default().durability(durability)
+        },
     )?);
     say(&format!("READY {}", t.committed_seq()));
     let handles: Vec<_> = (0..threads)

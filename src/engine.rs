@@ -265,6 +265,10 @@ pub struct Engine {
     /// Most inodes one recursive delete may remove (see
     /// `WriterConfig::max_delete_inodes`).
     pub max_delete_inodes: usize,
+    /// Most bytes of one command's events (its log record, less a few
+    /// bytes of header): a record is written, replayed and sent to every
+    /// subscriber whole, so a bigger one is refused (`InvalidArgument`).
+    pub max_record_bytes: usize,
 }
 
 fn check_mode(mode: u32) -> Result<()> {
@@ -281,6 +285,7 @@ impl Engine {
         Engine {
             state,
             max_delete_inodes: DEFAULT_MAX_DELETE_INODES,
+            max_record_bytes: DEFAULT_MAX_RECORD_BYTES,
         }
     }
 
@@ -313,6 +318,18 @@ impl Engine {
             Ok(o) => o,
             Err(e) => return Ok(Err(e)),
         };
+        if let Outcome::Events(events) = &outcome {
+            // One event is bounded by the path and name limits; only a
+            // command with several can grow past the bound.
+            if events.len() > 1 {
+                let size =
+                    postcard::serialize_with_flavor(events, postcard::ser_flavors::Size::default())
+                        .map_err(|e| Error::corrupt("event", e.to_string()))?;
+                if size > self.max_record_bytes {
+                    return Ok(Err(record_too_big(size, self.max_record_bytes)));
+                }
+            }
+        }
         if let Outcome::Events(events) = &outcome {
             debug_assert!(!events.is_empty());
             apply_events(events.iter().map(Event::borrowed), view, &mut self.state)?;
@@ -491,7 +508,8 @@ impl Engine {
                     return Err(Error::NotEmpty(canon));
                 }
                 let mut events = Vec::new();
-                delete_subtree(view, dicts, ino, canon, self.max_delete_inodes, &mut events)?;
+                let limits = (self.max_delete_inodes, self.max_record_bytes);
+                delete_subtree(view, dicts, ino, canon, limits, &mut events)?;
                 Ok(Outcome::Events(events))
             }
             Command::Rename {
@@ -521,6 +539,9 @@ impl Engine {
                     return Err(Error::InvalidArgument(format!(
                         "cannot move directory {src_path} under itself ({dst_path})"
                     )));
+                }
+                if ino.attrs.kind.is_dir() && dst_path.len() > src_path.len() {
+                    check_subtree_paths(view, ino.id, &dst_path, self.max_delete_inodes)?;
                 }
                 let new_name = dst_comps[dst_comps.len() - 1];
                 let mut events = Vec::new();
@@ -649,6 +670,66 @@ fn walk_existing(view: &(impl IndexRead + ?Sized), comps: &[&str]) -> Result<(u6
 /// The default of `WriterConfig::max_delete_inodes`.
 pub const DEFAULT_MAX_DELETE_INODES: usize = 1_000_000;
 
+/// The default of `WriterConfig::max_record_bytes`: well under the
+/// client's largest frame (256 MiB), so that a record always reaches a
+/// subscriber over the network.
+pub const DEFAULT_MAX_RECORD_BYTES: usize = 64 << 20;
+
+fn record_too_big(size: usize, max: usize) -> Error {
+    Error::InvalidArgument(format!(
+        "the command's log record would hold {size} bytes of events, more than the \
+         {max} one record may hold: delete or move the subtree in parts"
+    ))
+}
+
+/// Refuses moving the directory `id` to `dst` when a path under it would
+/// then exceed [`path::MAX_PATH_LEN`] (no later command could name it).
+/// Reads the subtree's names, up to `max` inodes; a bigger subtree whose
+/// paths would grow is refused, as a recursive delete of it would be.
+fn check_subtree_paths(
+    view: &(impl IndexRead + ?Sized),
+    id: u64,
+    dst: &str,
+    max: usize,
+) -> Result<()> {
+    let room = path::MAX_PATH_LEN.saturating_sub(dst.len());
+    // (inode, length of its path below the moved directory)
+    let mut todo: Vec<(u64, usize)> = vec![(id, 0)];
+    let mut seen = 0usize;
+    while let Some((dir, rel)) = todo.pop() {
+        let mut after: Option<Vec<u8>> = None;
+        loop {
+            let page = view.scan(Cf::Edges, &edge_prefix(dir), after.as_deref(), 1024)?;
+            let Some((last, _)) = page.last() else {
+                break;
+            };
+            after = Some(last.clone());
+            for (k, v) in &page {
+                let (_, name) = format::decode_edge_key(k)?;
+                let child_rel = rel + 1 + name.len();
+                if child_rel > room {
+                    return Err(Error::InvalidArgument(format!(
+                        "moving it to {dst} would make a path under it {} bytes long, \
+                         more than {}",
+                        dst.len() + child_rel,
+                        path::MAX_PATH_LEN
+                    )));
+                }
+                seen += 1;
+                if seen > max {
+                    return Err(Error::InvalidArgument(format!(
+                        "the directory holds more than {max} inodes, the most a move that \
+                         lengthens their paths checks: move its subdirectories first"
+                    )));
+                }
+                // Files have no edges: their scan is empty.
+                todo.push((format::decode_edge_value(v)?, child_rel));
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Delete events for `ino` and everything below it, children first; refused
 /// if that is more than `max` inodes.
 fn delete_subtree(
@@ -656,9 +737,13 @@ fn delete_subtree(
     dicts: &DictSet,
     ino: Inode,
     ino_path: String,
-    max: usize,
+    (max, max_bytes): (usize, usize),
     out: &mut Vec<Event>,
 ) -> Result<()> {
+    // The record's size, counted as events are made so that a subtree of
+    // long paths is refused before its events fill memory: each event's
+    // strings plus a generous bound on its integers.
+    let mut bytes = 0usize;
     let too_many = |p: &str| {
         Error::InvalidArgument(format!(
             "{p} holds more than {max} inodes, the most one delete removes (its record \
@@ -699,6 +784,14 @@ fn delete_subtree(
             }
             continue;
         }
+        bytes += p.len()
+            + node.name.len()
+            + node.attrs.owner.len()
+            + node.attrs.group.len()
+            + EVENT_FIXED_BYTES;
+        if bytes > max_bytes {
+            return Err(record_too_big(bytes, max_bytes));
+        }
         out.push(Event::Delete {
             id: node.id,
             parent: node.parent,
@@ -709,6 +802,10 @@ fn delete_subtree(
     }
     Ok(())
 }
+
+/// More than the postcard bytes of an event's integers, tags and string
+/// lengths.
+const EVENT_FIXED_BYTES: usize = 96;
 
 // ---------------------------------------------------------------------------
 // Events to index writes

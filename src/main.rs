@@ -6,5 +6,8 @@ use clap::Parser;
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> std::process::ExitCode {
+    // Crash points of the reliability tests (FAILPOINTS, see src/failpoint.rs).
+    #[cfg(feature = "failpoints")]
+    let _failpoints = fail::FailScenario::setup();
     treelog::cli::run(treelog::cli::Cli::parse())
 }

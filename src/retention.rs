@@ -4,7 +4,9 @@
 //! count, age and/or bytes. A pass removes the oldest records by one range
 //! deletion of the `log` column family (then compacts that range away),
 //! after persisting the new `log_start` in `meta` with a synced write.
-//! Records are only removed once they are in the index (`applied_seq`).
+//! Records are only removed once the index on disk holds them: a pass
+//! flushes the index first when its last flush is older than the records it
+//! would remove ([`Store::durable_applied_seq`]).
 //!
 //! Named cursors hold retention: nothing at or after the lowest live
 //! cursor's next position is removed. A cursor that lags more than
@@ -290,6 +292,14 @@ pub fn run(shared: &Shared, policy: &RetentionPolicy) -> Result<RetentionReport>
         }
     }
     target = target.min(last + 1);
+    // The index is written without the WAL: what it holds past its last
+    // flush comes back after a crash only by replaying those records. So
+    // nothing the index on disk lacks may go (flushing it if that lets the
+    // pass do its work).
+    if target > start {
+        let durable = store.durable_applied_seq(target - 1)?;
+        target = target.min(durable + 1);
+    }
 
     // Cursors: expire the ones lagging too far, then let the rest hold.
     let mut b = WriteBatch::default();
@@ -343,6 +353,7 @@ pub fn run(shared: &Shared, policy: &RetentionPolicy) -> Result<RetentionReport>
         }
         removed_bytes += v.len() as u64;
     }
+    crate::failpoint::crash_point("retention::before_start");
     // 1. Persist the new start (synced, which also syncs earlier cursor acks).
     b.put_cf(
         store.cf(CF_META)?,
@@ -350,6 +361,7 @@ pub fn run(shared: &Shared, policy: &RetentionPolicy) -> Result<RetentionReport>
         meta::encode_u64(target),
     );
     write_meta(store, b, true)?;
+    crate::failpoint::crash_point("retention::after_start");
     // 2. From now on readers below `target` get Compacted.
     shared.log_start.store(target, Ordering::Release);
     shared.tail.truncate_below(target);
@@ -373,6 +385,7 @@ pub fn delete_log_below(store: &Store, start: u64) -> Result<()> {
     let mut b = WriteBatch::default();
     b.delete_range_cf(cf, format::log_key(0), format::log_key(start));
     write_meta(store, b, false)?;
+    crate::failpoint::crash_point("retention::after_delete");
     store
         .db()
         .compact_range_cf(cf, None::<&[u8]>, Some(&format::log_key(start)[..]));

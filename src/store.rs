@@ -8,6 +8,7 @@
 //! and replayed from `applied_seq + 1` on open.
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use rocksdb::{
@@ -47,6 +48,8 @@ pub struct StoreOptions {
     /// writes, so that flushes overlap the replay and the last one, which
     /// the replay waits for, stays short.
     pub replay_memtable_bytes: usize,
+    /// What a write-ahead log that fails its checksums does at open.
+    pub wal_recovery: WalRecovery,
 }
 
 impl Default for StoreOptions {
@@ -58,6 +61,7 @@ impl Default for StoreOptions {
             create_if_missing: true,
             long_replay_min: 100_000,
             replay_memtable_bytes: 16 << 20,
+            wal_recovery: WalRecovery::Strict,
         }
     }
 }
@@ -85,8 +89,12 @@ fn db_options() -> Options {
     // that is exactly the log's prefix up to `applied_seq`.
     o.set_atomic_flush(true);
     // A torn tail of the WAL after a crash only ever holds a group that was
-    // never acknowledged (the writer acknowledges after the synced write).
-    o.set_wal_recovery_mode(DBRecoveryMode::PointInTime);
+    // never acknowledged (the writer acknowledges after the synced write),
+    // and this mode drops an incomplete one quietly. A record that fails its
+    // checksum fails the open instead of ending the log there, as
+    // point-in-time recovery would with every intact record after it:
+    // `open_existing` then tells a torn tail from a hole.
+    o.set_wal_recovery_mode(DBRecoveryMode::TolerateCorruptedTailRecords);
     // Two cores here; flush and compaction share them.
     o.set_max_background_jobs(2);
     o.set_keep_log_file_num(4);
@@ -189,8 +197,32 @@ pub struct Store {
     /// database it points into alive and in place.
     db: Arc<DB>,
     path: PathBuf,
+    /// The index CFs' block cache (kept for recreating them in a rebuild).
+    cache: Cache,
+    so: StoreOptions,
     long_replay_min: u64,
     replay_memtable_bytes: usize,
+    /// An `admin rebuild` is under way (`meta.rebuild_in_progress`): the
+    /// index was reset, and the next successful [`Store::replay`] flushes
+    /// the rebuilt index and clears the marker.
+    rebuild_pending: AtomicBool,
+    /// An `applied_seq` known to be on disk: the index up to it survives a
+    /// crash (see [`Store::durable_applied_seq`]).
+    flushed_applied: AtomicU64,
+}
+
+/// How [`Store::open`] treats a write-ahead log that fails its checksums.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum WalRecovery {
+    /// An incomplete last write (a torn tail, which a crash may leave; it
+    /// was never acknowledged) is dropped. Corruption followed by intact
+    /// records refuses the open with `Corruption`, naming what would be
+    /// lost: those records may have been acknowledged.
+    #[default]
+    Strict,
+    /// Recover up to the first corrupt record and discard the rest
+    /// (`treelog admin accept-wal-loss`, an operator's explicit choice).
+    AcceptLoss,
 }
 
 fn incompatible(path: &Path, detail: impl Into<String>) -> Error {
@@ -208,41 +240,118 @@ fn dir_is_empty(path: &Path) -> Result<bool> {
     }
 }
 
+/// The highest log sequence a read-only open with `mode` recovers (0 when
+/// the log is empty): how far the WAL's intact records reach under that
+/// recovery mode. Read-only: changes nothing on disk.
+fn last_seq_read_only(path: &Path, cfs: &[&str], mode: DBRecoveryMode) -> Result<u64> {
+    let mut o = db_options();
+    o.set_wal_recovery_mode(mode);
+    let desc = cfs
+        .iter()
+        .map(|n| ColumnFamilyDescriptor::new(*n, Options::default()));
+    let db = DB::open_cf_descriptors_read_only(&o, path, desc, false)?;
+    let cf = db
+        .cf_handle(CF_LOG)
+        .ok_or_else(|| incompatible(path, "column family log is missing"))?;
+    let mut it = db.raw_iterator_cf(cf);
+    it.seek_to_last();
+    match it.key() {
+        Some(k) => format::decode_log_key(k),
+        None => {
+            it.status()?;
+            Ok(0)
+        }
+    }
+}
+
+/// Opens the existing database at `path` with the column families `cfs`
+/// (see [`WalRecovery`] for what a corrupt WAL does).
+fn open_existing(path: &Path, so: &StoreOptions, cfs: &[&str], cache: &Cache) -> Result<DB> {
+    let desc = || {
+        cfs.iter()
+            .map(|n| ColumnFamilyDescriptor::new(*n, cf_options(n, so, cache)))
+            .collect::<Vec<_>>()
+    };
+    let mut o = db_options();
+    if so.wal_recovery == WalRecovery::AcceptLoss {
+        o.set_wal_recovery_mode(DBRecoveryMode::PointInTime);
+    }
+    let err = match DB::open_cf_descriptors(&o, path, desc()) {
+        Ok(db) => return Ok(db),
+        Err(e) => e,
+    };
+    if so.wal_recovery == WalRecovery::AcceptLoss || err.kind() != rocksdb::ErrorKind::Corruption {
+        return Err(Error::Rocks(err));
+    }
+    // A record failed its checksum. If no intact record follows it, it is
+    // a torn tail: the last write of a crash, never acknowledged (a power
+    // cut can leave half a page of it). Otherwise records after it would
+    // be silently dropped; those are refused.
+    let upto = last_seq_read_only(path, cfs, DBRecoveryMode::PointInTime);
+    let all = last_seq_read_only(path, cfs, DBRecoveryMode::SkipAnyCorruptedRecord);
+    match (upto, all) {
+        (Ok(upto), Ok(all)) if all <= upto => {
+            o.set_wal_recovery_mode(DBRecoveryMode::PointInTime);
+            Ok(DB::open_cf_descriptors(&o, path, desc())?)
+        }
+        (Ok(upto), Ok(all)) => Err(Error::corrupt(
+            "write-ahead log",
+            format!(
+                "{}: {err}; intact log records up to sequence {all} follow the corruption, \
+                 but recovery would stop before them, at sequence {upto}. Nothing was changed. \
+                 Restore a backup, or accept losing the records after {upto} with \
+                 `treelog admin accept-wal-loss`",
+                path.display()
+            ),
+        )),
+        (Err(e), _) | (_, Err(e)) => Err(Error::corrupt(
+            "write-ahead log",
+            format!(
+                "{}: {err}; recovering up to the corruption fails too: {e}",
+                path.display()
+            ),
+        )),
+    }
+}
+
 impl Store {
     /// Opens (or creates) the database at `path` and checks its format
-    /// version. Does not replay the log: see [`Store::replay`].
+    /// version. Does not replay the log: see [`Store::replay`]. An
+    /// interrupted `admin rebuild` is taken up again: the index is reset
+    /// here and rebuilt by the replay.
     pub fn open(path: &Path, so: &StoreOptions) -> Result<Store> {
         let cache = Cache::new_lru_cache(so.block_cache_bytes);
-        let descriptors = |_: ()| {
-            ALL_CFS
-                .iter()
-                .map(|n| ColumnFamilyDescriptor::new(*n, cf_options(n, so, &cache)))
-                .collect::<Vec<_>>()
-        };
         if path.join("CURRENT").exists() {
             let existing = DB::list_cf(&Options::default(), path)
                 .map_err(|e| incompatible(path, format!("cannot read column families: {e}")))?;
-            let missing: Vec<&str> = ALL_CFS
+            let (present, missing): (Vec<&str>, Vec<&str>) = ALL_CFS
                 .iter()
                 .copied()
-                .filter(|n| !existing.iter().any(|e| e == n))
-                .collect();
-            if !missing.is_empty() {
-                return Err(incompatible(
+                .partition(|n| existing.iter().any(|e| e == n));
+            let missing_error = || {
+                incompatible(
                     path,
                     format!(
                         "not a treelog database: a RocksDB database without column families {missing:?} (it has {existing:?})"
                     ),
-                ));
-            }
-            let db = DB::open_cf_descriptors(&db_options(), path, descriptors(()))?;
-            let store = Store {
-                db: Arc::new(db),
-                path: path.to_owned(),
-                long_replay_min: so.long_replay_min,
-                replay_memtable_bytes: so.replay_memtable_bytes,
+                )
             };
+            // Only a rebuild, between dropping the index column families
+            // and creating them again, leaves a database without them.
+            if missing.iter().any(|n| *n == CF_LOG || *n == CF_META) {
+                return Err(missing_error());
+            }
+            let db = open_existing(path, so, &present, &cache)?;
+            let mut store = Store::with_db(db, path, so, cache);
             store.check_version()?;
+            if store.meta_u64(meta::REBUILD_KEY)?.is_some() {
+                store.reset_index()?;
+            } else if !missing.is_empty() {
+                return Err(missing_error());
+            }
+            store
+                .flushed_applied
+                .store(store.applied_seq()?, Ordering::Release);
             return Ok(store);
         }
         if !dir_is_empty(path)? {
@@ -261,15 +370,80 @@ impl Store {
         let mut o = db_options();
         o.create_if_missing(true);
         o.create_missing_column_families(true);
-        let db = DB::open_cf_descriptors(&o, path, descriptors(()))?;
-        let store = Store {
-            db: Arc::new(db),
-            path: path.to_owned(),
-            long_replay_min: so.long_replay_min,
-            replay_memtable_bytes: so.replay_memtable_bytes,
-        };
+        let descriptors = ALL_CFS
+            .iter()
+            .map(|n| ColumnFamilyDescriptor::new(*n, cf_options(n, so, &cache)))
+            .collect::<Vec<_>>();
+        let db = DB::open_cf_descriptors(&o, path, descriptors)?;
+        let store = Store::with_db(db, path, so, cache);
         store.initialize()?;
         Ok(store)
+    }
+
+    fn with_db(db: DB, path: &Path, so: &StoreOptions, cache: Cache) -> Store {
+        Store {
+            db: Arc::new(db),
+            path: path.to_owned(),
+            cache,
+            so: so.clone(),
+            long_replay_min: so.long_replay_min,
+            replay_memtable_bytes: so.replay_memtable_bytes,
+            rebuild_pending: AtomicBool::new(false),
+            flushed_applied: AtomicU64::new(0),
+        }
+    }
+
+    /// Starts (or restarts) a rebuild: marks it durably, then drops and
+    /// recreates the index column families with the empty namespace at
+    /// `applied_seq` 0, flushed. A crash at any point leaves either the
+    /// old index without the mark, or the mark, which the next open takes
+    /// up (here again). The log must start at 1.
+    fn reset_index(&mut self) -> Result<()> {
+        let start = self.log_start()?;
+        if start != 1 {
+            return Err(Error::Compacted {
+                requested: 1,
+                first_available: start,
+            });
+        }
+        if self.meta_u64(meta::REBUILD_KEY)?.is_none() {
+            let mut wo = WriteOptions::default();
+            wo.set_sync(true);
+            self.db.put_cf_opt(
+                self.cf(CF_META)?,
+                meta::REBUILD_KEY,
+                meta::encode_u64(crate::writer::now_ms()),
+                &wo,
+            )?;
+        }
+        crate::failpoint::crash_point("rebuild::after_mark");
+        let (so, cache) = (self.so.clone(), self.cache.clone());
+        // Nothing else holds this store's database: it is being opened.
+        let db = Arc::get_mut(&mut self.db)
+            .ok_or_else(|| Error::corrupt("rebuild", "the database is shared"))?;
+        for name in [CF_INODES, CF_EDGES] {
+            if db.cf_handle(name).is_some() {
+                db.drop_cf(name)?;
+                crate::failpoint::crash_point("rebuild::after_drop");
+            }
+        }
+        for name in [CF_INODES, CF_EDGES] {
+            db.create_cf(name, &cf_options(name, &so, &cache))?;
+            crate::failpoint::crash_point("rebuild::after_create");
+        }
+        let empty = crate::index::MemIndex::default();
+        let mut ov = Overlay::new(&empty);
+        engine::initial_index_writes(&mut ov);
+        self.write_index(&ov.take_writes(), 0, Some(0))?;
+        self.flush()?;
+        crate::failpoint::crash_point("rebuild::after_reset");
+        self.rebuild_pending.store(true, Ordering::Release);
+        Ok(())
+    }
+
+    /// Whether a rebuild is under way (the index is being replayed from 0).
+    pub fn rebuild_pending(&self) -> bool {
+        self.rebuild_pending.load(Ordering::Acquire)
     }
 
     pub fn path(&self) -> &Path {
@@ -361,6 +535,19 @@ impl Store {
             Some(v) => Ok(Some(meta::decode_u64("meta value", &v)?)),
             None => Ok(None),
         }
+    }
+
+    /// A raw `meta` value.
+    pub fn get_meta(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        Ok(self.db.get_cf(self.cf(CF_META)?, key)?)
+    }
+
+    /// Writes a `meta` value through the WAL, synced.
+    pub fn put_meta_synced(&self, key: &[u8], value: &[u8]) -> Result<()> {
+        let mut wo = WriteOptions::default();
+        wo.set_sync(true);
+        self.db.put_cf_opt(self.cf(CF_META)?, key, value, &wo)?;
+        Ok(())
     }
 
     /// Overwrites the format version (for migrations and tests).
@@ -522,9 +709,28 @@ impl Store {
         Ok(())
     }
 
-    /// Flushes every column family (atomically).
+    /// Flushes every column family (atomically) and waits for it.
     pub fn flush(&self) -> Result<()> {
-        self.flush_all(true)
+        // Everything written before the flush is on disk after it, this
+        // `applied_seq` (or a later one) with it.
+        let applied = self.applied_seq()?;
+        self.flush_all(true)?;
+        self.flushed_applied.fetch_max(applied, Ordering::AcqRel);
+        Ok(())
+    }
+
+    /// An `applied_seq` of at least `want` that is on disk, flushing the
+    /// index first if the last known one is older; less than `want` only
+    /// when the index has not reached it. Log retention may remove records
+    /// up to this and no further: the index written without the WAL loses
+    /// its unflushed part in a crash, and replays it from the log.
+    pub fn durable_applied_seq(&self, want: u64) -> Result<u64> {
+        let known = self.flushed_applied.load(Ordering::Acquire);
+        if known >= want {
+            return Ok(known);
+        }
+        self.flush()?;
+        Ok(self.flushed_applied.load(Ordering::Acquire))
     }
 
     fn flush_all(&self, wait: bool) -> Result<()> {
@@ -553,16 +759,27 @@ impl Store {
                 format!("index is at sequence {applied} but the log starts at {start}"),
             ));
         }
-        if applied == last {
-            return Ok(0);
+        let mut n = 0;
+        if applied < last {
+            let end;
+            (n, end) =
+                self.apply_records(&mut self.log_iter(applied + 1)?, applied, last, progress)?;
+            if end != last {
+                return Err(Error::corrupt(
+                    "log",
+                    format!("replay stopped at {end}, but the log ends at {last}"),
+                ));
+            }
         }
-        let (n, end) =
-            self.apply_records(&mut self.log_iter(applied + 1)?, applied, last, progress)?;
-        if end != last {
-            return Err(Error::corrupt(
-                "log",
-                format!("replay stopped at {end}, but the log ends at {last}"),
-            ));
+        if self.rebuild_pending() {
+            // The rebuilt index on disk first, then the mark goes.
+            self.flush()?;
+            crate::failpoint::crash_point("rebuild::before_unmark");
+            let mut wo = WriteOptions::default();
+            wo.set_sync(true);
+            self.db
+                .delete_cf_opt(self.cf(CF_META)?, meta::REBUILD_KEY, &wo)?;
+            self.rebuild_pending.store(false, Ordering::Release);
         }
         Ok(n)
     }
@@ -619,6 +836,7 @@ impl Store {
                 for (b, seq, bytes) in rx {
                     since_switch += b.size_in_bytes();
                     self.write_index_batch(b, seq, Some(bytes))?;
+                    crate::failpoint::crash_point("replay::batch");
                     if std::mem::take(&mut first)
                         || (long && since_switch >= self.replay_memtable_bytes)
                     {
@@ -725,35 +943,15 @@ impl Store {
     }
 
     /// Drops and recreates the index column families and replays the whole
-    /// log into them. The log must start at sequence 1.
+    /// log into them. The log must start at sequence 1. Crash-safe: the
+    /// rebuild is marked in `meta` first, and an open that finds the mark
+    /// starts it over (see [`Store::open`]).
     pub fn rebuild(path: &Path, so: &StoreOptions) -> Result<u64> {
-        {
-            let mut store = Store::open(path, so)?;
-            let start = store.log_start()?;
-            if start != 1 {
-                return Err(Error::Compacted {
-                    requested: 1,
-                    first_available: start,
-                });
-            }
-            let cache = Cache::new_lru_cache(so.block_cache_bytes);
-            // Nothing else holds this store's database: it was opened here.
-            let db = Arc::get_mut(&mut store.db)
-                .ok_or_else(|| Error::corrupt("rebuild", "the database is shared"))?;
-            for name in [CF_INODES, CF_EDGES] {
-                db.drop_cf(name)?;
-                db.create_cf(name, &cf_options(name, so, &cache))?;
-            }
-            let empty = crate::index::MemIndex::default();
-            let mut ov = Overlay::new(&empty);
-            engine::initial_index_writes(&mut ov);
-            store.write_index(&ov.take_writes(), 0, Some(0))?;
-            store.flush()?;
+        let mut store = Store::open(path, so)?;
+        if !store.rebuild_pending() {
+            store.reset_index()?;
         }
-        let store = Store::open(path, so)?;
-        let n = store.replay(|_, _| {})?;
-        store.flush()?;
-        Ok(n)
+        store.replay(|_, _| {})
     }
 }
 

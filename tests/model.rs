@@ -497,3 +497,76 @@ fn a_recursive_delete_over_the_bound_is_refused_whole() {
     let report = admin::verify(t.store()).unwrap();
     assert!(report.ok(), "{report:?}");
 }
+
+/// A command whose record would exceed `max_record_bytes` (a recursive
+/// delete of long paths) is refused whole; a smaller one goes.
+#[test]
+fn a_record_over_the_byte_bound_is_refused_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut o = Options::default().durability(Durability::None);
+    o.writer.max_record_bytes = 8 << 10;
+    let t = Treelog::open(dir.path(), o).unwrap();
+    // 40 files under a 200-byte directory: 40 delete events of ~300 bytes
+    // (a 244-byte path, a 42-byte name, the rest), over 8 KiB; 10 of them
+    // are under it.
+    let long = format!("/{}", "d".repeat(200));
+    for i in 0..40 {
+        let p = format!("{long}/{}{i}", "f".repeat(40));
+        t.create(
+            &p,
+            treelog::CreateOptions {
+                parents: true,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    }
+    let before = t.committed_seq();
+    let e = t.delete(&long, true).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidArgument, "{e}");
+    assert!(e.to_string().contains("log record would hold"), "{e}");
+    assert_eq!(t.committed_seq(), before, "nothing logged");
+    for i in 0..30 {
+        t.delete(&format!("{long}/{}{i}", "f".repeat(40)), false)
+            .unwrap();
+    }
+    t.delete(&long, true).unwrap();
+    assert_eq!(t.stat(&long).unwrap_err().kind(), ErrorKind::NotFound);
+    let report = admin::verify(t.store()).unwrap();
+    assert!(report.ok(), "{report:?}");
+}
+
+/// A rename that would push a path under the moved directory past 4,096
+/// bytes is refused: no path of the namespace becomes unnameable.
+#[test]
+fn a_rename_that_makes_a_descendant_path_too_long_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = Treelog::open(dir.path(), Options::default().durability(Durability::None)).unwrap();
+    // /a/<2000 bytes of directories>/f: about 2,010 bytes.
+    let mut deep = "/a".to_owned();
+    for _ in 0..8 {
+        deep.push('/');
+        deep.push_str(&"x".repeat(249));
+    }
+    t.mkdir_p(&deep).unwrap();
+    t.create(&format!("{deep}/f"), treelog::CreateOptions::default())
+        .unwrap();
+    // A 2,100-byte destination: /a's files would reach ~4,100 bytes.
+    let mut dst = String::new();
+    for _ in 0..9 {
+        dst.push('/');
+        dst.push_str(&"y".repeat(232));
+    }
+    t.mkdir_p(&dst).unwrap();
+    let target = format!("{dst}/a");
+    let before = t.committed_seq();
+    let e = t.rename("/a", &target, false).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidArgument, "{e}");
+    assert!(e.to_string().contains("more than 4096"), "{e}");
+    assert_eq!(t.committed_seq(), before, "nothing logged");
+    assert!(t.stat(&format!("{deep}/f")).is_ok());
+    // A destination that leaves room is fine, and so is a shorter one.
+    t.rename("/a", "/b", false).unwrap();
+    t.rename("/b", &format!("{}/b", &dst[..233]), false)
+        .unwrap();
+}

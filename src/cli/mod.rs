@@ -189,6 +189,12 @@ pub enum Cmd {
         threads: usize,
         #[arg(long)]
         run: String,
+        /// Run log retention beside the workload: keep this many records.
+        #[arg(long)]
+        retain_records: Option<u64>,
+        /// Interval of those retention passes, in milliseconds.
+        #[arg(long, default_value_t = 10)]
+        retention_interval_ms: u64,
     },
 }
 
@@ -236,6 +242,10 @@ pub struct ServeArgs {
     /// holds an event per inode.
     #[arg(long, default_value_t = crate::engine::DEFAULT_MAX_DELETE_INODES)]
     pub max_delete_inodes: usize,
+    /// Most bytes of one command's log record (a recursive delete of many
+    /// long paths beyond it is refused with InvalidArgument).
+    #[arg(long, default_value_t = crate::engine::DEFAULT_MAX_RECORD_BYTES)]
+    pub max_record_bytes: usize,
     /// Token file (also accepted as the global --token-file).
     #[arg(long = "require-token-file")]
     pub token_file: Option<PathBuf>,
@@ -245,8 +255,14 @@ pub struct ServeArgs {
 pub enum AdminCmd {
     /// Replay the whole log into a scratch index and compare digests.
     Verify,
-    /// Drop the index and rebuild it from the whole log.
+    /// Drop the index and rebuild it from the whole log (crash-safe: an
+    /// interrupted rebuild is finished by the next open).
     Rebuild,
+    /// Open a database whose write-ahead log is corrupt before its end
+    /// (which every other command refuses), keeping the log up to the
+    /// corruption and discarding every record after it. Recorded in the
+    /// database; `admin info` shows it.
+    AcceptWalLoss,
     /// Print log records and index entries.
     Dump {
         /// Only the log.
@@ -301,6 +317,9 @@ pub fn exit_code(kind: ErrorKind) -> u8 {
         ErrorKind::DictionaryFull => 9,
         ErrorKind::Corruption | ErrorKind::Incompatible => 10,
         ErrorKind::Compacted | ErrorKind::CursorExpired => 11,
+        // Not 1: a script must not retry a command that may have been
+        // applied as if it had failed.
+        ErrorKind::OutcomeUnknown => 13,
         _ => 1,
     }
 }
@@ -716,8 +735,18 @@ fn dispatch(cli: &Cli, out: &Out) -> Result<u8> {
             ))
         }
         Cmd::Bench(args) => crate::bench::run(args),
-        Cmd::CrashWorker { threads, run } => {
-            crate::crashworker::run(&cli.data, *threads, run, cli.durability.into())
+        Cmd::CrashWorker {
+            threads,
+            run,
+            retain_records,
+            retention_interval_ms,
+        } => {
+            let retention = crate::retention::RetentionPolicy {
+                max_records: *retain_records,
+                interval: Some(std::time::Duration::from_millis(*retention_interval_ms)),
+                ..Default::default()
+            };
+            crate::crashworker::run(&cli.data, *threads, run, cli.durability.into(), retention)
         }
     }
 }
@@ -734,6 +763,7 @@ fn serve(cli: &Cli, a: &ServeArgs) -> Result<u8> {
     cfg.stream_priority = a.stream_priority;
     cfg.store = Options::default().durability(cli.durability.into());
     cfg.store.writer.max_delete_inodes = a.max_delete_inodes;
+    cfg.store.writer.max_record_bytes = a.max_record_bytes;
     cfg.store.retention = crate::retention::RetentionPolicy {
         max_records: a.retain_records,
         max_age: a.retain_secs.map(std::time::Duration::from_secs),
@@ -781,6 +811,29 @@ fn admin_cmd(cli: &Cli, out: &Out, cmd: &AdminCmd) -> Result<u8> {
                 out.print_json(&serde_json::json!({"ok": true, "replayed": n}));
             } else {
                 println!("rebuilt the index from {n} log records");
+            }
+            Ok(0)
+        }
+        AdminCmd::AcceptWalLoss => {
+            let r = admin::accept_wal_loss(&cli.data, &so)?;
+            eprintln!(
+                "treelog: accepted the loss of every write-ahead log record after sequence {} in {}",
+                r.last_seq,
+                cli.data.display()
+            );
+            if out.json {
+                out.print_json(&serde_json::json!({"ok": true, "report": r}));
+            } else {
+                println!(
+                    "the log now ends at sequence {}; {} records replayed{}",
+                    r.last_seq,
+                    r.replayed,
+                    if r.rebuilt_index {
+                        " (the index held lost records and was rebuilt from the log)"
+                    } else {
+                        ""
+                    }
+                );
             }
             Ok(0)
         }
@@ -837,6 +890,7 @@ fn admin_cmd(cli: &Cli, out: &Out, cmd: &AdminCmd) -> Result<u8> {
                 "log_start": store.log_start()?,
                 "applied_seq": store.applied_seq()?,
                 "last_seq": store.last_log_seq()?,
+                "wal_loss_accepted": admin::last_wal_loss(&store)?,
             });
             if out.json {
                 out.print_json(&info);
@@ -848,6 +902,12 @@ fn admin_cmd(cli: &Cli, out: &Out, cmd: &AdminCmd) -> Result<u8> {
                     info["applied_seq"]
                 );
                 println!("last_seq:       {}", info["last_seq"]);
+                if let Some(l) = admin::last_wal_loss(&store)? {
+                    println!(
+                        "wal loss:       accepted at {} ms, the log kept up to {}",
+                        l.time_ms, l.last_seq
+                    );
+                }
             }
             Ok(0)
         }

@@ -18,6 +18,15 @@ pub const LOG_START_KEY: &[u8] = b"log_start";
 /// Total bytes of the record values in `log` (u64 BE), kept with the index
 /// (same batch as `applied_seq`) for byte-based retention.
 pub const LOG_BYTES_KEY: &[u8] = b"log_bytes";
+/// Present (u64 BE: the time it started, ms since the epoch) while
+/// `admin rebuild` replaces the index: written through the WAL, synced,
+/// before the index column families are dropped, and deleted once the new
+/// index is flushed. An open that finds it finishes the rebuild.
+pub const REBUILD_KEY: &[u8] = b"rebuild_in_progress";
+/// The last loss of WAL records an operator accepted with
+/// `admin accept-wal-loss` (UTF-8 JSON: time, the log's end after recovery,
+/// what RocksDB reported).
+pub const WAL_LOSS_KEY: &[u8] = b"wal_loss_accepted";
 /// Prefix of durable named cursors: `cursor/<name>` -> postcard `CursorState`.
 pub const CURSOR_PREFIX: &[u8] = b"cursor/";
 

@@ -1,0 +1,29 @@
+//! Crash points for the reliability tests: with the `failpoints` feature,
+//! `FAILPOINTS="rebuild::after_drop=return"` makes the process kill itself
+//! with SIGKILL (as `kill -9` would) when it reaches that step. Without the
+//! feature (every production build) a crash point compiles to nothing.
+//!
+//! The points, in the order an operation reaches them:
+//! - log retention: `retention::before_start` (the index flushed, the new
+//!   log start not yet written), `retention::after_start` (written, the
+//!   records not yet deleted), `retention::after_delete` (range-deleted,
+//!   not yet compacted);
+//! - rebuild: `rebuild::after_mark`, `rebuild::after_drop` (between
+//!   dropping `inodes` and `edges`), `rebuild::after_create`,
+//!   `rebuild::after_reset` (the empty index flushed), `replay::batch`
+//!   (after each replay batch is written), `rebuild::before_unmark` (the
+//!   rebuilt index flushed, the mark still set).
+
+/// Kills the process here if the failpoint `name` is configured.
+#[inline]
+pub(crate) fn crash_point(name: &str) {
+    #[cfg(feature = "failpoints")]
+    if fail::eval(name, |_| ()).is_some() {
+        // SAFETY: kill(2) with this process's own id; nothing after it runs.
+        unsafe {
+            libc::kill(libc::getpid(), libc::SIGKILL);
+        }
+    }
+    #[cfg(not(feature = "failpoints"))]
+    let _ = name;
+}
