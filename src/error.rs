@@ -44,8 +44,9 @@ pub enum ErrorKind {
     /// The on-disk format is not one this build supports, or the directory is
     /// not a treelog database.
     Incompatible,
-    /// The writer stopped after a failed write or fsync; restart the process
-    /// (recovery replays the log). Nothing unacknowledged was reported durable.
+    /// The writer had stopped after a failed write or fsync before this
+    /// command reached it: the command was **not applied**. Restart the
+    /// process (recovery replays the log); retrying then is safe.
     WriterStopped,
     /// The store is shutting down.
     ShuttingDown,
@@ -58,6 +59,13 @@ pub enum ErrorKind {
     Busy,
     /// An I/O or RocksDB failure.
     Io,
+    /// The command may or may not have been committed: its log record was
+    /// written, but the write, its fsync or the index update failed (the
+    /// writer stopped), or the reply was lost with the connection or the
+    /// process. After a restart the record is either in the log or not;
+    /// read the state (or the log) before retrying a command that is not
+    /// idempotent.
+    OutcomeUnknown,
 }
 
 impl ErrorKind {
@@ -84,6 +92,7 @@ impl ErrorKind {
             ErrorKind::Unauthorized => "unauthorized",
             ErrorKind::Busy => "busy",
             ErrorKind::Io => "io",
+            ErrorKind::OutcomeUnknown => "outcome_unknown",
         }
     }
 
@@ -102,6 +111,16 @@ impl ErrorKind {
                 | ErrorKind::InvalidArgument
                 | ErrorKind::DictionaryFull
         )
+    }
+}
+
+impl ErrorKind {
+    /// True when a mutation that failed with this kind was certainly not
+    /// applied, so that retrying it cannot apply it twice: every kind but
+    /// [`ErrorKind::OutcomeUnknown`] (which the client also reports for a
+    /// mutation whose connection was lost before its reply).
+    pub fn is_not_applied(self) -> bool {
+        self != ErrorKind::OutcomeUnknown
     }
 }
 
@@ -163,12 +182,16 @@ pub enum Error {
         acked: u64,
         log_start: u64,
     },
+    #[error("the state at sequence {seq} is not retained (pinned read views expire when idle or old); the newest is {latest}: read again at the newest")]
+    ViewNotRetained { seq: u64, latest: u64 },
     #[error("corrupt {what}: {detail}")]
     Corruption { what: &'static str, detail: String },
     #[error("incompatible database at {path}: {detail}")]
     Incompatible { path: String, detail: String },
     #[error("writer stopped after an earlier failure ({0}); restart to recover from the log")]
     WriterStopped(String),
+    #[error("outcome unknown: {0}; the command may or may not be committed: read the state before retrying")]
+    OutcomeUnknown(String),
     #[error("store is shutting down")]
     ShuttingDown,
     /// An error reported by a treelog server.
@@ -199,11 +222,12 @@ impl Error {
             Error::InvalidArgument(_) => ErrorKind::InvalidArgument,
             Error::DictionaryFull(_) => ErrorKind::DictionaryFull,
             Error::NotLeader => ErrorKind::NotLeader,
-            Error::Compacted { .. } => ErrorKind::Compacted,
+            Error::Compacted { .. } | Error::ViewNotRetained { .. } => ErrorKind::Compacted,
             Error::CursorExpired { .. } => ErrorKind::CursorExpired,
             Error::Corruption { .. } => ErrorKind::Corruption,
             Error::Incompatible { .. } => ErrorKind::Incompatible,
             Error::WriterStopped(_) => ErrorKind::WriterStopped,
+            Error::OutcomeUnknown(_) => ErrorKind::OutcomeUnknown,
             Error::ShuttingDown => ErrorKind::ShuttingDown,
             Error::Remote { kind, .. } => *kind,
             Error::Protocol(_) => ErrorKind::Protocol,

@@ -18,6 +18,7 @@ pub mod demo;
 pub mod engine;
 pub mod error;
 pub mod event;
+mod failpoint;
 pub mod format;
 pub mod index;
 pub mod metrics;
@@ -25,6 +26,7 @@ pub mod namespace;
 pub mod path;
 pub mod protocol;
 pub mod readcache;
+pub mod readview;
 pub mod retention;
 mod sched;
 pub mod server;
@@ -41,4 +43,5 @@ pub use event::{Event, EventKind, Record};
 pub use namespace::{
     CreateOptions, Durability, MkdirOptions, OpenReport, Options, SetAttrs, Treelog,
 };
+pub use readview::{Read, ReadAt};
 pub use types::{Attrs, DirEntry, FileType, Inode, ListPage};

@@ -73,6 +73,8 @@ pub struct Metrics {
     pub read_cache_entries: IntGauge,
     /// Readers' cache lookups that went to RocksDB, by column family.
     pub read_cache_misses: IntCounterVec,
+    /// Read views pinned for reads at an exact sequence.
+    pub pinned_views: IntGauge,
     // server
     pub connections: IntGauge,
     pub connections_total: IntCounter,
@@ -245,6 +247,10 @@ impl Metrics {
                 "treelog_read_cache_entries",
                 "Index entries in the readers' cache (shared level)",
             )?,
+            pinned_views: IntGauge::new(
+                "treelog_pinned_read_views",
+                "Committed states pinned for reads at an exact sequence (paged and recursive listings)",
+            )?,
             read_cache_misses: IntCounterVec::new(
                 Opts::new(
                     "treelog_read_cache_misses_total",
@@ -322,6 +328,7 @@ impl Metrics {
             &self.subscribers,
             &self.block_cache_bytes,
             &self.read_cache_entries,
+            &self.pinned_views,
             &self.connections,
             &self.in_flight,
         ] {

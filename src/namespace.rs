@@ -14,9 +14,10 @@ use crossbeam_channel::{Sender, TrySendError};
 use crate::command::Command;
 use crate::engine::{self, EngineState};
 use crate::error::{Error, Result};
-use crate::format::ROOT_ID;
+use crate::format::{DictSet, ROOT_ID};
 use crate::index::IndexRead;
 use crate::path;
+use crate::readview::{Read, ReadAt};
 use crate::retention::{self, CursorInfo, RetentionPolicy, RetentionReport};
 use crate::store::{Store, StoreOptions};
 use crate::stream::{SubscribeOptions, Subscription};
@@ -139,13 +140,19 @@ pub struct Pending {
 impl Pending {
     /// Blocks until the command is committed or refused.
     pub fn wait(self) -> Result<u64> {
-        self.rx.blocking_recv().map_err(|_| Error::ShuttingDown)?
+        self.rx.blocking_recv().map_err(|_| reply_lost())?
     }
 
     /// Waits asynchronously.
     pub async fn wait_async(self) -> Result<u64> {
-        self.rx.await.map_err(|_| Error::ShuttingDown)?
+        self.rx.await.map_err(|_| reply_lost())?
     }
+}
+
+/// The writer drops a reply only when it dies (it answers every command it
+/// takes, also at shutdown): the command may have reached the log.
+fn reply_lost() -> Error {
+    Error::OutcomeUnknown("the writer thread ended without replying".into())
 }
 
 /// An open treelog store.
@@ -285,7 +292,7 @@ impl Treelog {
                 enqueued: Instant::now(),
             })
             .map_err(|_| Error::ShuttingDown)?;
-        rx.blocking_recv().map_err(|_| Error::ShuttingDown)?
+        rx.blocking_recv().map_err(|_| reply_lost())?
     }
 
     /// Queues a command without waiting for it (pipelining); commands from
@@ -323,7 +330,7 @@ impl Treelog {
                     .map_err(|_| Error::ShuttingDown)?;
             }
         }
-        rx.await.map_err(|_| Error::ShuttingDown)?
+        rx.await.map_err(|_| reply_lost())?
     }
 
     pub fn mkdir(&self, path: &str, o: MkdirOptions) -> Result<u64> {
@@ -399,15 +406,6 @@ impl Treelog {
 
     // -- reads ---------------------------------------------------------------
 
-    /// The index as readers see it: the committed snapshot, through the
-    /// shared read cache.
-    fn reads(&self) -> crate::readcache::CachedReads<'_, impl IndexRead + '_> {
-        crate::readcache::CachedReads {
-            base: self.shared.reader_index(),
-            cache: &self.shared.read_cache,
-        }
-    }
-
     fn count_read<T>(&self, op: usize, lookups: u64, r: &Result<T>) {
         if let Some(m) = &self.shared.metrics {
             m.read(op, r.as_ref().err().map(|e| e.kind().as_str()), lookups);
@@ -415,9 +413,12 @@ impl Treelog {
     }
 
     pub fn stat(&self, path: &str) -> Result<Inode> {
-        let r = self
-            .shared
-            .consistent_read(|| engine::resolve(&self.reads(), &self.shared.dicts(), path));
+        self.stat_at(path, ReadAt::Latest).map(|r| r.value)
+    }
+
+    /// Stat at a committed state (see [`ReadAt`]); the reply says which.
+    pub fn stat_at(&self, path: &str, at: ReadAt) -> Result<Read<Inode>> {
+        let r = self.read_at(at, |idx, dicts| engine::resolve(idx, dicts, path));
         self.count_read(
             0,
             path.split('/').filter(|c| !c.is_empty()).count() as u64,
@@ -427,26 +428,43 @@ impl Treelog {
     }
 
     pub fn stat_id(&self, id: u64) -> Result<Inode> {
-        let r = self
-            .shared
-            .consistent_read(|| engine::get_inode(&self.reads(), &self.shared.dicts(), id))
-            .and_then(|o| o.ok_or(Error::InodeNotFound(id)));
+        self.stat_id_at(id, ReadAt::Latest).map(|r| r.value)
+    }
+
+    pub fn stat_id_at(&self, id: u64, at: ReadAt) -> Result<Read<Inode>> {
+        let r = self.read_at(at, |idx, dicts| {
+            engine::get_inode(idx, dicts, id)?.ok_or(Error::InodeNotFound(id))
+        });
         self.count_read(1, 0, &r);
         r
     }
 
     /// The current path of an inode.
     pub fn path_of(&self, id: u64) -> Result<String> {
-        self.shared
-            .consistent_read(|| engine::path_of(&self.reads(), &self.shared.dicts(), id))
+        self.read_at(ReadAt::Latest, |idx, dicts| engine::path_of(idx, dicts, id))
+            .map(|r| r.value)
     }
 
     /// One page of a directory listing: names after `start_after` in byte
     /// order, at most `limit` of them.
     pub fn list(&self, dir: &str, start_after: Option<&str>, limit: usize) -> Result<ListPage> {
-        let r = self
-            .shared
-            .consistent_read(|| self.list_inner(dir, start_after, limit));
+        self.list_at(dir, start_after, limit, ReadAt::Latest)
+            .map(|r| r.value)
+    }
+
+    /// A listing page at a committed state (see [`ReadAt`]): the next page
+    /// of a consistent listing asks for `ReadAt::Exactly(page.seq)`, after
+    /// [`Treelog::pin_view`] if the state may move meanwhile.
+    pub fn list_at(
+        &self,
+        dir: &str,
+        start_after: Option<&str>,
+        limit: usize,
+        at: ReadAt,
+    ) -> Result<Read<ListPage>> {
+        let r = self.read_at(at, |idx, dicts| {
+            list_page(idx, dicts, dir, start_after, limit)
+        });
         self.count_read(
             2,
             dir.split('/').filter(|c| !c.is_empty()).count() as u64,
@@ -455,40 +473,125 @@ impl Treelog {
         r
     }
 
-    fn list_inner(&self, dir: &str, start_after: Option<&str>, limit: usize) -> Result<ListPage> {
-        let dicts = self.shared.dicts();
-        let index = self.reads();
-        let ino = engine::resolve(&index, &dicts, dir)?;
-        if !ino.attrs.kind.is_dir() {
-            return Err(Error::NotADirectory(path::canonical(dir)?));
+    /// Runs `read` at the state `at` asks for.
+    fn read_at<T>(
+        &self,
+        at: ReadAt,
+        mut read: impl FnMut(&dyn IndexRead, &DictSet) -> Result<T>,
+    ) -> Result<Read<T>> {
+        match at {
+            ReadAt::Latest => {}
+            ReadAt::AtLeast(seq) => {
+                if !self.shared.committed.wait_for(seq, MIN_SEQ_WAIT) {
+                    return Err(Error::Busy(format!(
+                        "not caught up to sequence {seq} within {MIN_SEQ_WAIT:?} (committed: {})",
+                        self.shared.committed.get()
+                    )));
+                }
+            }
+            ReadAt::Exactly(seq) => {
+                if let Some(v) = self.shared.retained.get(seq) {
+                    let value = self.shared.read_at(&v, &mut read)?;
+                    return Ok(Read { value, seq });
+                }
+                let (value, latest) = self.shared.read(&mut read)?;
+                return if latest == seq {
+                    Ok(Read { value, seq })
+                } else {
+                    Err(crate::readview::not_retained(seq, latest))
+                };
+            }
         }
-        if let Some(s) = start_after {
-            path::validate_name(s)?;
-        }
-        let (entries, more) = engine::list_children(&index, &dicts, ino.id, start_after, limit)?;
-        let next_start_after = if more {
-            entries.last().map(|e| e.name.clone())
-        } else {
-            None
-        };
-        Ok(ListPage {
-            entries,
-            next_start_after,
-        })
+        let (value, seq) = self.shared.read(read)?;
+        Ok(Read { value, seq })
     }
 
-    /// Every entry of a directory (all pages).
+    /// Retains the newest committed state for reads at
+    /// `ReadAt::Exactly(seq)` (returned) until [`Treelog::unpin_view`],
+    /// or until it has been idle for a minute or is ten minutes old. At
+    /// most 1,024 states are pinned at once (`Busy` beyond).
+    pub fn pin_view(&self) -> Result<u64> {
+        self.shared.retained.pin(self.shared.view.load_full())
+    }
+
+    /// Releases a pin of [`Treelog::pin_view`]; false if it had expired.
+    pub fn unpin_view(&self, seq: u64) -> bool {
+        self.shared.retained.unpin(seq)
+    }
+
+    /// Every entry of a directory (all pages), at one committed state.
     pub fn list_all(&self, dir: &str) -> Result<Vec<crate::types::DirEntry>> {
+        let view = self.shared.view.load_full();
         let mut out = Vec::new();
         let mut after: Option<String> = None;
         loop {
-            let page = self.list(dir, after.as_deref(), 1024)?;
+            let page = self.shared.read_at(&view, |idx, dicts| {
+                list_page(idx, dicts, dir, after.as_deref(), 1024)
+            })?;
             out.extend(page.entries);
             match page.next_start_after {
                 Some(n) => after = Some(n),
                 None => return Ok(out),
             }
         }
+    }
+
+    /// Visits `dir` and everything under it, depth first and in name order
+    /// within each directory, at one committed state (whose sequence is
+    /// returned): a tree that moves meanwhile is never seen half-moved.
+    /// `visit` gets each entry's path and entry; the walk holds one page of
+    /// each directory on its path in memory.
+    pub fn walk(
+        &self,
+        dir: &str,
+        mut visit: impl FnMut(&str, &crate::types::DirEntry) -> Result<()>,
+    ) -> Result<u64> {
+        let view = self.shared.view.load_full();
+        let root = self
+            .shared
+            .read_at(&view, |idx, dicts| engine::resolve(idx, dicts, dir))?;
+        if !root.attrs.kind.is_dir() {
+            return Err(Error::NotADirectory(path::canonical(dir)?));
+        }
+        // (directory path, its id, the last name read, the unread entries)
+        type Frame = (
+            String,
+            u64,
+            Option<String>,
+            std::collections::VecDeque<crate::types::DirEntry>,
+            bool,
+        );
+        let mut stack: Vec<Frame> = vec![(
+            path::canonical(dir)?,
+            root.id,
+            None,
+            Default::default(),
+            false,
+        )];
+        while let Some(top) = stack.last_mut() {
+            if top.3.is_empty() {
+                if top.4 {
+                    stack.pop();
+                    continue;
+                }
+                let (page, more) = self.shared.read_at(&view, |idx, dicts| {
+                    engine::list_children(idx, dicts, top.1, top.2.as_deref(), 1024)
+                })?;
+                top.4 = !more;
+                top.2 = page.last().map(|e| e.name.clone());
+                top.3.extend(page);
+                continue;
+            }
+            let Some(e) = top.3.pop_front() else {
+                continue;
+            };
+            let p = path::join(&top.0, &e.name);
+            visit(&p, &e)?;
+            if e.inode.attrs.kind.is_dir() {
+                stack.push((p, e.inode.id, None, Default::default(), false));
+            }
+        }
+        Ok(view.seq)
     }
 
     pub fn root(&self) -> Result<Inode> {
@@ -621,6 +724,37 @@ impl Treelog {
             let _ = h.join();
         }
     }
+}
+
+/// How long a read at `ReadAt::AtLeast` waits for the node to commit the
+/// sequence it asks for.
+const MIN_SEQ_WAIT: Duration = Duration::from_secs(5);
+
+/// One listing page of `dir` read through `idx`.
+fn list_page(
+    idx: &dyn IndexRead,
+    dicts: &DictSet,
+    dir: &str,
+    start_after: Option<&str>,
+    limit: usize,
+) -> Result<ListPage> {
+    let ino = engine::resolve(idx, dicts, dir)?;
+    if !ino.attrs.kind.is_dir() {
+        return Err(Error::NotADirectory(path::canonical(dir)?));
+    }
+    if let Some(s) = start_after {
+        path::validate_name(s)?;
+    }
+    let (entries, more) = engine::list_children(idx, dicts, ino.id, start_after, limit)?;
+    let next_start_after = if more {
+        entries.last().map(|e| e.name.clone())
+    } else {
+        None
+    };
+    Ok(ListPage {
+        entries,
+        next_start_after,
+    })
 }
 
 type RetentionHandle = (

@@ -30,7 +30,7 @@ use serde::{Deserialize, Serialize};
 use crate::engine;
 use crate::error::{Error, ErrorKind, Result};
 use crate::event::{Event, EventKind};
-use crate::format::{self, meta, record};
+use crate::format::{self, record};
 use crate::path;
 use crate::store::CF_LOG;
 use crate::types::Inode;
@@ -649,8 +649,8 @@ fn produce_snapshot(
     // The committed index (RocksDB's latest state may hold a round whose
     // fsync has not finished).
     let snap = shared.view.load_full();
-    let view = shared.store.index_at(&snap);
-    let seq = view.meta_u64(meta::APPLIED_SEQ_KEY)?.unwrap_or(0);
+    let view = shared.store.index_at(&snap.snap);
+    let seq = snap.seq;
     send(StreamItem::SnapshotStart {
         seq,
         prefix: prefix.to_owned(),

@@ -28,8 +28,10 @@
 //! caller's every command) are spared two thread hand-offs, each a wake-up
 //! that costs tens of microseconds on a busy machine.
 //!
-//! A failed append, fsync or index write stops the writer for good: the callers of the groups not
-//! yet committed and every later caller get [`Error::WriterStopped`];
+//! A failed append, fsync or index write stops the writer for good: the
+//! callers of the groups whose records were handed to the log and not yet
+//! committed get [`Error::OutcomeUnknown`] (a restart may find their records
+//! durable), every later caller gets [`Error::WriterStopped`] (not applied);
 //! nothing that is not durable is acknowledged, and a restart recovers from
 //! the log.
 
@@ -42,7 +44,7 @@ use rocksdb::WriteBatch;
 
 use crate::command::Command;
 use crate::engine::{Engine, EngineState, Outcome};
-use crate::error::{Error, ErrorKind, Result};
+use crate::error::{Error, Result};
 use crate::event::Record;
 use crate::format::{self, record, DictSet};
 use crate::index::{Cf, IndexRead, Kv, Overlay, OverlayWrites, Pending, PendingIndex};
@@ -73,6 +75,10 @@ pub struct WriterConfig {
     /// holds one event of ~100–200 bytes per inode, built in memory,
     /// written as one batch and sent to every subscriber whole.
     pub max_delete_inodes: usize,
+    /// Most bytes of one command's log record; a command whose events
+    /// would take more (a recursive delete of many long paths) is refused
+    /// (`InvalidArgument`) and writes nothing.
+    pub max_record_bytes: usize,
 }
 
 impl Default for WriterConfig {
@@ -82,6 +88,7 @@ impl Default for WriterConfig {
             max_group_commands: 1024,
             max_group_bytes: 4 << 20,
             max_delete_inodes: crate::engine::DEFAULT_MAX_DELETE_INODES,
+            max_record_bytes: crate::engine::DEFAULT_MAX_RECORD_BYTES,
         }
     }
 }
@@ -128,10 +135,12 @@ pub struct Shared {
     pub dicts: arc_swap::ArcSwap<DictSet>,
     /// Highest sequence whose record is durable and applied to the index.
     pub committed: Watermark,
-    /// The index as of `committed`: readers read RocksDB at this snapshot,
-    /// because the applier writes a round's index changes while its fsync
-    /// runs, before they may be seen.
-    pub view: arc_swap::ArcSwap<crate::store::IndexSnapshot>,
+    /// The index as of `committed`, with its sequence: readers read RocksDB
+    /// at this snapshot, because the applier writes a round's index changes
+    /// while its fsync runs, before they may be seen.
+    pub view: arc_swap::ArcSwap<crate::readview::PublishedView>,
+    /// States pinned for reads at an exact sequence.
+    pub retained: crate::readview::RetainedViews,
     /// Why the writer stopped, once it has.
     pub failure: Mutex<Option<String>>,
     pub stats: WriterStats,
@@ -151,10 +160,10 @@ pub struct Shared {
     /// The readers' cache of index entries; the writer updates it after
     /// each group's index write.
     pub read_cache: crate::readcache::IndexCache,
-    /// Odd while the publisher publishes a round (its snapshot, then its
-    /// keys in the readers' cache), even otherwise. A read that looks up
-    /// several keys can straddle a publish and pair an edge of one round
-    /// with the inode of the next; see [`Shared::consistent_read`].
+    /// Odd while the publisher publishes a round (its view, its keys in the
+    /// readers' cache, the tail cache and the watermark), even otherwise:
+    /// a read that saw the same even count before and after read one state
+    /// (see [`crate::readview`]).
     pub publishing: AtomicU64,
     /// Failures the unit tests inject into the commit pipeline.
     #[cfg(test)]
@@ -180,9 +189,15 @@ impl Shared {
         read_cache_entries: usize,
         metrics: Option<Arc<crate::metrics::Metrics>>,
     ) -> Result<Shared> {
+        let retained =
+            crate::readview::RetainedViews::new(metrics.as_ref().map(|m| m.pinned_views.clone()));
         Ok(Shared {
             dicts: arc_swap::ArcSwap::from_pointee(dicts),
-            view: arc_swap::ArcSwap::from_pointee(store.snapshot()),
+            view: arc_swap::ArcSwap::from_pointee(crate::readview::PublishedView {
+                snap: store.snapshot(),
+                seq: store.last_log_seq()?,
+            }),
+            retained,
             committed: Watermark::new(store.last_log_seq()?),
             failure: Default::default(),
             stats: Default::default(),
@@ -206,46 +221,33 @@ impl Shared {
         })
     }
 
-    /// Runs `read` again while it fails as corrupt *and* a publish ran
-    /// beside it. A read of several keys (the edges of a path, then an
-    /// inode; a page of edges, then their inodes) that straddles a publish
-    /// can see an edge of one round and the inode of the next (a delete
-    /// between them: the edge points nowhere), or an inode that uses an
-    /// owner id its dictionary snapshot predates. Such a read is retried
-    /// once the publish is over; one that failed with no publish beside it
-    /// found real corruption and returns it. Retrying only on failure keeps
-    /// a long read (a 1,024-entry page) from starving under a steady stream
-    /// of publishes.
-    pub fn consistent_read<T>(&self, mut read: impl FnMut() -> Result<T>) -> Result<T> {
-        // Each retry starts between publishes, so it fails again only if
-        // yet another publish starts during it; a bound that only a
-        // pathological schedule reaches (the error is then returned).
-        const ATTEMPTS: usize = 64;
-        // And a bound in time, should the publisher have died half-way
-        // through a publish (the count then stays odd).
-        const PATIENCE: std::time::Duration = std::time::Duration::from_secs(1);
-        let mut give_up = None;
-        let mut attempt = 0;
-        loop {
-            attempt += 1;
-            let before = self.publishing.load(Ordering::SeqCst);
-            let r = read();
-            let torn = || before % 2 == 1 || self.publishing.load(Ordering::SeqCst) != before;
-            match &r {
-                Err(e) if e.kind() == ErrorKind::Corruption && attempt < ATTEMPTS && torn() => {
-                    let give_up = *give_up.get_or_insert_with(|| Instant::now() + PATIENCE);
-                    // Retrying inside a publish (the syncer may be off
-                    // its core) could tear the same way.
-                    while self.publishing.load(Ordering::SeqCst) % 2 == 1 {
-                        if Instant::now() >= give_up {
-                            return r;
-                        }
-                        std::thread::yield_now();
-                    }
-                }
-                _ => return r,
-            }
-        }
+    /// Runs `read` against one committed state (see [`crate::readview`]);
+    /// returns its value and the state's sequence.
+    pub fn read<T>(
+        &self,
+        read: impl FnMut(&dyn IndexRead, &DictSet) -> Result<T>,
+    ) -> Result<(T, u64)> {
+        crate::readview::read_consistent(
+            &self.publishing,
+            &self.view,
+            &self.dicts,
+            &self.store,
+            || crate::readcache::CachedReads {
+                base: self.reader_index(),
+                cache: &self.read_cache,
+            },
+            read,
+        )
+    }
+
+    /// Runs `read` at the retained state `view` (no cache: the cache holds
+    /// the newest state).
+    pub fn read_at<T>(
+        &self,
+        view: &crate::readview::PublishedView,
+        mut read: impl FnMut(&dyn IndexRead, &DictSet) -> Result<T>,
+    ) -> Result<T> {
+        read(&self.store.index_at(&view.snap), &self.dicts())
     }
 
     /// The committed index, as readers see it.
@@ -283,13 +285,13 @@ pub struct PublishedIndex<'a>(&'a Shared);
 
 impl IndexRead for PublishedIndex<'_> {
     fn get(&self, cf: Cf, key: &[u8]) -> Result<Option<Vec<u8>>> {
-        self.0.store.index_at(&self.0.view.load()).get(cf, key)
+        self.0.store.index_at(&self.0.view.load().snap).get(cf, key)
     }
 
     fn scan(&self, cf: Cf, prefix: &[u8], after: Option<&[u8]>, limit: usize) -> Result<Vec<Kv>> {
         self.0
             .store
-            .index_at(&self.0.view.load())
+            .index_at(&self.0.view.load().snap)
             .scan(cf, prefix, after, limit)
     }
 }
@@ -347,6 +349,7 @@ impl Writer {
             shared,
             engine: Engine {
                 max_delete_inodes: cfg.max_delete_inodes,
+                max_record_bytes: cfg.max_record_bytes,
                 ..Engine::new(state)
             },
             cfg,
@@ -440,9 +443,17 @@ impl Writer {
         }
     }
 
-    fn refuse_all(requests: Vec<Request>, why: &str) {
+    /// Answers every request with `WriterStopped` (not applied: nothing of
+    /// theirs reached the log) or, once their records were handed to the
+    /// log, `OutcomeUnknown` (a crash or restart may find them there).
+    fn refuse_all(requests: Vec<Request>, why: &str, written: bool) {
         for r in requests {
-            let _ = r.reply.send(Err(Error::WriterStopped(why.to_owned())));
+            let e = if written {
+                Error::OutcomeUnknown(format!("the writer stopped: {why}"))
+            } else {
+                Error::WriterStopped(why.to_owned())
+            };
+            let _ = r.reply.send(Err(e));
         }
     }
 
@@ -450,7 +461,7 @@ impl Writer {
     /// Returns it for the syncer, or `None` when it was refused whole.
     fn append_group(&mut self, requests: Vec<Request>) -> Option<Appended> {
         if let Some(why) = self.shared.failure() {
-            Self::refuse_all(requests, &why);
+            Self::refuse_all(requests, &why, false);
             return None;
         }
         // Groups the syncer has committed are in the index now.
@@ -491,7 +502,7 @@ impl Writer {
             Err(e) => {
                 // Unreachable in practice: the CF is checked at open.
                 self.shared.fail(e.to_string());
-                Self::refuse_all(requests, &e.to_string());
+                Self::refuse_all(requests, &e.to_string(), false);
                 return None;
             }
         };
@@ -531,11 +542,15 @@ impl Writer {
         }
         let records = seq - self.last_seq;
         let t_validated = Instant::now();
+        // A failed log write may still have reached the WAL file (whole, or
+        // torn and dropped at recovery): its commands' outcome is unknown.
+        let mut written = false;
         if fatal.is_none() && records > 0 {
             // Not synced here: the syncer's next fsync covers it, while
             // this thread goes on with the next group.
             if let Err(e) = self.shared.store.write_log(batch, false) {
                 fatal = Some(format!("log write failed: {e}"));
+                written = true;
             }
         }
         let writes = Arc::new(overlay.take_writes());
@@ -546,7 +561,7 @@ impl Writer {
                 m.writer_failed.set(1);
             }
             self.shared.fail(why.clone());
-            Self::refuse_all(requests, &why);
+            Self::refuse_all(requests, &why, written);
             return None;
         }
         let t_logged = Instant::now();
@@ -848,33 +863,43 @@ impl Committer {
                 m.writer_failed.set(1);
             }
             self.shared.fail(why.clone());
+            // Their records are in the WAL, maybe synced: a restart may
+            // well replay them.
             for g in groups {
-                Writer::refuse_all(g.requests, why);
+                Writer::refuse_all(g.requests, why, g.records > 0);
             }
             return;
         }
+        let mut evicted = None;
         if records > 0 {
-            let snapshot = Arc::new(self.shared.store.snapshot());
+            let view = Arc::new(crate::readview::PublishedView {
+                snap: self.shared.store.snapshot(),
+                seq,
+            });
+            let mut decoded = Vec::with_capacity(records as usize);
+            for g in &groups {
+                decoded.extend(g.decoded.iter().cloned());
+            }
             // Odd from before readers can see any of the round until they
-            // see all of it (see `Shared::consistent_read`).
+            // see all of it, the watermark included, so that no sequence a
+            // reader can observe is older than a state it read (see
+            // `readview`).
             self.shared.publishing.fetch_add(1, Ordering::SeqCst);
             // The snapshot before the cache (see `readcache` on why): a
             // reader that sees the cache's new generation reads RocksDB at
             // this snapshot or a later one.
-            self.shared.view.store(snapshot);
+            self.shared.view.store(view);
             for g in &groups {
                 self.shared.read_cache.apply(&g.writes);
             }
+            // Subscribers woken by the watermark find the records in memory.
+            evicted = Some(self.shared.tail.extend(decoded));
+            self.shared.committed.publish(seq);
             self.shared.publishing.fetch_add(1, Ordering::SeqCst);
+        } else {
+            self.shared.committed.publish(seq);
         }
         let commands: usize = groups.iter().map(|g| g.requests.len()).sum();
-        let mut decoded = Vec::with_capacity(records as usize);
-        for g in &groups {
-            decoded.extend(g.decoded.iter().cloned());
-        }
-        // Subscribers woken by the watermark find the records in memory.
-        let evicted = self.shared.tail.extend(decoded);
-        self.shared.committed.publish(seq);
         let st = &self.shared.stats;
         st.groups.fetch_add(groups.len() as u64, Ordering::Relaxed);
         st.commands.fetch_add(commands as u64, Ordering::Relaxed);
@@ -976,54 +1001,49 @@ mod tests {
         (shared, w, s)
     }
 
+    /// A read that met a publish is not kept, whether it failed or not:
+    /// it may hold keys of two states. One that keeps meeting publishes is
+    /// read once more at a pinned snapshot, without the cache.
     #[test]
-    fn a_read_retries_only_when_a_publish_ran_beside_its_failure() {
+    fn a_read_that_met_a_publish_is_read_again() {
         let dir = tempfile::tempdir().unwrap();
         let (shared, _w, _s) = open(dir.path());
-        let corrupt = || Error::corrupt("index", "edge points nowhere");
-        // No publish beside it: real corruption, returned at once.
+        // No publish beside it: its answer stands, error or not.
         let mut calls = 0;
-        let r: Result<()> = shared.consistent_read(|| {
+        let r: Result<((), u64)> = shared.read(|_, _| {
             calls += 1;
-            Err(corrupt())
+            Err(Error::corrupt("index", "edge points nowhere"))
         });
         assert_eq!((r.unwrap_err().kind(), calls), (ErrorKind::Corruption, 1));
-        // A publish ran beside the first attempt: retried, and the retry's
-        // answer stands.
+        // A publish ran beside the first attempt, which succeeded: read
+        // again, and the second answer stands.
         let mut calls = 0;
-        let r = shared.consistent_read(|| {
+        let r = shared.read(|_, _| {
             calls += 1;
             if calls == 1 {
                 shared.publishing.fetch_add(2, Ordering::SeqCst);
-                Err(corrupt())
-            } else {
-                Ok(calls)
             }
+            Ok(calls)
         });
-        assert_eq!(r.unwrap(), 2);
-        // Other errors are answers, publish or not.
+        assert_eq!(r.unwrap(), (2, 0));
+        // Every fast attempt meets a publish: the last read is the pinned
+        // one, and is kept whatever happens beside it.
         let mut calls = 0;
-        let r: Result<()> = shared.consistent_read(|| {
+        let r = shared.read(|_, _| {
             calls += 1;
             shared.publishing.fetch_add(2, Ordering::SeqCst);
-            Err(Error::NotFound("/a".into()))
+            Ok(calls)
         });
-        assert_eq!((r.unwrap_err().kind(), calls), (ErrorKind::NotFound, 1));
-        // A failure that every attempt meets beside a publish ends at the
-        // bound, with the error.
-        let mut calls = 0;
-        let r: Result<()> = shared.consistent_read(|| {
-            calls += 1;
-            shared.publishing.fetch_add(2, Ordering::SeqCst);
-            Err(corrupt())
-        });
-        assert_eq!(r.unwrap_err().kind(), ErrorKind::Corruption);
-        assert!(calls > 1 && calls <= 64, "{calls}");
-        // A publish that never ends (a syncer that died in it): the
-        // read gives up with its error instead of waiting forever.
+        assert_eq!(r.unwrap().0, 4);
+        // A publish that never ends (a syncer that died in it): the read
+        // goes to the pinned snapshot instead of waiting forever.
         shared.publishing.fetch_add(1, Ordering::SeqCst);
-        let r: Result<()> = shared.consistent_read(|| Err(corrupt()));
-        assert_eq!(r.unwrap_err().kind(), ErrorKind::Corruption);
+        let mut calls = 0;
+        let r = shared.read(|_, _| {
+            calls += 1;
+            Ok(calls)
+        });
+        assert_eq!(r.unwrap().0, 1);
     }
 
     /// What a reader sees.
@@ -1037,7 +1057,7 @@ mod tests {
     fn published_applied_seq(shared: &Shared) -> Option<u64> {
         shared
             .store
-            .index_at(&shared.view.load())
+            .index_at(&shared.view.load().snap)
             .meta_u64(meta::APPLIED_SEQ_KEY)
             .unwrap()
     }
@@ -1113,9 +1133,10 @@ mod tests {
         c.publish(vec![g2]);
         assert!(in_rocksdb(&shared, "/b"));
         assert_eq!(stat_kind(&shared, "/b"), Some(ErrorKind::NotFound));
+        // Its record is in the WAL: a restart may replay it.
         assert_eq!(
             rx2.try_recv().unwrap().unwrap_err().kind(),
-            ErrorKind::WriterStopped
+            ErrorKind::OutcomeUnknown
         );
         assert_eq!(shared.committed.get(), 1);
     }
@@ -1140,14 +1161,15 @@ mod tests {
         let b = send("/b");
         // Appended before /b's failure is known, and handed over after it.
         let c = send("/c");
+        // Both were appended to the WAL before they were refused.
         assert_eq!(
             b.blocking_recv().unwrap().unwrap_err().kind(),
-            ErrorKind::WriterStopped
+            ErrorKind::OutcomeUnknown
         );
         inject(&shared, false);
         assert_eq!(
             c.blocking_recv().unwrap().unwrap_err().kind(),
-            ErrorKind::WriterStopped
+            ErrorKind::OutcomeUnknown
         );
         assert!(shared.failure().is_some());
         assert_eq!(shared.committed.get(), 1);
@@ -1191,11 +1213,12 @@ mod tests {
         syncer.commit(vec![g2]);
         assert_eq!(
             rx2.try_recv().unwrap().unwrap_err().kind(),
-            ErrorKind::WriterStopped
+            ErrorKind::OutcomeUnknown
         );
         assert_eq!(shared.committed.get(), 1);
         assert_eq!(stat_kind(&shared, "/b"), Some(ErrorKind::NotFound));
-        // The writer refuses everything after it.
+        // The writer refuses everything after it, before the log: not
+        // applied.
         let (r3, mut rx3) = request(mkdir("/c"));
         assert!(w.append_group(vec![r3]).is_none());
         assert_eq!(
