@@ -232,6 +232,11 @@ impl Error {
             Error::Remote { kind, .. } => *kind,
             Error::Protocol(_) => ErrorKind::Protocol,
             Error::Busy(_) => ErrorKind::Busy,
+            // A failed checksum or a damaged file is the database's
+            // corruption, not a passing I/O failure.
+            Error::Rocks(e) if matches!(e.kind(), rocksdb::ErrorKind::Corruption) => {
+                ErrorKind::Corruption
+            }
             Error::Rocks(_) | Error::Io(_) => ErrorKind::Io,
         }
     }

@@ -22,7 +22,12 @@ pub enum Backend {
 
 pub enum Sub<'a> {
     Local(Subscription),
-    Remote(&'a tokio::runtime::Runtime, Box<RemoteSubscription>),
+    Remote {
+        rt: &'a tokio::runtime::Runtime,
+        sub: Box<RemoteSubscription>,
+        /// An item arrived: the subscription is connected.
+        started: bool,
+    },
 }
 
 impl Backend {
@@ -157,9 +162,11 @@ impl Backend {
     pub fn subscribe(&self, o: SubscribeOptions) -> Result<Sub<'_>> {
         match self {
             Backend::Local(t) => Ok(Sub::Local(t.subscribe(o)?)),
-            Backend::Remote { rt, client } => {
-                Ok(Sub::Remote(rt, Box::new(rt.block_on(client.subscribe(o))?)))
-            }
+            Backend::Remote { rt, client } => Ok(Sub::Remote {
+                rt,
+                sub: Box::new(rt.block_on(client.subscribe(o))?),
+                started: false,
+            }),
         }
     }
 }
@@ -169,10 +176,33 @@ impl Sub<'_> {
     pub fn next_within(&mut self, wait: Duration) -> Result<Option<StreamItem>> {
         match self {
             Sub::Local(s) => s.next_timeout(wait),
-            Sub::Remote(rt, s) => rt.block_on(async {
-                match tokio::time::timeout(wait, s.next()).await {
-                    Ok(Some(r)) => r.map(Some),
-                    Ok(None) | Err(_) => Ok(None),
+            Sub::Remote { rt, sub, started } => {
+                let r = rt.block_on(async {
+                    match tokio::time::timeout(wait, sub.next()).await {
+                        Ok(Some(r)) => r.map(Some),
+                        Ok(None) | Err(_) => Ok(None),
+                    }
+                });
+                *started |= matches!(r, Ok(Some(_)));
+                r
+            }
+        }
+    }
+
+    /// The next item if one is ready now (`None` says nothing about the
+    /// end of the stream).
+    pub fn try_next(&mut self) -> Result<Option<StreamItem>> {
+        match self {
+            Sub::Local(s) => s.try_next(),
+            // Not connected yet: one poll would start a connection only to
+            // drop it.
+            Sub::Remote { started: false, .. } => Ok(None),
+            Sub::Remote { rt, sub, .. } => rt.block_on(async {
+                // Receiving is cancel-safe; a reconnect this cuts short is
+                // started again by the next call.
+                match futures_util::FutureExt::now_or_never(sub.next()) {
+                    Some(Some(r)) => r.map(Some),
+                    Some(None) | None => Ok(None),
                 }
             }),
         }
@@ -181,7 +211,7 @@ impl Sub<'_> {
     pub fn position(&self) -> Option<u64> {
         match self {
             Sub::Local(s) => (!s.is_snapshotting()).then(|| s.position()),
-            Sub::Remote(_, s) => s.position(),
+            Sub::Remote { sub, .. } => sub.position(),
         }
     }
 }

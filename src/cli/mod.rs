@@ -2,7 +2,7 @@
 //! `main.rs` only calls [`run`].
 
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
@@ -161,9 +161,19 @@ pub enum Cmd {
         #[arg(long, value_delimiter = ',')]
         kinds: Vec<String>,
         /// A durable cursor: resume after its acknowledged position and
-        /// acknowledge what was printed.
+        /// acknowledge what was written to standard output (only once it
+        /// was written and flushed).
         #[arg(long)]
         cursor: Option<String>,
+        /// With --cursor: never acknowledge; the consumer runs `treelog ack
+        /// CURSOR SEQ` once it has processed the output up to SEQ.
+        #[arg(long, requires = "cursor")]
+        no_ack: bool,
+        /// Re-snapshot the subtree when a directory moves into it (the
+        /// default with --snapshot; give it when resuming with --from or a
+        /// cursor a consumer that started from a snapshot).
+        #[arg(long)]
+        resync: bool,
         /// Stop after this many items.
         #[arg(long)]
         limit: Option<u64>,
@@ -171,6 +181,9 @@ pub enum Cmd {
         #[arg(short, long)]
         follow: bool,
     },
+    /// Acknowledge a durable cursor up to SEQ (after processing what `tail
+    /// --cursor CURSOR --no-ack` printed up to there).
+    Ack { cursor: String, seq: u64 },
     /// Run the server.
     Serve(ServeArgs),
     /// Build a small tree, print it, show the log and verify the index.
@@ -328,27 +341,18 @@ pub fn exit_code(kind: ErrorKind) -> u8 {
 pub const EXIT_VERIFY_MISMATCH: u8 = 12;
 
 pub mod backend;
+pub mod output;
+mod tail;
 
 use backend::Backend;
+use output::outln;
+pub use output::{quote, Out};
 
-pub struct Out {
-    json: bool,
-}
-
-impl Out {
-    fn print_json(&self, v: &impl serde::Serialize) {
-        match serde_json::to_string(v) {
-            Ok(s) => println!("{s}"),
-            Err(e) => eprintln!("treelog: cannot encode JSON: {e}"),
-        }
-    }
-
-    fn mutation(&self, what: &str, path: &str, seq: u64) {
-        if self.json {
-            self.print_json(&serde_json::json!({"ok": true, "op": what, "path": path, "seq": seq}));
-        } else {
-            println!("{what} {path} (seq {seq})");
-        }
+fn mutation(out: &Out, what: &str, path: &str, seq: u64) -> Result<()> {
+    if out.json {
+        out.print_json(&serde_json::json!({"ok": true, "op": what, "path": path, "seq": seq}))
+    } else {
+        outln!(out, "{what} {} (seq {seq})", quote(path))
     }
 }
 
@@ -364,23 +368,24 @@ fn mode_string(i: &Inode) -> String {
     s
 }
 
+/// An `ls -l` line for an inode shown as `name` (quoted here for humans,
+/// see [`quote`]).
 pub fn long_line(i: &Inode, name: &str) -> String {
+    let or_dash = |s: &str| {
+        if s.is_empty() {
+            "-".to_owned()
+        } else {
+            quote(s).into_owned()
+        }
+    };
     format!(
         "{} {:>8} {:>8} {:>12} {:>14} {}{} id={}",
         mode_string(i),
-        if i.attrs.owner.is_empty() {
-            "-"
-        } else {
-            &i.attrs.owner
-        },
-        if i.attrs.group.is_empty() {
-            "-"
-        } else {
-            &i.attrs.group
-        },
+        or_dash(&i.attrs.owner),
+        or_dash(&i.attrs.group),
         i.attrs.size,
         i.attrs.mtime_ms,
-        name,
+        quote(name),
         if i.attrs.kind.is_dir() {
             "/"
         } else if i.attrs.complete {
@@ -392,30 +397,38 @@ pub fn long_line(i: &Inode, name: &str) -> String {
     )
 }
 
-fn print_stat(out: &Out, i: &Inode, path: &str) {
+fn print_stat(out: &Out, i: &Inode, path: &str) -> Result<()> {
     if out.json {
-        out.print_json(&serde_json::json!({"path": path, "inode": i}));
-        return;
+        return out.print_json(&serde_json::json!({"path": path, "inode": i}));
     }
-    println!("path:       {path}");
-    println!("id:         {}", i.id);
-    println!("parent:     {}", i.parent);
-    println!(
+    outln!(out, "path:       {}", quote(path))?;
+    outln!(out, "id:         {}", i.id)?;
+    outln!(out, "parent:     {}", i.parent)?;
+    outln!(
+        out,
         "type:       {}",
         if i.attrs.kind.is_dir() {
             "directory"
         } else {
             "file"
         }
-    );
-    println!("mode:       {:04o} ({})", i.attrs.mode, mode_string(i));
-    println!("owner:      {}", i.attrs.owner);
-    println!("group:      {}", i.attrs.group);
-    println!("size:       {}", i.attrs.size);
-    println!("block_size: {}", i.attrs.block_size);
-    println!("complete:   {}", i.attrs.complete);
-    println!("ctime_ms:   {}", i.attrs.ctime_ms);
-    println!("mtime_ms:   {}", i.attrs.mtime_ms);
+    )?;
+    outln!(out, "mode:       {:04o} ({})", i.attrs.mode, mode_string(i))?;
+    // Empty (unset) stays empty rather than `''`.
+    let q = |s: &str| {
+        if s.is_empty() {
+            String::new()
+        } else {
+            quote(s).into_owned()
+        }
+    };
+    outln!(out, "owner:      {}", q(&i.attrs.owner))?;
+    outln!(out, "group:      {}", q(&i.attrs.group))?;
+    outln!(out, "size:       {}", i.attrs.size)?;
+    outln!(out, "block_size: {}", i.attrs.block_size)?;
+    outln!(out, "complete:   {}", i.attrs.complete)?;
+    outln!(out, "ctime_ms:   {}", i.attrs.ctime_ms)?;
+    outln!(out, "mtime_ms:   {}", i.attrs.mtime_ms)
 }
 
 fn open(cli: &Cli) -> Result<Backend> {
@@ -424,7 +437,8 @@ fn open(cli: &Cli) -> Result<Backend> {
         None => Backend::local(
             &cli.data,
             Options::default().durability(cli.durability.into()),
-        ),
+        )
+        .map_err(|e| naming(&cli.data, e)),
     }
 }
 
@@ -438,6 +452,33 @@ fn open_local(cli: &Cli) -> Result<Treelog> {
         &cli.data,
         Options::default().durability(cli.durability.into()),
     )
+    .map_err(|e| naming(&cli.data, e))
+}
+
+/// An error about the data directory `dir`, with its path in the message
+/// when it lacks one (an OS error says "Permission denied", not where),
+/// keeping its kind.
+pub fn naming(dir: &Path, e: Error) -> Error {
+    let shown = dir.display().to_string();
+    if e.to_string().contains(&shown) {
+        return e;
+    }
+    match e {
+        Error::Io(io) => Error::Io(std::io::Error::new(
+            io.kind(),
+            format!("data directory {shown}: {io}"),
+        )),
+        Error::Rocks(r) => match r.kind() {
+            rocksdb::ErrorKind::Corruption => Error::Corruption {
+                what: "database",
+                detail: format!("data directory {shown}: {r}"),
+            },
+            _ => Error::Io(std::io::Error::other(format!(
+                "data directory {shown}: rocksdb: {r}"
+            ))),
+        },
+        e => e,
+    }
 }
 
 /// Reads a token file (surrounding whitespace ignored).
@@ -457,16 +498,42 @@ pub fn read_token(path: Option<&std::path::Path>) -> Result<Option<String>> {
     }
 }
 
+fn is_broken_pipe(e: &Error) -> bool {
+    matches!(e, Error::Io(io) if io.kind() == std::io::ErrorKind::BrokenPipe)
+}
+
 /// Runs the CLI; returns the process exit code.
 pub fn run(cli: Cli) -> ExitCode {
-    let out = Out { json: cli.json };
-    match dispatch(&cli, &out) {
+    if matches!(cli.cmd, Cmd::Demo) {
+        // The demo prints with `println!`, which panics on a closed pipe:
+        // let it die of SIGPIPE as other tools do (Rust ignores the signal
+        // by default). It opens no sockets, so only standard output can
+        // raise it.
+        // SAFETY: called before any other thread exists; SIG_DFL is a
+        // valid disposition for SIGPIPE.
+        unsafe {
+            libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+        }
+    }
+    let out = Out::new(cli.json);
+    let r = dispatch(&cli, &out).and_then(|code| out.flush().map(|()| code));
+    match r {
         Ok(code) => ExitCode::from(code),
+        // The reader of the output went away (`| head`): stop quietly, as
+        // a command killed by SIGPIPE would, but without the signal.
+        Err(e) if out.closed() && is_broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
-            if out.json {
-                out.print_json(&serde_json::json!({"ok": false, "error": e.kind().as_str(), "message": e.to_string()}));
-            } else {
-                eprintln!("treelog: {e}");
+            // What was printed before the error stays before it.
+            let _ = out.flush();
+            let shown = out.json
+                && !out.closed()
+                && out
+                    .print_json(&serde_json::json!({"ok": false, "error": e.kind().as_str(), "message": e.to_string()}))
+                    .and_then(|()| out.flush())
+                    .is_ok();
+            if !shown {
+                // Not eprintln!: it panics when standard error is closed.
+                let _ = writeln!(std::io::stderr(), "treelog: {e}");
             }
             ExitCode::from(exit_code(e.kind()))
         }
@@ -503,27 +570,28 @@ fn list_into(
     };
     let dir = crate::path::canonical(path)?;
     if recursive && !out.json {
-        println!("{dir}:");
+        outln!(out, "{}:", quote(&dir))?;
     }
     for e in &entries {
         let full = crate::path::join(&dir, &e.name);
         if out.json {
             json_rows.push(serde_json::json!({"path": full, "name": e.name, "inode": e.inode}));
         } else if long {
-            println!("{}", long_line(&e.inode, &e.name));
+            outln!(out, "{}", long_line(&e.inode, &e.name))?;
         } else {
-            println!(
+            outln!(
+                out,
                 "{}{}",
-                e.name,
+                quote(&e.name),
                 if e.inode.attrs.kind.is_dir() { "/" } else { "" }
-            );
+            )?;
         }
     }
     if recursive {
         for e in entries.iter().filter(|e| e.inode.attrs.kind.is_dir()) {
             let full = crate::path::join(&dir, &e.name);
             if !out.json {
-                println!();
+                outln!(out)?;
             }
             list_into(t, out, &full, long, true, None, limit, json_rows)?;
         }
@@ -534,7 +602,7 @@ fn list_into(
 fn mutate(cli: &Cli, out: &Out, what: &str, shown: &str, cmd: Command) -> Result<u8> {
     let t = open(cli)?;
     let seq = t.submit(cmd)?;
-    out.mutation(what, shown, seq);
+    mutation(out, what, shown, seq)?;
     Ok(0)
 }
 
@@ -686,12 +754,12 @@ fn dispatch(cli: &Cli, out: &Out) -> Result<u8> {
             } else if out.json {
                 rows.push(serde_json::json!({"path": crate::path::canonical(path)?, "name": st.name, "inode": st}));
             } else if *long {
-                println!("{}", long_line(&st, path));
+                outln!(out, "{}", long_line(&st, path))?;
             } else {
-                println!("{path}");
+                outln!(out, "{}", quote(path))?;
             }
             if out.json {
-                out.print_json(&rows);
+                out.print_json(&rows)?;
             }
             Ok(0)
         }
@@ -702,7 +770,7 @@ fn dispatch(cli: &Cli, out: &Out) -> Result<u8> {
                 (None, Some(p)) => (t.stat(p)?, crate::path::canonical(p)?),
                 (None, None) => return Err(Error::InvalidArgument("give a path or --id".into())),
             };
-            print_stat(out, &ino, &p);
+            print_stat(out, &ino, &p)?;
             Ok(0)
         }
         Cmd::Tail {
@@ -711,19 +779,37 @@ fn dispatch(cli: &Cli, out: &Out) -> Result<u8> {
             prefix,
             kinds,
             cursor,
+            no_ack,
+            resync,
             limit,
             follow,
-        } => tail(
+        } => tail::tail(
             cli,
             out,
-            *from,
-            *snapshot,
-            prefix.clone(),
-            kinds,
-            cursor.clone(),
-            *limit,
-            *follow,
+            &tail::TailArgs {
+                from: *from,
+                snapshot: *snapshot,
+                prefix: prefix.clone(),
+                kinds,
+                cursor: cursor.as_deref(),
+                auto_ack: !*no_ack,
+                resync: *resync,
+                limit: *limit,
+                follow: *follow,
+            },
         ),
+        Cmd::Ack { cursor, seq } => {
+            let t = open(cli)?;
+            t.ack(cursor, *seq)?;
+            if out.json {
+                out.print_json(
+                    &serde_json::json!({"ok": true, "op": "ack", "cursor": cursor, "seq": seq}),
+                )?;
+            } else {
+                outln!(out, "cursor {cursor} acknowledged #{seq}")?;
+            }
+            Ok(0)
+        }
         Cmd::Serve(args) => serve(cli, args),
         Cmd::Demo => crate::demo::run(&cli.data, out.json),
         Cmd::Admin { cmd } => admin_cmd(cli, out, cmd),
@@ -783,48 +869,54 @@ fn admin_cmd(cli: &Cli, out: &Out, cmd: &AdminCmd) -> Result<u8> {
     };
     match cmd {
         AdminCmd::Verify => {
-            let r = admin::verify_path(&cli.data, &so)?;
+            let r = admin::verify_path(&cli.data, &so).map_err(|e| naming(&cli.data, e))?;
             if out.json {
-                out.print_json(&serde_json::json!({"ok": r.ok(), "report": r}));
+                out.print_json(&serde_json::json!({"ok": r.ok(), "report": r}))?;
             } else {
-                println!("records replayed: {}", r.records);
-                println!("applied_seq:      {}", r.applied_seq);
-                println!("live digest:      {}", r.live_digest);
-                println!("replay digest:    {}", r.replay_digest);
+                outln!(out, "records replayed: {}", r.records)?;
+                outln!(out, "applied_seq:      {}", r.applied_seq)?;
+                outln!(out, "live digest:      {}", r.live_digest)?;
+                outln!(out, "replay digest:    {}", r.replay_digest)?;
                 for p in &r.problems {
-                    println!("problem: {p}");
+                    outln!(out, "problem: {p}")?;
                 }
-                println!(
+                outln!(
+                    out,
                     "{}",
                     if r.ok() {
                         "OK: the index equals a replay of the log"
                     } else {
                         "MISMATCH"
                     }
-                );
+                )?;
             }
             Ok(if r.ok() { 0 } else { EXIT_VERIFY_MISMATCH })
         }
         AdminCmd::Rebuild => {
-            let n = admin::rebuild(&cli.data, &so)?;
+            let n = admin::rebuild(&cli.data, &so).map_err(|e| naming(&cli.data, e))?;
             if out.json {
-                out.print_json(&serde_json::json!({"ok": true, "replayed": n}));
+                out.print_json(&serde_json::json!({"ok": true, "replayed": n}))?;
             } else {
-                println!("rebuilt the index from {n} log records");
+                outln!(out, "rebuilt the index from {n} log records")?;
             }
             Ok(0)
         }
         AdminCmd::AcceptWalLoss => {
             let r = admin::accept_wal_loss(&cli.data, &so)?;
-            eprintln!(
+            // To standard error as well: an operator's record of the loss,
+            // whatever happens to the output.
+            let mut err = std::io::stderr().lock();
+            let _ = writeln!(
+                err,
                 "treelog: accepted the loss of every write-ahead log record after sequence {} in {}",
                 r.last_seq,
                 cli.data.display()
             );
             if out.json {
-                out.print_json(&serde_json::json!({"ok": true, "report": r}));
+                out.print_json(&serde_json::json!({"ok": true, "report": r}))?;
             } else {
-                println!(
+                outln!(
+                    out,
                     "the log now ends at sequence {}; {} records replayed{}",
                     r.last_seq,
                     r.replayed,
@@ -833,7 +925,7 @@ fn admin_cmd(cli: &Cli, out: &Out, cmd: &AdminCmd) -> Result<u8> {
                     } else {
                         ""
                     }
-                );
+                )?;
             }
             Ok(0)
         }
@@ -841,20 +933,26 @@ fn admin_cmd(cli: &Cli, out: &Out, cmd: &AdminCmd) -> Result<u8> {
             let t = open(cli)?;
             if let Some(name) = drop {
                 t.drop_cursor(name)?;
-                out.mutation("drop_cursor", name, t.committed_seq()?);
+                mutation(out, "drop_cursor", name, t.committed_seq()?)?;
                 return Ok(0);
             }
             let cs = t.cursors()?;
             if out.json {
-                out.print_json(&cs);
+                out.print_json(&cs)?;
             } else {
-                println!("{:<24} {:>12} {:>10} state", "cursor", "acked", "lag");
+                outln!(out, "{:<24} {:>12} {:>10} state", "cursor", "acked", "lag")?;
                 for c in cs {
                     let state = match c.state.expired {
                         Some((at, start)) => format!("EXPIRED at {at} (log start {start})"),
                         None => "live".into(),
                     };
-                    println!("{:<24} {:>12} {:>10} {state}", c.name, c.state.acked, c.lag);
+                    outln!(
+                        out,
+                        "{:<24} {:>12} {:>10} {state}",
+                        c.name,
+                        c.state.acked,
+                        c.lag
+                    )?;
                 }
             }
             Ok(0)
@@ -874,17 +972,18 @@ fn admin_cmd(cli: &Cli, out: &Out, cmd: &AdminCmd) -> Result<u8> {
                 interval: None,
             })?;
             if out.json {
-                out.print_json(&rep);
+                out.print_json(&rep)?;
             } else {
-                println!(
+                outln!(
+                    out,
                     "log start {} -> {} ({} records, {} bytes removed); expired cursors: {:?}; held by: {:?}",
                     rep.old_start, rep.new_start, rep.removed_records, rep.removed_bytes, rep.expired_cursors, rep.held_by_cursor
-                );
+                )?;
             }
             Ok(0)
         }
         AdminCmd::Info => {
-            let store = Store::open(&cli.data, &so)?;
+            let store = Store::open(&cli.data, &so).map_err(|e| naming(&cli.data, e))?;
             let info = serde_json::json!({
                 "format_version": store.format_version()?,
                 "log_start": store.log_start()?,
@@ -893,20 +992,23 @@ fn admin_cmd(cli: &Cli, out: &Out, cmd: &AdminCmd) -> Result<u8> {
                 "wal_loss_accepted": admin::last_wal_loss(&store)?,
             });
             if out.json {
-                out.print_json(&info);
+                out.print_json(&info)?;
             } else {
-                println!("format_version: {}", info["format_version"]);
-                println!("log_start:      {}", info["log_start"]);
-                println!(
+                outln!(out, "format_version: {}", info["format_version"])?;
+                outln!(out, "log_start:      {}", info["log_start"])?;
+                outln!(
+                    out,
                     "applied_seq:    {} (index; replayed on open up to last_seq)",
                     info["applied_seq"]
-                );
-                println!("last_seq:       {}", info["last_seq"]);
+                )?;
+                outln!(out, "last_seq:       {}", info["last_seq"])?;
                 if let Some(l) = admin::last_wal_loss(&store)? {
-                    println!(
+                    outln!(
+                        out,
                         "wal loss:       accepted at {} ms, the log kept up to {}",
-                        l.time_ms, l.last_seq
-                    );
+                        l.time_ms,
+                        l.last_seq
+                    )?;
                 }
             }
             Ok(0)
@@ -917,17 +1019,14 @@ fn admin_cmd(cli: &Cli, out: &Out, cmd: &AdminCmd) -> Result<u8> {
             from,
             limit,
         } => {
-            let store = Store::open(&cli.data, &so)?;
+            let store = Store::open(&cli.data, &so).map_err(|e| naming(&cli.data, e))?;
             let (show_log, show_index) = match (log, index) {
                 (false, false) => (true, true),
                 (l, i) => (*l, *i),
             };
-            let stdout = std::io::stdout();
-            let mut w = std::io::BufWriter::new(stdout.lock());
-            let io = |e: std::io::Error| Error::Io(e);
             if show_log {
                 if !out.json {
-                    writeln!(w, "== log (from {from}) ==").map_err(io)?;
+                    outln!(out, "== log (from {from}) ==")?;
                 }
                 let it = store.db().iterator_cf(
                     store.cf(crate::store::CF_LOG)?,
@@ -943,31 +1042,24 @@ fn admin_cmd(cli: &Cli, out: &Out, cmd: &AdminCmd) -> Result<u8> {
                     let (k, v) = item?;
                     let seq = crate::format::decode_log_key(&k)?;
                     match record::decode_record(&v, Some(seq)) {
-                        Ok(rec) if out.json => writeln!(
-                            w,
-                            "{}",
-                            serde_json::to_string(&serde_json::json!({"log": rec}))
-                                .unwrap_or_default()
-                        )
-                        .map_err(io)?,
+                        Ok(rec) if out.json => out.print_json(&serde_json::json!({"log": rec}))?,
                         Ok(rec) => {
-                            writeln!(w, "#{} t={} ({} bytes)", rec.seq, rec.time_ms, v.len())
-                                .map_err(io)?;
+                            outln!(out, "#{} t={} ({} bytes)", rec.seq, rec.time_ms, v.len())?;
                             for ev in &rec.events {
-                                writeln!(w, "    {}", describe_event(ev)).map_err(io)?;
+                                outln!(out, "    {}", describe_event(ev))?;
                             }
                         }
-                        Err(e) => writeln!(w, "#{seq} CORRUPT: {e}").map_err(io)?,
+                        Err(e) => outln!(out, "#{seq} CORRUPT: {e}")?,
                     }
                 }
             }
             if show_index {
                 if !out.json {
-                    writeln!(w, "== index ==").map_err(io)?;
+                    outln!(out, "== index ==")?;
                 }
                 admin::dump_index(&store, |e| {
                     if out.json {
-                        writeln!(w, "{}", serde_json::to_string(&e).unwrap_or_default()).map_err(io)
+                        out.print_json(&e)
                     } else {
                         let line = match &e {
                             admin::DumpEntry::Inode {
@@ -1002,11 +1094,10 @@ fn admin_cmd(cli: &Cli, out: &Out, cmd: &AdminCmd) -> Result<u8> {
                                 format!("edges  {key_hex} ({parent}, {name:?}) -> {child}")
                             }
                         };
-                        writeln!(w, "{line}").map_err(io)
+                        outln!(out, "{line}")
                     }
                 })?;
             }
-            w.flush().map_err(io)?;
             Ok(0)
         }
     }
@@ -1029,138 +1120,36 @@ fn parse_kind(k: &str) -> Result<crate::event::EventKind> {
     })
 }
 
-#[allow(clippy::too_many_arguments)]
-fn tail(
-    cli: &Cli,
-    out: &Out,
-    from: Option<u64>,
-    snapshot: bool,
-    prefix: Option<String>,
-    kinds: &[String],
-    cursor: Option<String>,
-    limit: Option<u64>,
-    follow: bool,
-) -> Result<u8> {
-    use crate::stream::{Filter, StartFrom, StreamItem, SubscribeOptions};
-    if follow && cli.server.is_none() {
-        return Err(Error::InvalidArgument(
-            "--follow needs --server: nothing else can write to a data directory this process holds".into(),
-        ));
-    }
-    let t = open(cli)?;
-    let kinds = if kinds.is_empty() {
-        None
-    } else {
-        Some(
-            kinds
-                .iter()
-                .map(|k| parse_kind(k))
-                .collect::<Result<Vec<_>>>()?,
-        )
-    };
-    let start = match (from, snapshot) {
-        (_, true) => StartFrom::Snapshot,
-        (Some(n), _) => StartFrom::Seq(n),
-        (None, false) if follow => StartFrom::Now,
-        (None, false) => StartFrom::Seq(t.log_start()?),
-    };
-    let target = t.committed_seq()?;
-    let mut sub = t.subscribe(SubscribeOptions {
-        from: start,
-        filter: Filter { prefix, kinds },
-        cursor: cursor.clone(),
-        resync_on_move_in: None,
-    })?;
-    let mut n = 0u64;
-    let mut last_pos = None;
-    loop {
-        if limit.is_some_and(|l| n >= l) {
-            break;
-        }
-        if !follow && sub.position().is_some_and(|p| p >= target) {
-            break;
-        }
-        let wait = if follow {
-            std::time::Duration::from_secs(3600)
-        } else {
-            std::time::Duration::from_secs(5)
-        };
-        let Some(item) = sub.next_within(wait)? else {
-            if follow {
-                continue;
-            }
-            break;
-        };
-        n += 1;
-        if let Some(p) = item.position() {
-            last_pos = Some(p);
-            // Following forever: acknowledge as we go.
-            if follow {
-                if let Some(name) = &cursor {
-                    t.ack(name, p)?;
-                }
-            }
-        }
-        if out.json {
-            out.print_json(&item);
-            continue;
-        }
-        match &item {
-            StreamItem::SnapshotStart {
-                seq,
-                prefix,
-                resync,
-            } => {
-                println!(
-                    "== snapshot of {prefix} at #{seq}{}",
-                    if *resync { " (resync)" } else { "" }
-                )
-            }
-            StreamItem::SnapshotEntry { path, inode } => println!("   {}", long_line(inode, path)),
-            StreamItem::SnapshotEnd { seq } => println!("== end of snapshot at #{seq}"),
-            StreamItem::Progress { seq } => println!("#{seq} (no matching events up to here)"),
-            StreamItem::Record {
-                seq,
-                time_ms,
-                events,
-            } => {
-                println!("#{seq} t={time_ms}");
-                for e in events.iter() {
-                    println!("    [{:?}] {}", e.scope, describe_event(&e.event));
-                }
-            }
-        }
-    }
-    if let (Some(name), Some(pos)) = (cursor, last_pos) {
-        t.ack(&name, pos)?;
-        if !out.json {
-            println!("cursor {name} acknowledged #{pos}");
-        }
-    }
-    Ok(0)
-}
-
-/// One line describing an event, for humans.
+/// One line describing an event, for humans (paths quoted, see [`quote`]).
 pub fn describe_event(ev: &crate::event::Event) -> String {
     use crate::event::Event;
     match ev {
         Event::Create {
             id, path, attrs, ..
         } => format!(
-            "create {} {path} id={id} mode={:04o} owner={:?} group={:?}",
+            "create {} {} id={id} mode={:04o} owner={:?} group={:?}",
             if attrs.kind.is_dir() { "dir " } else { "file" },
+            quote(path),
             attrs.mode,
             attrs.owner,
             attrs.group
         ),
-        Event::Complete(u) => format!("complete {} id={} size={}", u.path, u.id, u.new.size),
+        Event::Complete(u) => format!(
+            "complete {} id={} size={}",
+            quote(&u.path),
+            u.id,
+            u.new.size
+        ),
         Event::SetSize(u) => format!(
             "set_size {} id={} size {} -> {}",
-            u.path, u.id, u.old.size, u.new.size
+            quote(&u.path),
+            u.id,
+            u.old.size,
+            u.new.size
         ),
         Event::SetAttr(u) => format!(
             "set_attr {} id={} mode {:04o}->{:04o} owner {:?}->{:?} group {:?}->{:?} mtime {}->{}",
-            u.path,
+            quote(&u.path),
             u.id,
             u.old.mode,
             u.new.mode,
@@ -1171,12 +1160,12 @@ pub fn describe_event(ev: &crate::event::Event) -> String {
             u.old.mtime_ms,
             u.new.mtime_ms
         ),
-        Event::Delete { id, path, .. } => format!("delete {path} id={id}"),
+        Event::Delete { id, path, .. } => format!("delete {} id={id}", quote(path)),
         Event::Rename {
             id,
             old_path,
             new_path,
             ..
-        } => format!("rename {old_path} -> {new_path} id={id}"),
+        } => format!("rename {} -> {} id={id}", quote(old_path), quote(new_path)),
     }
 }
