@@ -20,9 +20,10 @@ use tokio::sync::{mpsc, oneshot};
 use crate::command::Command;
 use crate::error::{Error, ErrorKind, Result};
 use crate::protocol::{self, ClientMsg, Hello, RequestBody, ResponseBody, ServerMsg};
+use crate::readview::{Read, ReadAt};
 use crate::retention::CursorInfo;
 use crate::stream::{StartFrom, StreamItem, SubscribeOptions};
-use crate::types::{Inode, ListPage};
+use crate::types::{DirEntry, Inode, ListPage};
 
 /// How to reach a server.
 #[derive(Debug, Clone)]
@@ -56,6 +57,9 @@ struct Inner {
     pending: Mutex<Option<HashMap<u64, Waiter>>>,
     next_id: AtomicU64,
     committed_at_connect: u64,
+    /// The highest sequence any reply carried (a mutation's, a read's
+    /// state, a `Ping`): a read-your-writes token for any node.
+    seen_seq: AtomicU64,
 }
 
 /// A connection to a treelog server.
@@ -151,6 +155,7 @@ impl Client {
             pending: Mutex::new(Some(HashMap::new())),
             next_id: AtomicU64::new(1),
             committed_at_connect: committed,
+            seen_seq: AtomicU64::new(committed),
         });
         tokio::spawn(protocol::write_loop(out_rx, w.into_inner()));
         // Reader task: routes replies to their waiters.
@@ -239,22 +244,149 @@ impl Client {
         Ok(id)
     }
 
+    /// The highest sequence this client has seen in a reply (a token to
+    /// pass as `ReadAt::AtLeast` to any node for read-your-writes).
+    pub fn seen_seq(&self) -> u64 {
+        self.inner.seen_seq.load(Ordering::Acquire)
+    }
+
+    fn saw(&self, seq: u64) {
+        self.inner.seen_seq.fetch_max(seq, Ordering::AcqRel);
+    }
+
     /// Sends one request and waits for its reply.
     pub async fn call(&self, body: RequestBody) -> Result<ResponseBody> {
         let (tx, rx) = oneshot::channel();
+        let is_mutation = matches!(body, RequestBody::Mutate(_));
         self.send_request(body, Waiter::One(tx)).await?;
-        match rx.await.map_err(|_| lost("no reply"))?? {
+        // Sent: a mutation whose reply is lost may have been committed.
+        let reply = match rx.await {
+            Ok(r) => r,
+            Err(_) => Err(lost("no reply")),
+        };
+        let reply = match reply {
+            Err(Error::Protocol(m)) if is_mutation => {
+                return Err(Error::OutcomeUnknown(format!(
+                    "{m}, after the command was sent"
+                )))
+            }
+            r => r?,
+        };
+        match reply {
             ResponseBody::Error { kind, message } => Err(protocol::remote_error(kind, message)),
-            other => Ok(other),
+            other => {
+                match &other {
+                    ResponseBody::Seq(s)
+                    | ResponseBody::InodeAt { seq: s, .. }
+                    | ResponseBody::PageAt { seq: s, .. } => self.saw(*s),
+                    _ => {}
+                }
+                Ok(other)
+            }
         }
     }
 
-    /// Runs a mutation; returns its sequence number.
+    /// Runs a mutation; returns its sequence number. A connection lost
+    /// after the command was sent gives `OutcomeUnknown`.
     pub async fn submit(&self, cmd: Command) -> Result<u64> {
         match self.call(RequestBody::Mutate(cmd)).await? {
             ResponseBody::Seq(s) => Ok(s),
             other => Err(unexpected(other)),
         }
+    }
+
+    /// Stat at a committed state (`docs/READS.md`); the reply says which.
+    pub async fn stat_at(&self, path: &str, at: ReadAt) -> Result<Read<Inode>> {
+        let body = RequestBody::StatAt {
+            path: path.to_owned(),
+            at,
+        };
+        match self.call(body).await? {
+            ResponseBody::InodeAt { inode, seq } => Ok(Read { value: inode, seq }),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    pub async fn stat_id_at(&self, id: u64, at: ReadAt) -> Result<Read<Inode>> {
+        match self.call(RequestBody::StatIdAt { id, at }).await? {
+            ResponseBody::InodeAt { inode, seq } => Ok(Read { value: inode, seq }),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// A listing page at a committed state.
+    pub async fn list_at(
+        &self,
+        path: &str,
+        start_after: Option<&str>,
+        limit: u32,
+        at: ReadAt,
+    ) -> Result<Read<ListPage>> {
+        let body = RequestBody::ListAt {
+            path: path.to_owned(),
+            start_after: start_after.map(str::to_owned),
+            limit,
+            at,
+        };
+        match self.call(body).await? {
+            ResponseBody::PageAt { page, seq } => Ok(Read { value: page, seq }),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Pins the server's newest state for reads at `ReadAt::Exactly`
+    /// (returned); see `Treelog::pin_view` for the bounds.
+    pub async fn pin_view(&self) -> Result<u64> {
+        match self.call(RequestBody::PinView).await? {
+            ResponseBody::Seq(s) => Ok(s),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    pub async fn unpin_view(&self, seq: u64) -> Result<()> {
+        match self.call(RequestBody::UnpinView { seq }).await? {
+            ResponseBody::Done => Ok(()),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Every entry under `dir` (directory by directory, as `ls -R` lists
+    /// them) at one committed state, pinned for the walk: a tree that
+    /// moves meanwhile is never seen half-moved. Returns the entries with
+    /// their paths, and the state's sequence.
+    pub async fn walk(&self, dir: &str) -> Result<Read<Vec<(String, DirEntry)>>> {
+        let seq = self.pin_view().await?;
+        let r = self.walk_at(dir, seq).await;
+        // Best effort: an unpinned view also expires by itself.
+        let _ = self.unpin_view(seq).await;
+        r.map(|value| Read { value, seq })
+    }
+
+    async fn walk_at(&self, dir: &str, seq: u64) -> Result<Vec<(String, DirEntry)>> {
+        let at = ReadAt::Exactly(seq);
+        let mut out = Vec::new();
+        let mut dirs = vec![crate::path::canonical(dir)?];
+        while let Some(d) = dirs.pop() {
+            let mut after: Option<String> = None;
+            let mut subdirs = Vec::new();
+            loop {
+                let page = self.list_at(&d, after.as_deref(), 1024, at).await?.value;
+                for e in page.entries {
+                    let p = crate::path::join(&d, &e.name);
+                    if e.inode.attrs.kind.is_dir() {
+                        subdirs.push(p.clone());
+                    }
+                    out.push((p, e));
+                }
+                match page.next_start_after {
+                    Some(n) => after = Some(n),
+                    None => break,
+                }
+            }
+            // Depth first, in name order: the last pushed is taken first.
+            dirs.extend(subdirs.into_iter().rev());
+        }
+        Ok(out)
     }
 
     pub async fn stat(&self, path: &str) -> Result<Inode> {

@@ -14,6 +14,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use crate::command::Command;
 use crate::error::{Error, ErrorKind, Result};
+use crate::readview::ReadAt;
 use crate::retention::CursorInfo;
 use crate::stream::{StreamItem, SubscribeOptions};
 use crate::types::{Inode, ListPage};
@@ -74,6 +75,23 @@ pub enum RequestBody {
     Ping,
     /// Answered with `Info`.
     Info,
+    /// Stat at a committed state (`docs/READS.md`); answered with
+    /// `InodeAt`.
+    StatAt { path: String, at: ReadAt },
+    /// Answered with `InodeAt`.
+    StatIdAt { id: u64, at: ReadAt },
+    /// A listing page at a committed state; answered with `PageAt`.
+    ListAt {
+        path: String,
+        start_after: Option<String>,
+        limit: u32,
+        at: ReadAt,
+    },
+    /// Pins the newest committed state for reads at `ReadAt::Exactly`;
+    /// answered with `Seq` (the state's sequence).
+    PinView,
+    /// Releases a pin; answered with `Done` (`NotFound` if it had expired).
+    UnpinView { seq: u64 },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -115,6 +133,16 @@ pub enum ResponseBody {
         committed_seq: u64,
         log_start: u64,
         log_bytes: u64,
+    },
+    /// An inode and the sequence of the state it was read at.
+    InodeAt {
+        inode: Inode,
+        seq: u64,
+    },
+    /// A listing page and the sequence of the state it was read at.
+    PageAt {
+        page: ListPage,
+        seq: u64,
     },
 }
 

@@ -23,6 +23,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::metrics::Metrics;
 use crate::namespace::{Options, Treelog};
 use crate::protocol::{self, ClientMsg, Hello, RequestBody, ResponseBody, ServerMsg};
+use crate::readview::ReadAt;
 
 /// Server settings.
 #[derive(Debug, Clone)]
@@ -565,6 +566,11 @@ fn request_name(b: &RequestBody) -> &'static str {
         RequestBody::WaitFor { .. } => "wait_for",
         RequestBody::Ping => "ping",
         RequestBody::Info => "info",
+        RequestBody::StatAt { .. } => "stat",
+        RequestBody::StatIdAt { .. } => "stat_id",
+        RequestBody::ListAt { .. } => "list",
+        RequestBody::PinView => "pin_view",
+        RequestBody::UnpinView { .. } => "unpin_view",
     }
 }
 
@@ -628,6 +634,52 @@ async fn handle(
                 None => Err(Error::NotFound(format!("no active request {target}"))),
             }
         }
+        RequestBody::StatAt { path, at } => match caught_up(t, at).await {
+            Ok(()) => timed_read(ctx, "stat", || {
+                t.stat_at(&path, at).map(|r| ResponseBody::InodeAt {
+                    inode: r.value,
+                    seq: r.seq,
+                })
+            }),
+            Err(e) => Err(e),
+        },
+        RequestBody::StatIdAt { id, at } => match caught_up(t, at).await {
+            Ok(()) => timed_read(ctx, "stat_id", || {
+                t.stat_id_at(id, at).map(|r| ResponseBody::InodeAt {
+                    inode: r.value,
+                    seq: r.seq,
+                })
+            }),
+            Err(e) => Err(e),
+        },
+        RequestBody::ListAt {
+            path,
+            start_after,
+            limit,
+            at,
+        } => match caught_up(t, at).await {
+            Ok(()) => timed_read(ctx, "list", || {
+                t.list_at(
+                    &path,
+                    start_after.as_deref(),
+                    limit.clamp(1, MAX_LIST_LIMIT) as usize,
+                    at,
+                )
+                .map(|r| ResponseBody::PageAt {
+                    page: r.value,
+                    seq: r.seq,
+                })
+            }),
+            Err(e) => Err(e),
+        },
+        RequestBody::PinView => t.pin_view().map(ResponseBody::Seq),
+        RequestBody::UnpinView { seq } => {
+            if t.unpin_view(seq) {
+                Ok(ResponseBody::Done)
+            } else {
+                Err(Error::NotFound(format!("no pinned read view at {seq}")))
+            }
+        }
         RequestBody::Subscribe(opts) => {
             drop(permit);
             let outcome = match cancel {
@@ -650,6 +702,31 @@ async fn handle(
     let _ = respond(&ctx.out, id, body).await;
     drop(permit);
 }
+
+/// For a read at `ReadAt::AtLeast(seq)`: waits (without holding a
+/// worker) until the store has committed `seq`, at most `MIN_SEQ_WAIT`;
+/// `Busy` if it has not by then.
+async fn caught_up(t: &Treelog, at: ReadAt) -> Result<()> {
+    let ReadAt::AtLeast(seq) = at else {
+        return Ok(());
+    };
+    let wm = t.watermark();
+    if wm.get() >= seq {
+        return Ok(());
+    }
+    let _ = tokio::time::timeout(MIN_SEQ_WAIT, wm.wait_for_async(seq)).await;
+    if wm.get() >= seq {
+        Ok(())
+    } else {
+        Err(Error::Busy(format!(
+            "not caught up to sequence {seq} within {MIN_SEQ_WAIT:?} (committed: {})",
+            wm.get()
+        )))
+    }
+}
+
+/// How long a read at `ReadAt::AtLeast` waits for its sequence.
+const MIN_SEQ_WAIT: Duration = Duration::from_secs(5);
 
 fn count(ctx: &ConnCtx, name: &str, outcome: &str) {
     if let Some(m) = &ctx.metrics {

@@ -227,3 +227,154 @@ fn reads_never_go_backwards_after_negative_lookups() {
     let now = t.committed_seq();
     assert!(t.stat_at("/q", ReadAt::AtLeast(now)).is_ok());
 }
+
+/// Over the network: a real server, a writer connection renaming, reader
+/// connections checking every reply, and the CLI's `ls -R` (a real
+/// process) that must never fail and must see the moved directory once.
+#[test]
+fn over_the_network_no_reply_is_torn_and_ls_r_sees_one_tree() {
+    use treelog::client::{Client, ClientOptions};
+    use treelog::server::{start, ServerConfig};
+    use treelog::Command;
+
+    let dir = tempfile::tempdir().unwrap();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let mut cfg = ServerConfig::new(dir.path().join("db"));
+    cfg.listen = "127.0.0.1:0".parse().unwrap();
+    cfg.http = "127.0.0.1:0".parse().unwrap();
+    cfg.store = cfg.store.durability(Durability::None);
+    let h = rt.block_on(start(cfg)).unwrap();
+    let addr = h.bound.rpc;
+    let connect = move || async move {
+        Client::connect(addr, ClientOptions::default())
+            .await
+            .unwrap()
+    };
+    let w = rt.block_on(connect());
+    let mkdir = |p: &str| Command::Mkdir {
+        path: p.into(),
+        parents: true,
+        mode: 0o755,
+        owner: String::new(),
+        group: String::new(),
+    };
+    rt.block_on(async {
+        for p in ["/a/x", "/b"] {
+            w.submit(mkdir(p)).await.unwrap();
+        }
+        for i in 0..5 {
+            w.submit(Command::Create {
+                path: format!("/a/x/f{i}"),
+                parents: false,
+                mode: 0o644,
+                owner: String::new(),
+                group: String::new(),
+                block_size: 4096,
+            })
+            .await
+            .unwrap();
+        }
+    });
+    let ids: Vec<u64> = rt.block_on(async {
+        let mut v = Vec::new();
+        for p in ["/a", "/b"] {
+            v.push(w.stat(p).await.unwrap().id);
+        }
+        v
+    });
+    let done = Arc::new(AtomicBool::new(false));
+    let torn = Arc::new(AtomicU64::new(0));
+    let reads = Arc::new(AtomicU64::new(0));
+    let n = moves();
+    let writer = {
+        let (w, done) = (w.clone(), done.clone());
+        rt.spawn(async move {
+            for i in 0..n {
+                let (s, d) = if i % 2 == 0 {
+                    ("/a/x", "/b/x")
+                } else {
+                    ("/b/x", "/a/x")
+                };
+                w.submit(Command::Rename {
+                    src: s.into(),
+                    dst: d.into(),
+                    overwrite: false,
+                })
+                .await
+                .unwrap();
+            }
+            done.store(true, Ordering::SeqCst);
+        })
+    };
+    let readers: Vec<_> = (0..2)
+        .map(|_| {
+            let (done, torn, reads, ids) = (done.clone(), torn.clone(), reads.clone(), ids.clone());
+            rt.spawn(async move {
+                let c = connect().await;
+                let mut last = 0;
+                while !done.load(Ordering::SeqCst) {
+                    for (k, path) in ["/a/x", "/b/x"].iter().enumerate() {
+                        match c.stat_at(path, ReadAt::Latest).await {
+                            Ok(r) => {
+                                if r.value.parent != ids[k] || r.value.name != "x" {
+                                    torn.fetch_add(1, Ordering::Relaxed);
+                                }
+                                assert!(r.seq >= last, "reads went backwards");
+                                last = r.seq;
+                            }
+                            Err(e) => assert_eq!(e.kind(), ErrorKind::NotFound, "{e}"),
+                        }
+                        let page = c
+                            .list_at(&path[..2], None, 100, ReadAt::Latest)
+                            .await
+                            .unwrap();
+                        for e in &page.value.entries {
+                            if e.inode.parent != ids[k] || e.inode.name != e.name {
+                                torn.fetch_add(1, Ordering::Relaxed);
+                            }
+                        }
+                        // Ping after a read is never behind it.
+                        assert!(c.ping().await.unwrap() >= page.seq, "Ping behind a read");
+                        reads.fetch_add(3, Ordering::Relaxed);
+                    }
+                }
+            })
+        })
+        .collect();
+    // `ls -R` as a user runs it, while the writer moves x.
+    let mut runs = 0;
+    while !done.load(Ordering::SeqCst) {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_treelog"))
+            .args(["--server", &addr.to_string(), "--json", "ls", "-R", "/"])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "ls -R failed: {out:?}");
+        let rows: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let paths: Vec<&str> = rows
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["path"].as_str().unwrap())
+            .collect();
+        let xs = paths
+            .iter()
+            .filter(|p| **p == "/a/x" || **p == "/b/x")
+            .count();
+        let files = paths.iter().filter(|p| p.contains("/x/f")).count();
+        assert_eq!(
+            (xs, files),
+            (1, 5),
+            "ls -R saw x {xs} times and {files} files: {paths:?}"
+        );
+        runs += 1;
+    }
+    rt.block_on(writer).unwrap();
+    for r in readers {
+        rt.block_on(r).unwrap();
+    }
+    let (torn, reads) = (torn.load(Ordering::SeqCst), reads.load(Ordering::SeqCst));
+    eprintln!("{reads} replies, {torn} torn, {runs} ls -R runs");
+    assert_eq!(torn, 0, "{torn} of {reads} replies showed half a rename");
+    assert!(runs > 0 && reads > 0);
+    rt.block_on(h.shutdown()).unwrap();
+}

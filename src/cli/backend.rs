@@ -8,6 +8,7 @@ use crate::command::Command;
 use crate::error::{Error, Result};
 use crate::format::ROOT_ID;
 use crate::namespace::{Options, Treelog};
+use crate::readview::ReadAt;
 use crate::retention::CursorInfo;
 use crate::stream::{StreamItem, SubscribeOptions, Subscription};
 use crate::types::{DirEntry, Inode, ListPage};
@@ -107,6 +108,65 @@ impl Backend {
             Backend::Local(t) => t.list(path, after, limit),
             Backend::Remote { rt, client } => {
                 rt.block_on(client.list(path, after, limit.min(u32::MAX as usize) as u32))
+            }
+        }
+    }
+
+    /// A listing page at a committed state.
+    pub fn list_at(
+        &self,
+        path: &str,
+        after: Option<&str>,
+        limit: usize,
+        at: ReadAt,
+    ) -> Result<ListPage> {
+        match self {
+            Backend::Local(t) => t.list_at(path, after, limit, at).map(|r| r.value),
+            Backend::Remote { rt, client } => rt
+                .block_on(client.list_at(path, after, limit.min(u32::MAX as usize) as u32, at))
+                .map(|r| r.value),
+        }
+    }
+
+    pub fn stat_at(&self, path: &str, at: ReadAt) -> Result<Inode> {
+        match self {
+            Backend::Local(t) => t.stat_at(path, at).map(|r| r.value),
+            Backend::Remote { rt, client } => {
+                rt.block_on(client.stat_at(path, at)).map(|r| r.value)
+            }
+        }
+    }
+
+    /// Pins the newest committed state (see `Treelog::pin_view`).
+    pub fn pin_view(&self) -> Result<u64> {
+        match self {
+            Backend::Local(t) => t.pin_view(),
+            Backend::Remote { rt, client } => rt.block_on(client.pin_view()),
+        }
+    }
+
+    /// Releases a pin (best effort: pins also expire).
+    pub fn unpin_view(&self, seq: u64) {
+        match self {
+            Backend::Local(t) => {
+                t.unpin_view(seq);
+            }
+            Backend::Remote { rt, client } => {
+                let _ = rt.block_on(client.unpin_view(seq));
+            }
+        }
+    }
+
+    /// Every entry of a directory, all pages at the state `at`.
+    pub fn list_all_at(&self, path: &str, at: ReadAt) -> Result<Vec<DirEntry>> {
+        let mut out = Vec::new();
+        let mut after: Option<String> = None;
+        loop {
+            let page = self.list_at(path, after.as_deref(), 1000, at)?;
+            out.extend(page.entries);
+            match page.next_start_after {
+                Some(n) => after = Some(n),
+                None => return Ok(out),
             }
         }
     }

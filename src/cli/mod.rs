@@ -12,6 +12,7 @@ use crate::command::Command;
 use crate::error::{Error, ErrorKind, Result};
 use crate::format::record;
 use crate::namespace::{Options, Treelog};
+use crate::readview::ReadAt;
 use crate::store::{Store, StoreOptions};
 use crate::types::{Inode, DEFAULT_BLOCK_SIZE, DEFAULT_DIR_MODE, DEFAULT_FILE_MODE};
 use crate::writer::Durability;
@@ -550,14 +551,15 @@ fn list_into(
     start_after: Option<&str>,
     limit: Option<usize>,
     json_rows: &mut Vec<serde_json::Value>,
+    at: ReadAt,
 ) -> Result<()> {
     let entries = match (limit, start_after) {
-        (Some(l), _) => t.list(path, start_after, l)?.entries,
+        (Some(l), _) => t.list_at(path, start_after, l, at)?.entries,
         (None, Some(_)) => {
             let mut v = Vec::new();
             let mut after = start_after.map(str::to_owned);
             loop {
-                let p = t.list(path, after.as_deref(), 1000)?;
+                let p = t.list_at(path, after.as_deref(), 1000, at)?;
                 v.extend(p.entries);
                 match p.next_start_after {
                     Some(n) => after = Some(n),
@@ -566,7 +568,7 @@ fn list_into(
             }
             v
         }
-        (None, None) => t.list_all(path)?,
+        (None, None) => t.list_all_at(path, at)?,
     };
     let dir = crate::path::canonical(path)?;
     if recursive && !out.json {
@@ -593,7 +595,7 @@ fn list_into(
             if !out.json {
                 outln!(out)?;
             }
-            list_into(t, out, &full, long, true, None, limit, json_rows)?;
+            list_into(t, out, &full, long, true, None, limit, json_rows, at)?;
         }
     }
     Ok(())
@@ -738,26 +740,37 @@ fn dispatch(cli: &Cli, out: &Out) -> Result<u8> {
             path,
         } => {
             let t = open(cli)?;
-            let st = t.stat(path)?;
-            let mut rows = Vec::new();
-            if st.attrs.kind.is_dir() {
-                list_into(
-                    &t,
-                    out,
-                    path,
-                    *long,
-                    *recursive,
-                    start_after.as_deref(),
-                    *limit,
-                    &mut rows,
-                )?;
-            } else if out.json {
-                rows.push(serde_json::json!({"path": crate::path::canonical(path)?, "name": st.name, "inode": st}));
-            } else if *long {
-                outln!(out, "{}", long_line(&st, path))?;
-            } else {
-                outln!(out, "{}", quote(path))?;
-            }
+            // Every page and directory at one committed state, pinned for
+            // the listing: a tree that moves meanwhile is never seen
+            // half-moved (docs/READS.md).
+            let pinned = t.pin_view()?;
+            let listed = (|| -> Result<Vec<serde_json::Value>> {
+                let at = ReadAt::Exactly(pinned);
+                let st = t.stat_at(path, at)?;
+                let mut rows = Vec::new();
+                if st.attrs.kind.is_dir() {
+                    list_into(
+                        &t,
+                        out,
+                        path,
+                        *long,
+                        *recursive,
+                        start_after.as_deref(),
+                        *limit,
+                        &mut rows,
+                        at,
+                    )?;
+                } else if out.json {
+                    rows.push(serde_json::json!({"path": crate::path::canonical(path)?, "name": st.name, "inode": st}));
+                } else if *long {
+                    outln!(out, "{}", long_line(&st, path))?;
+                } else {
+                    outln!(out, "{}", quote(path))?;
+                }
+                Ok(rows)
+            })();
+            t.unpin_view(pinned);
+            let rows = listed?;
             if out.json {
                 out.print_json(&rows)?;
             }
