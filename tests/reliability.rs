@@ -352,3 +352,53 @@ mod crash_points {
         }
     }
 }
+
+/// A full disk: the writer stops (its callers told `OutcomeUnknown` or
+/// `WriterStopped`, never success), and once there is room again the
+/// database opens with every acknowledged write. Needs to mount a small
+/// tmpfs (root, as in CI); says so and does nothing elsewhere.
+#[test]
+fn a_full_disk_stops_the_writer_and_loses_nothing_acknowledged() {
+    let dir = tempfile::tempdir().unwrap();
+    let mnt = dir.path().join("mnt");
+    std::fs::create_dir(&mnt).unwrap();
+    let mount = |opts: &str| {
+        Command::new("mount")
+            .args(["-t", "tmpfs", "-o", opts, "tmpfs"])
+            .arg(&mnt)
+            .output()
+            .is_ok_and(|o| o.status.success())
+    };
+    if !mount("size=6m") {
+        eprintln!("SKIPPED: cannot mount a tmpfs here (not root?)");
+        return;
+    }
+    struct Unmount(PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            let _ = Command::new("umount").arg(&self.0).status();
+        }
+    }
+    let _unmount = Unmount(mnt.clone());
+    let data = mnt.join("db");
+    let mut expect = Expect::default();
+    let status = Worker::spawn(&data, 4, "w", &[]).until_exit(&mut expect);
+    assert_eq!(
+        status.code(),
+        Some(1),
+        "the worker should stop on the full disk"
+    );
+    assert!(expect.acks > 100, "only {} acknowledgements", expect.acks);
+    // Room again (the same files, a bigger filesystem).
+    let remount = Command::new("mount")
+        .args(["-o", "remount,size=256m"])
+        .arg(&mnt)
+        .status()
+        .unwrap();
+    assert!(remount.success());
+    let t = open(&data, "after the disk was full");
+    expect.check(&t, u64::MAX, "after the disk was full");
+    let report = admin::verify(t.store()).unwrap();
+    assert!(report.ok(), "{report:?}");
+    t.close().unwrap();
+}
