@@ -1556,6 +1556,46 @@ mod tests {
         }
     }
 
+    #[test]
+    fn failed_tokens_space_the_checks_of_their_address() {
+        let ms = Duration::from_millis;
+        let mut t = AuthThrottle::default();
+        let ip: IpAddr = "10.0.0.1".parse().unwrap();
+        let now = Instant::now();
+        assert_eq!(t.reserve(ip, now), Some(Duration::ZERO));
+        t.failed(ip, now);
+        // Checks arriving together are spaced by the delay.
+        assert_eq!(t.reserve(ip, now), Some(ms(50)));
+        assert_eq!(t.reserve(ip, now), Some(ms(100)));
+        // Other addresses are not affected; the same IPv6 /64 is.
+        assert_eq!(
+            t.reserve("10.0.0.2".parse().unwrap(), now),
+            Some(Duration::ZERO)
+        );
+        t.failed("2001:db8::1".parse().unwrap(), now);
+        assert_eq!(t.reserve("2001:db8::2".parse().unwrap(), now), Some(ms(50)));
+        assert_eq!(
+            t.reserve("2001:db8:0:1::2".parse().unwrap(), now),
+            Some(Duration::ZERO)
+        );
+        // The delay doubles per failure, up to 5 s.
+        let ip2: IpAddr = "10.0.0.3".parse().unwrap();
+        for _ in 0..10 {
+            t.failed(ip2, now);
+        }
+        assert_eq!(t.reserve(ip2, now), Some(AuthThrottle::MAX_DELAY));
+        // A check more than 10 s away is refused, not queued.
+        assert_eq!(t.reserve(ip2, now), Some(ms(10_000)));
+        assert_eq!(t.reserve(ip2, now), None);
+        // Forgotten after a quiet while, or at once by the right token.
+        assert_eq!(
+            t.reserve(ip2, now + AuthThrottle::FORGET + ms(1)),
+            Some(Duration::ZERO)
+        );
+        t.succeeded(ip);
+        assert_eq!(t.reserve(ip, now), Some(Duration::ZERO));
+    }
+
     /// The request workers really run at the asked policy.
     #[cfg(target_os = "linux")]
     #[test]
