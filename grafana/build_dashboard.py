@@ -104,6 +104,14 @@ ts("Requests per second", [(f"sum by (request) (rate(treelog_server_requests_tot
 ts("Rejected frames and auth failures", [(f"rate(treelog_server_rejected_frames_total[{RI}])", "bad frames/s"),
                                          (f"rate(treelog_server_auth_failures_total[{RI}])", "auth failures/s"),
                                          (f"rate(treelog_server_connections_accepted_total[{RI}])", "accepted/s")])
+ts("Replies queued for clients", [("treelog_server_queued_reply_bytes", "queued bytes")], "bytes",
+   desc="Encoded replies not yet written to clients' sockets; each connection's share is bounded by --max-conn-buffer-bytes")
+ts("Limits reached", [(f"rate(treelog_server_backpressure_total[{RI}])", "back-pressure/s"),
+                      (f"rate(treelog_server_handshake_evictions_total[{RI}])", "handshake evictions/s"),
+                      (f"sum by (port) (rate(treelog_server_accept_errors_total[{RI}]))", "accept errors/s {{port}}"),
+                      (f"rate(treelog_http_connections_rejected_total[{RI}])", "http rejected/s"),
+                      ("treelog_server_connections_handshaking", "handshaking")],
+   desc="Accept errors mean the open-file limit is too low (see docs/OPERATIONS.md, Client-facing limits)")
 ts("Process CPU", [(f"rate(process_cpu_seconds_total[{RI}])", "cpu cores")], "percentunit")
 ts("Process memory and file descriptors", [("process_resident_memory_bytes", "resident bytes"), ("process_open_fds", "open fds")])
 

@@ -60,6 +60,10 @@ struct Inner {
     /// The highest sequence any reply carried (a mutation's, a read's
     /// state, a `Ping`): a read-your-writes token for any node.
     seen_seq: AtomicU64,
+    /// Why the connection ended, when reconnecting cannot help (a reply
+    /// larger than this client accepts): subscriptions end with it
+    /// instead of resuming.
+    terminal: Mutex<Option<String>>,
 }
 
 /// A connection to a treelog server.
@@ -72,6 +76,21 @@ pub struct Client {
 
 fn lost(why: impl std::fmt::Display) -> Error {
     Error::Protocol(format!("connection lost: {why}"))
+}
+
+/// The error for a frame from the server above `ClientOptions::max_frame`
+/// (`why` names its size and the limit).
+fn too_large(why: &str) -> Error {
+    Error::Protocol(format!(
+        "the server sent a reply too large for this client: {why} bytes (ClientOptions::max_frame)"
+    ))
+}
+
+fn protocol_message(e: &Error) -> String {
+    match e {
+        Error::Protocol(m) => m.clone(),
+        e => e.to_string(),
+    }
 }
 
 fn fail_all(inner: &Inner, e: &Error) {
@@ -88,6 +107,7 @@ fn fail_all(inner: &Inner, e: &Error) {
                 kind: *kind,
                 message: message.clone(),
             },
+            Error::Protocol(m) => Error::Protocol(m.clone()),
             other => Error::Protocol(other.to_string()),
         };
         match w {
@@ -126,8 +146,15 @@ impl Client {
         )
         .await
         .map_err(|_| {
-            Error::Protocol(format!("no handshake reply from {addr} (still replaying?)"))
-        })??
+            Error::Protocol(format!(
+                "no handshake reply from {addr} within {} s (replaying its log, or overloaded?)",
+                opts.connect_timeout.as_secs_f64()
+            ))
+        })?
+        .map_err(|e| match e {
+            Error::InvalidArgument(m) => too_large(&m),
+            e => e,
+        })?
         .ok_or_else(|| {
             Error::Protocol("server closed the connection during the handshake".into())
         })?;
@@ -156,6 +183,7 @@ impl Client {
             next_id: AtomicU64::new(1),
             committed_at_connect: committed,
             seen_seq: AtomicU64::new(committed),
+            terminal: Mutex::new(None),
         });
         tokio::spawn(protocol::write_loop(out_rx, w.into_inner()));
         // Reader task: routes replies to their waiters.
@@ -166,8 +194,17 @@ impl Client {
                 let frame = match protocol::read_frame(&mut rd, max_frame).await {
                     Ok(Some(f)) => f,
                     Ok(None) => break lost("closed by the server"),
-                    // Too large for this client: retrying would meet it again.
-                    Err(e @ Error::InvalidArgument(_)) => break e,
+                    // Too large for this client: retrying would meet it
+                    // again, so it ends subscriptions too.
+                    Err(Error::InvalidArgument(m)) => {
+                        let e = too_large(&m);
+                        if let Some(inner) = weak.upgrade() {
+                            if let Ok(mut t) = inner.terminal.lock() {
+                                *t = Some(protocol_message(&e));
+                            }
+                        }
+                        break e;
+                    }
                     Err(e) => break lost(e),
                 };
                 let Some(inner) = weak.upgrade() else { return };
@@ -215,6 +252,12 @@ impl Client {
     /// The committed sequence the server reported in the handshake.
     pub fn committed_at_connect(&self) -> u64 {
         self.inner.committed_at_connect
+    }
+
+    /// Why the connection ended, if retrying cannot help.
+    fn terminal(&self) -> Option<Error> {
+        let t = self.inner.terminal.lock().ok()?;
+        t.as_ref().map(|m| Error::Protocol(m.clone()))
     }
 
     async fn send_request(&self, body: RequestBody, waiter: Waiter) -> Result<u64> {
@@ -497,6 +540,7 @@ impl Client {
             in_snapshot: false,
             opened: false,
             reconnects: 0,
+            ended: false,
         };
         s.open().await?;
         Ok(s)
@@ -526,6 +570,8 @@ pub struct RemoteSubscription {
     /// Whether a subscription was opened before (so `open` resumes).
     opened: bool,
     reconnects: u64,
+    /// Ended by an error that resuming cannot cure.
+    ended: bool,
 }
 
 impl RemoteSubscription {
@@ -581,8 +627,14 @@ impl RemoteSubscription {
     /// The next item. After a lost connection or a server shutdown it
     /// reconnects and resumes (for up to `resume_for`), so it returns an
     /// error only when that fails or the server refuses the subscription.
+    /// An item larger than `ClientOptions::max_frame` ends the
+    /// subscription with a `Protocol` error naming its size (resuming
+    /// would meet it again); `None` after that.
     /// Every `SnapshotStart` means: replace your model with the snapshot.
     pub async fn next(&mut self) -> Option<Result<StreamItem>> {
+        if self.ended {
+            return None;
+        }
         let deadline = tokio::time::Instant::now() + self.copts.resume_for;
         loop {
             if self.conn.is_none() {
@@ -619,11 +671,29 @@ impl RemoteSubscription {
                     return Some(Err(protocol::remote_error(kind, message)));
                 }
                 Some(Ok(other)) => return Some(Err(unexpected(other))),
-                Some(Err(e)) if retryable(&e) => self.conn = None,
-                Some(Err(e)) => return Some(Err(e)),
-                None => self.conn = None,
+                Some(Err(e)) => {
+                    if let Some(t) = conn._client.terminal() {
+                        return Some(Err(self.end(t)));
+                    }
+                    if !retryable(&e) {
+                        return Some(Err(e));
+                    }
+                    self.conn = None;
+                }
+                None => {
+                    if let Some(t) = conn._client.terminal() {
+                        return Some(Err(self.end(t)));
+                    }
+                    self.conn = None;
+                }
             }
         }
+    }
+
+    fn end(&mut self, e: Error) -> Error {
+        self.ended = true;
+        self.conn = None;
+        e
     }
 
     /// As a `futures` stream.

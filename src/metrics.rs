@@ -83,6 +83,17 @@ pub struct Metrics {
     pub requests: IntCounterVec,
     pub bad_frames: IntCounter,
     pub auth_failures: IntCounter,
+    /// Encoded replies queued for all connections, not yet written.
+    pub queued_bytes: IntGauge,
+    pub backpressure: IntCounter,
+    /// Failed `accept` calls, by port (`rpc`, `http`).
+    pub accept_errors: IntCounterVec,
+    pub handshaking: IntGauge,
+    pub handshake_evictions: IntCounter,
+    /// The connection limit in force (after the file-descriptor check).
+    pub connection_limit: IntGauge,
+    pub http_connections: IntGauge,
+    pub http_rejected: IntCounter,
 }
 
 impl Metrics {
@@ -286,8 +297,47 @@ impl Metrics {
                 "treelog_server_auth_failures_total",
                 "Handshakes refused for a wrong or missing token",
             )?,
+            queued_bytes: IntGauge::new(
+                "treelog_server_queued_reply_bytes",
+                "Encoded replies and stream items queued for clients and not yet written to their sockets",
+            )?,
+            backpressure: IntCounter::new(
+                "treelog_server_backpressure_total",
+                "Times a connection stopped reading requests because its queued replies reached --max-conn-buffer-bytes",
+            )?,
+            accept_errors: IntCounterVec::new(
+                Opts::new(
+                    "treelog_server_accept_errors_total",
+                    "Failed accept calls (e.g. out of file descriptors), by port; the port backs off after each",
+                ),
+                &["port"],
+            )?,
+            handshaking: IntGauge::new(
+                "treelog_server_connections_handshaking",
+                "Connections accepted that have not completed their handshake",
+            )?,
+            handshake_evictions: IntCounter::new(
+                "treelog_server_handshake_evictions_total",
+                "Connections closed before their handshake to make room for newer ones",
+            )?,
+            connection_limit: IntGauge::new(
+                "treelog_server_connection_limit",
+                "RPC connection limit in force (--max-connections, lowered to fit RLIMIT_NOFILE)",
+            )?,
+            http_connections: IntGauge::new(
+                "treelog_http_connections",
+                "Open connections on the HTTP port",
+            )?,
+            http_rejected: IntCounter::new(
+                "treelog_http_connections_rejected_total",
+                "HTTP connections refused because of --max-http-connections",
+            )?,
             registry: r,
         };
+        // Both ports' series exist from the start (at zero).
+        for port in ["rpc", "http"] {
+            m.accept_errors.with_label_values(&[port]);
+        }
         m.register()?;
         Ok(m)
     }
@@ -331,6 +381,10 @@ impl Metrics {
             &self.pinned_views,
             &self.connections,
             &self.in_flight,
+            &self.queued_bytes,
+            &self.handshaking,
+            &self.connection_limit,
+            &self.http_connections,
         ] {
             r.register(Box::new(g.clone()))?;
         }
@@ -347,6 +401,9 @@ impl Metrics {
             &self.connections_rejected,
             &self.bad_frames,
             &self.auth_failures,
+            &self.backpressure,
+            &self.handshake_evictions,
+            &self.http_rejected,
         ] {
             r.register(Box::new(c.clone()))?;
         }
@@ -355,6 +412,7 @@ impl Metrics {
             &self.reads,
             &self.requests,
             &self.read_cache_misses,
+            &self.accept_errors,
         ] {
             r.register(Box::new(v.clone()))?;
         }

@@ -183,9 +183,20 @@ pub fn decode<'a, T: Deserialize<'a>>(payload: &'a [u8]) -> Result<T> {
     Ok(v)
 }
 
+/// Bytes a frame's payload buffer grows by per read: memory follows the
+/// bytes that actually arrived, not the length the prefix promises.
+const READ_CHUNK: usize = 64 << 10;
+
+/// The error for a frame whose length prefix exceeds `max`.
+pub fn frame_too_large(len: usize, max: usize) -> Error {
+    Error::InvalidArgument(format!("frame of {len} bytes exceeds the limit of {max}"))
+}
+
 /// Reads one frame's payload. `Ok(None)` on a clean end of stream before a
-/// frame starts. A length above `max` is refused before anything is
-/// allocated.
+/// frame starts. A length above `max` is refused (with
+/// [`frame_too_large`]) before anything is allocated, and the payload
+/// buffer grows in chunks as bytes arrive: a 4-byte prefix alone never
+/// makes the reader allocate `max` bytes.
 pub async fn read_frame<R: AsyncRead + Unpin>(r: &mut R, max: usize) -> Result<Option<Vec<u8>>> {
     let mut len = [0u8; 4];
     let mut got = 0;
@@ -205,21 +216,21 @@ pub async fn read_frame<R: AsyncRead + Unpin>(r: &mut R, max: usize) -> Result<O
     }
     let len = u32::from_be_bytes(len) as usize;
     if len > max {
-        return Err(Error::InvalidArgument(format!(
-            "frame of {len} bytes exceeds the limit of {max}"
-        )));
+        return Err(frame_too_large(len, max));
     }
-    let mut buf = vec![0u8; len];
-    r.read_exact(&mut buf).await.map_err(|e| {
-        if e.kind() == std::io::ErrorKind::UnexpectedEof {
-            Error::corrupt(
+    let mut buf = Vec::with_capacity(len.min(READ_CHUNK));
+    while buf.len() < len {
+        let old = buf.len();
+        buf.resize(old + (len - old).min(READ_CHUNK), 0);
+        let n = r.read(&mut buf[old..]).await?;
+        buf.truncate(old + n);
+        if n == 0 {
+            return Err(Error::corrupt(
                 "frame",
                 format!("connection closed inside a {len}-byte frame"),
-            )
-        } else {
-            Error::Io(e)
+            ));
         }
-    })?;
+    }
     Ok(Some(buf))
 }
 
@@ -229,13 +240,19 @@ pub async fn write_frame<W: AsyncWrite + Unpin>(w: &mut W, bytes: &[u8]) -> Resu
 }
 
 /// Writes queued frames to `w` until the queue closes, batching whatever is
-/// queued into one flush (few syscalls under load).
-pub async fn write_loop<W: AsyncWrite + Unpin>(mut rx: tokio::sync::mpsc::Receiver<Vec<u8>>, w: W) {
+/// queued into one flush (few syscalls under load). Each frame is dropped
+/// as soon as it has been handed to `w` (the server's frames uncount
+/// themselves from their connection's queue when dropped).
+pub async fn write_loop<F: AsRef<[u8]>, W: AsyncWrite + Unpin>(
+    mut rx: tokio::sync::mpsc::Receiver<F>,
+    w: W,
+) {
     let mut w = tokio::io::BufWriter::with_capacity(64 << 10, w);
     while let Some(f) = rx.recv().await {
-        if w.write_all(&f).await.is_err() {
+        if w.write_all(f.as_ref()).await.is_err() {
             return;
         }
+        drop(f);
         // Frames come in bursts: the replies of one commit round, each sent
         // by its own task. The first one wakes this task at once (tokio
         // runs a woken task next), so without a yield every reply went out
@@ -245,7 +262,7 @@ pub async fn write_loop<W: AsyncWrite + Unpin>(mut rx: tokio::sync::mpsc::Receiv
         loop {
             match rx.try_recv() {
                 Ok(f) => {
-                    if w.write_all(&f).await.is_err() {
+                    if w.write_all(f.as_ref()).await.is_err() {
                         return;
                     }
                 }

@@ -6,7 +6,10 @@
 //! writer wait (the writer only bumps the watermark). When caught up it
 //! parks on the watermark (a condition variable, or a `watch` for async
 //! callers): no polling. Per-subscription memory is bounded by one batch of
-//! records, or by the snapshot channel while a snapshot streams.
+//! records, or while a snapshot streams by one page of children per level
+//! of the directory being walked. A snapshot is produced a page at a time
+//! as the consumer reads it: a subscriber that stops reading holds no
+//! thread and makes nothing more.
 //!
 //! Snapshots are exact: a RocksDB snapshot sees the index and `applied_seq`
 //! of the same group (they are one write batch), so the snapshot at `S`
@@ -314,10 +317,8 @@ const BATCH: u64 = 256;
 /// A subscription that scanned this many records without a match reports
 /// its position.
 const PROGRESS_EVERY: u64 = 65_536;
-/// Snapshot entries buffered between the snapshot thread and the consumer.
-const SNAPSHOT_CHANNEL: usize = 1024;
-
-type SnapMsg = Result<StreamItem>;
+/// Children read per page while a snapshot walks a directory.
+const SNAPSHOT_PAGE: usize = 256;
 
 /// A live subscription. Obtain one from [`crate::Treelog::subscribe`].
 pub struct Subscription {
@@ -333,7 +334,7 @@ pub struct Subscription {
     buf: VecDeque<StreamItem>,
     /// Reused for reads from the tail cache.
     slice: crate::tailcache::Slice,
-    snapshot: Option<tokio::sync::mpsc::Receiver<SnapMsg>>,
+    snapshot: Option<Box<SnapshotWalk>>,
     cursor: Option<String>,
 }
 
@@ -403,31 +404,30 @@ impl Subscription {
         self.cursor.as_deref()
     }
 
+    /// Starts a snapshot at the committed index as it is now; its items
+    /// are made as the consumer asks for them.
     fn start_snapshot(&mut self, resync: bool) {
-        let (tx, rx) = tokio::sync::mpsc::channel(SNAPSHOT_CHANNEL);
-        let shared = self.shared.clone();
         let prefix = self.filter.prefix.clone().unwrap_or_else(|| "/".into());
-        let spawned = std::thread::Builder::new()
-            .name("treelog-snapshot".into())
-            .spawn(move || {
-                if let Err(e) = produce_snapshot(&shared, &prefix, resync, &tx) {
-                    let _ = tx.blocking_send(Err(e));
-                }
-            });
-        match spawned {
-            Ok(_) => self.snapshot = Some(rx),
-            Err(e) => {
-                // Could not start a thread: deliver that as the stream's error.
-                let (etx, erx) = tokio::sync::mpsc::channel(1);
-                let _ = etx.try_send(Err(Error::Io(e)));
-                self.snapshot = Some(erx);
-            }
-        }
+        self.snapshot = Some(Box::new(SnapshotWalk {
+            // The committed index (RocksDB's latest state may hold a round
+            // whose fsync has not finished).
+            snap: self.shared.view.load_full(),
+            prefix,
+            resync,
+            seq: 0,
+            step: WalkStep::Start,
+            stack: Vec::new(),
+        }));
     }
 
-    fn on_snapshot_msg(&mut self, msg: Option<SnapMsg>) -> Result<StreamItem> {
-        match msg {
-            Some(Ok(item)) => {
+    /// The snapshot's next item. The snapshot ends (and the log resumes
+    /// after it) with its `SnapshotEnd`, or with an error.
+    fn next_snapshot_item(&mut self) -> Result<StreamItem> {
+        let Some(walk) = self.snapshot.as_mut() else {
+            return Err(Error::corrupt("snapshot", "no snapshot is active"));
+        };
+        match walk.next(&self.shared) {
+            Ok(item) => {
                 if let StreamItem::SnapshotEnd { seq } = item {
                     self.snapshot = None;
                     self.next_seq = seq + 1;
@@ -435,16 +435,9 @@ impl Subscription {
                 }
                 Ok(self.hand_out(item))
             }
-            Some(Err(e)) => {
+            Err(e) => {
                 self.snapshot = None;
                 Err(e)
-            }
-            None => {
-                self.snapshot = None;
-                Err(Error::corrupt(
-                    "snapshot",
-                    "the snapshot producer stopped early",
-                ))
             }
         }
     }
@@ -455,14 +448,9 @@ impl Subscription {
             if let Some(item) = self.buf.pop_front() {
                 return Ok(Some(self.hand_out(item)));
             }
-            if let Some(rx) = &mut self.snapshot {
-                return match rx.try_recv() {
-                    Ok(m) => self.on_snapshot_msg(Some(m)).map(Some),
-                    Err(tokio::sync::mpsc::error::TryRecvError::Empty) => Ok(None),
-                    Err(tokio::sync::mpsc::error::TryRecvError::Disconnected) => {
-                        self.on_snapshot_msg(None).map(Some)
-                    }
-                };
+            if self.snapshot.is_some() {
+                // A snapshot always has a next item.
+                return self.next_snapshot_item().map(Some);
             }
             if !self.fill_from_log()? {
                 return Ok(None);
@@ -477,11 +465,6 @@ impl Subscription {
         loop {
             if let Some(item) = self.try_next()? {
                 return Ok(Some(item));
-            }
-            if let Some(rx) = &mut self.snapshot {
-                // A snapshot is active work that always progresses.
-                let m = rx.blocking_recv();
-                return self.on_snapshot_msg(m).map(Some);
             }
             let now = Instant::now();
             if now >= deadline {
@@ -498,10 +481,6 @@ impl Subscription {
         loop {
             if let Some(item) = self.try_next()? {
                 return Ok(item);
-            }
-            if let Some(rx) = &mut self.snapshot {
-                let m = rx.recv().await;
-                return self.on_snapshot_msg(m);
             }
             self.shared.committed.wait_for_async(self.next_seq).await;
         }
@@ -619,15 +598,6 @@ impl Subscription {
     }
 }
 
-impl Drop for Subscription {
-    fn drop(&mut self) {
-        if let Some(rx) = &mut self.snapshot {
-            // Unblocks the snapshot thread's send, which then stops.
-            rx.close();
-        }
-    }
-}
-
 struct Frame {
     id: u64,
     path: String,
@@ -636,85 +606,124 @@ struct Frame {
     done: bool,
 }
 
-/// Streams a consistent snapshot of the subtree at `prefix` into `tx`.
-fn produce_snapshot(
-    shared: &Shared,
-    prefix: &str,
+enum WalkStep {
+    /// `SnapshotStart` comes next.
+    Start,
+    /// The subtree's root comes next.
+    Root,
+    /// Walking the directories on `stack`.
+    Walk,
+    /// `SnapshotEnd` comes next.
+    End,
+}
+
+/// A consistent snapshot of a subtree, walked depth-first a page of
+/// children at a time (parents before their children). It holds a RocksDB
+/// snapshot and one page per directory level, no thread.
+struct SnapshotWalk {
+    /// The committed state walked (its snapshot and sequence).
+    snap: Arc<crate::readview::PublishedView>,
+    prefix: String,
     resync: bool,
-    tx: &tokio::sync::mpsc::Sender<SnapMsg>,
-) -> Result<()> {
-    let send = |item: StreamItem| -> Result<()> {
-        tx.blocking_send(Ok(item)).map_err(|_| Error::ShuttingDown)
-    };
-    // The committed index (RocksDB's latest state may hold a round whose
-    // fsync has not finished).
-    let snap = shared.view.load_full();
-    let view = shared.store.index_at(&snap.snap);
-    let seq = snap.seq;
-    send(StreamItem::SnapshotStart {
-        seq,
-        prefix: prefix.to_owned(),
-        resync,
-    })?;
-    // Entries in the snapshot only use dictionary ids that existed then; the
-    // current dictionaries are a superset.
-    let dicts = shared.dicts();
-    let root = match engine::resolve(&view, &dicts, prefix) {
-        Ok(r) => Some(r),
-        Err(e) if matches!(e.kind(), ErrorKind::NotFound | ErrorKind::NotADirectory) => None,
-        Err(e) => return Err(e),
-    };
-    if let Some(root) = root {
-        if prefix != "/" {
-            send(StreamItem::SnapshotEntry {
-                path: prefix.to_owned(),
-                inode: Box::new(root.clone()),
-            })?;
-        }
-        if root.attrs.kind.is_dir() {
-            let mut stack = vec![Frame {
-                id: root.id,
-                path: prefix.to_owned(),
-                buf: VecDeque::new(),
-                after: None,
-                done: false,
-            }];
-            while let Some(top) = stack.last_mut() {
-                if top.buf.is_empty() {
-                    if top.done {
-                        stack.pop();
-                        continue;
-                    }
-                    let (page, more) =
-                        engine::list_children(&view, &dicts, top.id, top.after.as_deref(), 256)?;
-                    top.done = !more;
-                    top.after = page.last().map(|e| e.name.clone());
-                    top.buf.extend(page);
-                    continue;
-                }
-                let Some(e) = top.buf.pop_front() else {
-                    continue;
-                };
-                let p = path::join(&top.path, &e.name);
-                let is_dir = e.inode.attrs.kind.is_dir();
-                let id = e.inode.id;
-                send(StreamItem::SnapshotEntry {
-                    path: p.clone(),
-                    inode: Box::new(e.inode),
-                })?;
-                if is_dir {
-                    stack.push(Frame {
-                        id,
-                        path: p,
-                        buf: VecDeque::new(),
-                        after: None,
-                        done: false,
+    /// The sequence of the state walked.
+    seq: u64,
+    step: WalkStep,
+    stack: Vec<Frame>,
+}
+
+impl SnapshotWalk {
+    fn next(&mut self, shared: &Shared) -> Result<StreamItem> {
+        let view = shared.store.index_at(&self.snap.snap);
+        loop {
+            match self.step {
+                WalkStep::Start => {
+                    self.seq = self.snap.seq;
+                    self.step = WalkStep::Root;
+                    return Ok(StreamItem::SnapshotStart {
+                        seq: self.seq,
+                        prefix: self.prefix.clone(),
+                        resync: self.resync,
                     });
                 }
+                WalkStep::Root => {
+                    self.step = WalkStep::End;
+                    // Entries in the snapshot only use dictionary ids that
+                    // existed then; the current dictionaries are a superset.
+                    let dicts = shared.dicts();
+                    let root = match engine::resolve(&view, &dicts, &self.prefix) {
+                        Ok(r) => r,
+                        Err(e)
+                            if matches!(
+                                e.kind(),
+                                ErrorKind::NotFound | ErrorKind::NotADirectory
+                            ) =>
+                        {
+                            continue
+                        }
+                        Err(e) => return Err(e),
+                    };
+                    if root.attrs.kind.is_dir() {
+                        self.step = WalkStep::Walk;
+                        self.stack.push(Frame {
+                            id: root.id,
+                            path: self.prefix.clone(),
+                            buf: VecDeque::new(),
+                            after: None,
+                            done: false,
+                        });
+                    }
+                    if self.prefix != "/" {
+                        return Ok(StreamItem::SnapshotEntry {
+                            path: self.prefix.clone(),
+                            inode: Box::new(root),
+                        });
+                    }
+                }
+                WalkStep::Walk => {
+                    let Some(top) = self.stack.last_mut() else {
+                        self.step = WalkStep::End;
+                        continue;
+                    };
+                    if top.buf.is_empty() {
+                        if top.done {
+                            self.stack.pop();
+                            continue;
+                        }
+                        let dicts = shared.dicts();
+                        let (page, more) = engine::list_children(
+                            &view,
+                            &dicts,
+                            top.id,
+                            top.after.as_deref(),
+                            SNAPSHOT_PAGE,
+                        )?;
+                        top.done = !more;
+                        top.after = page.last().map(|e| e.name.clone());
+                        top.buf.extend(page);
+                        continue;
+                    }
+                    let Some(e) = top.buf.pop_front() else {
+                        continue;
+                    };
+                    let p = path::join(&top.path, &e.name);
+                    if e.inode.attrs.kind.is_dir() {
+                        self.stack.push(Frame {
+                            id: e.inode.id,
+                            path: p.clone(),
+                            buf: VecDeque::new(),
+                            after: None,
+                            done: false,
+                        });
+                    }
+                    return Ok(StreamItem::SnapshotEntry {
+                        path: p,
+                        inode: Box::new(e.inode),
+                    });
+                }
+                WalkStep::End => return Ok(StreamItem::SnapshotEnd { seq: self.seq }),
             }
         }
     }
-    send(StreamItem::SnapshotEnd { seq })
 }
 
 /// The scheduling priority of the delivery thread (see [`DeliveryRuntime`]).

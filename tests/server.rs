@@ -605,3 +605,307 @@ async fn graceful_shutdown_under_load_keeps_every_acknowledged_write() {
     }
     assert!(admin::verify(t.store()).unwrap().ok());
 }
+
+/// Sends a raw HTTP GET with `headers` (each ending in `\r\n`); returns the
+/// status code.
+async fn http_get_with(addr: SocketAddr, path: &str, headers: &str) -> u16 {
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    s.write_all(
+        format!("GET {path} HTTP/1.1\r\nHost: x\r\n{headers}Connection: close\r\n\r\n").as_bytes(),
+    )
+    .await
+    .unwrap();
+    let mut buf = Vec::new();
+    s.read_to_end(&mut buf).await.unwrap();
+    String::from_utf8_lossy(&buf)
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0)
+}
+
+fn metric(h: &ServerHandle, f: impl Fn(&treelog::metrics::Metrics) -> i64) -> i64 {
+    f(h.metrics().expect("metrics"))
+}
+
+/// Connections that never say Hello take at most a share of the slots,
+/// and a newer connection reclaims the oldest one's: they cannot lock
+/// clients out (they took every slot for the handshake timeout before).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_without_a_handshake_cannot_lock_clients_out() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(dir.path());
+    cfg.max_connections = 8;
+    // Long enough that the handshake timeout frees nothing here.
+    cfg.handshake_timeout = Duration::from_secs(600);
+    let h = start(cfg).await.unwrap();
+    assert_eq!(h.config.handshaking_limit(), 2);
+    let mut clients = Vec::new();
+    for _ in 0..6 {
+        clients.push(client(&h).await);
+    }
+    let mut silent = Vec::new();
+    for _ in 0..20 {
+        silent.push(raw_connect(&h).await);
+    }
+    // Two more clients get in, each reclaiming a silent connection's slot.
+    for _ in 0..2 {
+        let c = tokio::time::timeout(
+            Duration::from_secs(30),
+            Client::connect(h.bound.rpc, ClientOptions::default()),
+        )
+        .await
+        .expect("failure guard")
+        .expect("a client was locked out by connections that never said Hello");
+        c.ping().await.unwrap();
+        clients.push(c);
+    }
+    // Every slot now belongs to a handshaken client: the next is refused.
+    let e = Client::connect(h.bound.rpc, ClientOptions::default())
+        .await
+        .err()
+        .expect("a ninth connection");
+    assert_eq!(e.kind(), ErrorKind::Busy, "{e}");
+    // The silent connections were closed with Busy, oldest first.
+    for s in silent.iter_mut() {
+        expect_fatal(s, ErrorKind::Busy).await;
+    }
+    for c in &clients {
+        c.ping().await.unwrap();
+    }
+    assert_eq!(metric(&h, |m| m.handshake_evictions.get() as i64), 20);
+    assert_eq!(metric(&h, |m| m.handshaking.get()), 0);
+    drop(clients);
+    h.shutdown().await.unwrap();
+}
+
+/// Wrong tokens from one address are answered ever more slowly: 50 ms
+/// after the first failure, doubling (a lower bound on time, which a
+/// loaded machine only lengthens). The right token still gets in.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn repeated_failed_authentications_are_slowed_down() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(dir.path());
+    cfg.token = Some("right".into());
+    let h = start(cfg).await.unwrap();
+    let opts = |t: &str| ClientOptions {
+        token: Some(t.into()),
+        ..Default::default()
+    };
+    let t0 = std::time::Instant::now();
+    for _ in 0..6 {
+        let e = Client::connect(h.bound.rpc, opts("wrong"))
+            .await
+            .err()
+            .expect("refused");
+        assert_eq!(e.kind(), ErrorKind::Unauthorized, "{e}");
+    }
+    let took = t0.elapsed();
+    // Waits before the 2nd..6th checks: 50 + 100 + 200 + 400 + 800 ms.
+    assert!(took >= Duration::from_millis(1500), "{took:?}");
+    let c = Client::connect(h.bound.rpc, opts("right")).await.unwrap();
+    c.ping().await.unwrap();
+    assert_eq!(metric(&h, |m| m.auth_failures.get() as i64), 6);
+    // Success forgot the failures: a wrong token is answered at once again
+    // (no lower bound to check; the count shows it was checked).
+    assert!(Client::connect(h.bound.rpc, opts("wrong")).await.is_err());
+    assert_eq!(metric(&h, |m| m.auth_failures.get() as i64), 7);
+    h.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_bearer_scheme_is_case_insensitive() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(dir.path());
+    cfg.token = Some("tok".into());
+    let h = start(cfg).await.unwrap();
+    for header in [
+        "Authorization: Bearer tok\r\n",
+        "authorization: bearer tok\r\n",
+        "AUTHORIZATION: BEARER tok\r\n",
+        "Authorization: bEaReR   tok\r\n",
+    ] {
+        assert_eq!(
+            http_get_with(h.bound.http, "/metrics", header).await,
+            200,
+            "{header}"
+        );
+    }
+    for header in [
+        "Authorization: Basic tok\r\n",
+        "Authorization: Bearertok\r\n",
+        "Authorization: tok\r\n",
+    ] {
+        assert_eq!(
+            http_get_with(h.bound.http, "/metrics", header).await,
+            401,
+            "{header}"
+        );
+    }
+    h.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_limits_and_an_open_listen_address_are_refused_at_start() {
+    let dir = tempfile::tempdir().unwrap();
+    for max_frame in [
+        0,
+        1000,
+        treelog::server::MIN_MAX_FRAME - 1,
+        treelog::server::MAX_MAX_FRAME + 1,
+        u32::MAX as usize + 1,
+    ] {
+        let mut cfg = config(dir.path());
+        cfg.max_frame = max_frame;
+        let e = start(cfg).await.err().expect("refused");
+        assert_eq!(e.kind(), ErrorKind::InvalidArgument, "{e}");
+        assert!(e.to_string().contains("--max-frame"), "{e}");
+    }
+    let mut cfg = config(dir.path());
+    cfg.max_conn_buffer_bytes = 0;
+    assert_eq!(
+        start(cfg).await.err().map(|e| e.kind()),
+        Some(ErrorKind::InvalidArgument)
+    );
+    // Not loopback, no token: refused unless asked for.
+    let mut cfg = config(dir.path());
+    cfg.listen = "0.0.0.0:0".parse().unwrap();
+    let e = start(cfg.clone()).await.err().expect("refused");
+    assert_eq!(e.kind(), ErrorKind::InvalidArgument, "{e}");
+    assert!(e.to_string().contains("--allow-insecure-listen"), "{e}");
+    cfg.allow_insecure_listen = true;
+    start(cfg.clone()).await.unwrap().shutdown().await.unwrap();
+    cfg.allow_insecure_listen = false;
+    cfg.token = Some("t".into());
+    let h = start(cfg).await.unwrap();
+    // The limits at their bounds work.
+    h.shutdown().await.unwrap();
+    let mut cfg = config(dir.path());
+    cfg.max_frame = treelog::server::MAX_MAX_FRAME;
+    let h = start(cfg).await.unwrap();
+    assert_healthy(&h).await;
+    h.shutdown().await.unwrap();
+}
+
+/// A reply larger than the client's `max_frame` is a `Protocol` error that
+/// names the size and the limit: from a call, and as the end of a
+/// subscription (which used to reconnect and meet it again forever).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reply_too_large_for_the_client_is_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let h = start(config(dir.path())).await.unwrap();
+    let c = client(&h).await;
+    c.submit(mkdir("/d")).await.unwrap();
+    for i in 0..40 {
+        c.submit(create(&format!("/d/{i:03}{}", "n".repeat(200))))
+            .await
+            .unwrap();
+    }
+    let small = ClientOptions {
+        max_frame: 4096,
+        ..Default::default()
+    };
+    let sc = Client::connect(h.bound.rpc, small.clone()).await.unwrap();
+    let e = sc.list("/d", None, 1000).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Protocol, "{e}");
+    assert!(e.to_string().contains("exceeds the limit of 4096"), "{e}");
+    // The recursive delete's record (41 events) is above 4096 bytes.
+    c.submit(Command::Delete {
+        path: "/d".into(),
+        recursive: true,
+    })
+    .await
+    .unwrap();
+    let sc = Client::connect(h.bound.rpc, small).await.unwrap();
+    let mut sub = sc
+        .subscribe(SubscribeOptions {
+            from: StartFrom::Seq(1),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let e = tokio::time::timeout(Duration::from_secs(60), async {
+        loop {
+            match sub.next().await {
+                Some(Ok(_)) => continue,
+                Some(Err(e)) => return e,
+                None => panic!("the subscription ended without an error"),
+            }
+        }
+    })
+    .await
+    .expect("no error: the subscription kept reconnecting");
+    assert_eq!(e.kind(), ErrorKind::Protocol, "{e}");
+    assert!(e.to_string().contains("exceeds the limit of 4096"), "{e}");
+    assert_eq!(sub.reconnects(), 0);
+    assert!(sub.next().await.is_none(), "the subscription ended");
+    h.shutdown().await.unwrap();
+}
+
+/// The HTTP port holds at most `max_http_connections`, answers more with
+/// 503, and closes connections that do not send their headers in time
+/// (silent ones, and one that drips a header line at a time).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_connections_are_capped_and_must_send_headers_in_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(dir.path());
+    cfg.max_http_connections = 4;
+    cfg.http_header_timeout = Duration::from_secs(1);
+    let h = start(cfg).await.unwrap();
+    let peak = Arc::new(std::sync::atomic::AtomicI64::new(0));
+    let sampler = {
+        let m = h.metrics().unwrap().clone();
+        let peak = peak.clone();
+        tokio::spawn(async move {
+            loop {
+                peak.fetch_max(m.http_connections.get(), Ordering::Relaxed);
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        })
+    };
+    // The dripping connection first, so that it gets a slot.
+    let drip = TcpStream::connect(h.bound.http).await.unwrap();
+    let (mut drip_rd, mut drip_wr) = drip.into_split();
+    let mut silent = Vec::new();
+    for _ in 0..12 {
+        silent.push(TcpStream::connect(h.bound.http).await.unwrap());
+    }
+    let dripper = tokio::spawn(async move {
+        if drip_wr
+            .write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
+            .await
+            .is_err()
+        {
+            return;
+        }
+        loop {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            if drip_wr.write_all(b"X-Slow: 1\r\n").await.is_err() {
+                return;
+            }
+        }
+    });
+    let mut refused = 0;
+    for s in silent.iter_mut() {
+        let mut buf = Vec::new();
+        let _ = tokio::time::timeout(Duration::from_secs(30), s.read_to_end(&mut buf))
+            .await
+            .expect("an HTTP connection that sent nothing was never closed");
+        if String::from_utf8_lossy(&buf).starts_with("HTTP/1.1 503") {
+            refused += 1;
+        }
+    }
+    let mut buf = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(30), drip_rd.read_to_end(&mut buf))
+        .await
+        .expect("a connection dripping its headers was never closed");
+    dripper.abort();
+    sampler.abort();
+    assert!(peak.load(Ordering::Relaxed) <= 4, "{peak:?}");
+    assert!(
+        refused as i64 <= metric(&h, |m| m.http_rejected.get() as i64),
+        "{refused}"
+    );
+    assert_eq!(http_get(h.bound.http, "/healthz", None).await.0, 200);
+    h.shutdown().await.unwrap();
+}

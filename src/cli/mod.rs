@@ -220,12 +220,33 @@ pub struct ServeArgs {
     /// HTTP address (/metrics, /healthz, /readyz).
     #[arg(long, default_value = "127.0.0.1:7401")]
     pub http: std::net::SocketAddr,
+    /// RPC connections at once (lowered, with a warning, to fit the
+    /// open-file limit).
     #[arg(long, default_value_t = 1024)]
     pub max_connections: usize,
+    /// Connections that may be waiting for their handshake at once
+    /// (default: a quarter of --max-connections); the oldest is closed to
+    /// admit a newer one.
+    #[arg(long)]
+    pub max_handshaking: Option<usize>,
     #[arg(long, default_value_t = 256)]
     pub max_in_flight: usize,
+    /// Largest frame a client may send, 65536..=268435456 bytes.
     #[arg(long, default_value_t = crate::protocol::DEFAULT_MAX_FRAME)]
     pub max_frame: usize,
+    /// Bytes of replies queued for one connection beyond which the server
+    /// stops reading its requests until the client reads.
+    #[arg(long, default_value_t = crate::server::DEFAULT_MAX_CONN_BUFFER_BYTES)]
+    pub max_conn_buffer_bytes: usize,
+    /// HTTP connections at once (more are answered 503).
+    #[arg(long, default_value_t = 64)]
+    pub max_http_connections: usize,
+    /// Seconds an HTTP client has to send a request's headers.
+    #[arg(long, default_value_t = 10)]
+    pub http_header_timeout_secs: u64,
+    /// Serve --listen on a non-loopback address without a token.
+    #[arg(long)]
+    pub allow_insecure_listen: bool,
     #[arg(long, default_value_t = 300)]
     pub idle_timeout_secs: u64,
     /// Log retention: keep at most this many records.
@@ -856,8 +877,13 @@ fn serve(cli: &Cli, a: &ServeArgs) -> Result<u8> {
     cfg.http = a.http;
     cfg.token = read_token(a.token_file.as_deref().or(cli.token_file.as_deref()))?;
     cfg.max_connections = a.max_connections;
+    cfg.max_handshaking = a.max_handshaking;
     cfg.max_in_flight = a.max_in_flight;
     cfg.max_frame = a.max_frame;
+    cfg.max_conn_buffer_bytes = a.max_conn_buffer_bytes;
+    cfg.max_http_connections = a.max_http_connections;
+    cfg.http_header_timeout = std::time::Duration::from_secs(a.http_header_timeout_secs);
+    cfg.allow_insecure_listen = a.allow_insecure_listen;
     cfg.idle_timeout = std::time::Duration::from_secs(a.idle_timeout_secs);
     cfg.stream_priority = a.stream_priority;
     cfg.store = Options::default().durability(cli.durability.into());
