@@ -5,7 +5,7 @@
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicI64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::io::AsyncWriteExt;
@@ -17,10 +17,8 @@ use treelog::server::{start, ServerConfig, ServerHandle};
 use treelog::stream::{Filter, StartFrom, SubscribeOptions};
 use treelog::{Command, Durability, ErrorKind};
 
-fn serial() -> MutexGuard<'static, ()> {
-    static TURN: Mutex<()> = Mutex::new(());
-    TURN.lock().unwrap_or_else(|e| e.into_inner())
-}
+/// Held for a whole test (across awaits: each test has its own runtime).
+static TURN: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 fn config(dir: &std::path::Path) -> ServerConfig {
     let mut c = ServerConfig::new(dir.to_path_buf());
@@ -116,7 +114,7 @@ async fn wide_dir(c: &Client, n: usize) {
 /// arrives once it reads.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_that_never_reads_holds_bounded_memory() {
-    let _turn = serial();
+    let _turn = TURN.lock().await;
     let dir = tempfile::tempdir().unwrap();
     let mut cfg = config(dir.path());
     let bound = 256 << 10;
@@ -216,7 +214,7 @@ fn threads() -> usize {
 #[cfg(target_os = "linux")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn never_read_snapshot_subscriptions_hold_no_threads() {
-    let _turn = serial();
+    let _turn = TURN.lock().await;
     let dir = tempfile::tempdir().unwrap();
     let mut cfg = config(dir.path());
     let bound = 256 << 10;
@@ -307,7 +305,7 @@ fn vm_peak() -> usize {
 #[cfg(target_os = "linux")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_length_prefix_alone_does_not_allocate_the_frame() {
-    let _turn = serial();
+    let _turn = TURN.lock().await;
     let dir = tempfile::tempdir().unwrap();
     let mut cfg = config(dir.path());
     cfg.max_frame = treelog::server::MAX_MAX_FRAME;
@@ -365,15 +363,15 @@ fn nofile() -> (u64, u64) {
         rlim_max: 0,
     };
     assert_eq!(unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) }, 0);
-    (r.rlim_cur as u64, r.rlim_max as u64)
+    (r.rlim_cur, r.rlim_max)
 }
 
 #[cfg(unix)]
 fn set_soft_nofile(soft: u64) {
     let (_, hard) = nofile();
     let r = libc::rlimit {
-        rlim_cur: soft as libc::rlim_t,
-        rlim_max: hard as libc::rlim_t,
+        rlim_cur: soft,
+        rlim_max: hard,
     };
     assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &r) }, 0);
 }
@@ -388,7 +386,7 @@ fn open_fds() -> usize {
 #[cfg(target_os = "linux")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn accept_errors_back_off_and_are_counted() {
-    let _turn = serial();
+    let _turn = TURN.lock().await;
     let dir = tempfile::tempdir().unwrap();
     let h = start(config(dir.path())).await.unwrap();
     let m = metrics(&h);
@@ -490,7 +488,12 @@ fn serve_with_nofile(
         });
     }
     let mut child = cmd.spawn().expect("run treelog");
-    let mut err = std::io::BufReader::new(child.stderr.take().unwrap());
+    let Some(stderr) = child.stderr.take() else {
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!("no stderr pipe");
+    };
+    let mut err = std::io::BufReader::new(stderr);
     let mut text = String::new();
     loop {
         let mut line = String::new();
@@ -512,7 +515,7 @@ fn serve_with_nofile(
 #[cfg(target_os = "linux")]
 #[test]
 fn the_connection_limit_is_fitted_to_the_open_file_limit() {
-    let _turn = serial();
+    let _turn = TURN.blocking_lock();
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("db");
     // 600 descriptors: 600 - 64 HTTP - 384 reserved = 152 connections.
@@ -534,7 +537,7 @@ fn the_connection_limit_is_fitted_to_the_open_file_limit() {
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     assert!(child.wait().unwrap().success());
     // 400 descriptors leave none for clients: refused, exit code 8.
-    let (code, text) = serve_with_nofile(&data, 400, &[]).err().expect("refused");
+    let (code, text) = serve_with_nofile(&data, 400, &[]).expect_err("refused");
     assert_eq!(code, 8, "{text}");
     assert!(text.contains("RLIMIT_NOFILE"), "{text}");
     // Bad limits are refused by the CLI with a clear message.
@@ -543,7 +546,7 @@ fn the_connection_limit_is_fitted_to_the_open_file_limit() {
         &["--max-frame", "4294967296"],
         &["--listen", "0.0.0.0:0"],
     ] {
-        let (code, text) = serve_with_nofile(&data, 4096, args).err().expect("refused");
+        let (code, text) = serve_with_nofile(&data, 4096, args).expect_err("refused");
         assert_eq!(code, 8, "{args:?}: {text}");
         assert!(
             text.contains("--max-frame") || text.contains("--allow-insecure-listen"),

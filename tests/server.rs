@@ -907,5 +907,19 @@ async fn http_connections_are_capped_and_must_send_headers_in_time() {
         "{refused}"
     );
     assert_eq!(http_get(h.bound.http, "/healthz", None).await.0, 200);
+    // An idle keep-alive connection is closed too, after its response.
+    let mut s = TcpStream::connect(h.bound.http).await.unwrap();
+    s.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let mut buf = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(30), s.read_to_end(&mut buf))
+        .await
+        .expect("an idle keep-alive connection was never closed");
+    let text = String::from_utf8_lossy(&buf);
+    assert!(
+        text.starts_with("HTTP/1.1 200") && text.ends_with("ok\n"),
+        "{text}"
+    );
     h.shutdown().await.unwrap();
 }
