@@ -25,6 +25,9 @@ pub const MAGIC: [u8; 4] = *b"TLOG";
 pub const PROTOCOL_VERSION: u16 = 1;
 /// Default largest frame either side accepts.
 pub const DEFAULT_MAX_FRAME: usize = 1 << 20;
+/// The first allocation for a frame's payload; [`read_frame`] grows it as
+/// bytes arrive.
+pub const FRAME_READ_CHUNK: usize = 64 << 10;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Hello {
@@ -183,20 +186,16 @@ pub fn decode<'a, T: Deserialize<'a>>(payload: &'a [u8]) -> Result<T> {
     Ok(v)
 }
 
-/// Bytes a frame's payload buffer grows by per read: memory follows the
-/// bytes that actually arrived, not the length the prefix promises.
-const READ_CHUNK: usize = 64 << 10;
-
 /// The error for a frame whose length prefix exceeds `max`.
 pub fn frame_too_large(len: usize, max: usize) -> Error {
     Error::InvalidArgument(format!("frame of {len} bytes exceeds the limit of {max}"))
 }
 
 /// Reads one frame's payload. `Ok(None)` on a clean end of stream before a
-/// frame starts. A length above `max` is refused (with
-/// [`frame_too_large`]) before anything is allocated, and the payload
-/// buffer grows in chunks as bytes arrive: a 4-byte prefix alone never
-/// makes the reader allocate `max` bytes.
+/// frame starts. A length above `max` is refused before anything is
+/// allocated; the buffer for a length within `max` grows as the payload
+/// arrives, its capacity within twice the bytes received or
+/// [`FRAME_READ_CHUNK`], whichever is larger.
 pub async fn read_frame<R: AsyncRead + Unpin>(r: &mut R, max: usize) -> Result<Option<Vec<u8>>> {
     let mut len = [0u8; 4];
     let mut got = 0;
@@ -218,18 +217,25 @@ pub async fn read_frame<R: AsyncRead + Unpin>(r: &mut R, max: usize) -> Result<O
     if len > max {
         return Err(frame_too_large(len, max));
     }
-    let mut buf = Vec::with_capacity(len.min(READ_CHUNK));
-    while buf.len() < len {
-        let old = buf.len();
-        buf.resize(old + (len - old).min(READ_CHUNK), 0);
-        let n = r.read(&mut buf[old..]).await?;
-        buf.truncate(old + n);
+    // The buffer grows as payload bytes arrive (at least one chunk, then
+    // doubling, never past `len`): a length prefix alone, up to `max`, must
+    // not commit `max` bytes of memory for a peer that sends nothing more.
+    let mut buf = Vec::new();
+    let mut filled = 0;
+    while filled < len {
+        if filled == buf.len() {
+            let grow = filled.max(FRAME_READ_CHUNK).min(len - filled);
+            buf.reserve_exact(grow);
+            buf.resize(filled + grow, 0);
+        }
+        let n = r.read(&mut buf[filled..]).await?;
         if n == 0 {
             return Err(Error::corrupt(
                 "frame",
                 format!("connection closed inside a {len}-byte frame"),
             ));
         }
+        filled += n;
     }
     Ok(Some(buf))
 }
@@ -309,6 +315,91 @@ mod tests {
 
         fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
             Poll::Ready(Ok(()))
+        }
+    }
+
+    /// Serves `data` in reads of at most `step` bytes and records the
+    /// largest buffer a read was offered (what the reader had allocated).
+    struct ProbeReader {
+        data: Vec<u8>,
+        pos: usize,
+        step: usize,
+        largest_offer: usize,
+    }
+
+    impl AsyncRead for ProbeReader {
+        fn poll_read(
+            mut self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+            buf: &mut tokio::io::ReadBuf<'_>,
+        ) -> Poll<std::io::Result<()>> {
+            self.largest_offer = self.largest_offer.max(buf.remaining());
+            let n = buf
+                .remaining()
+                .min(self.step)
+                .min(self.data.len() - self.pos);
+            let start = self.pos;
+            buf.put_slice(&self.data[start..start + n]);
+            self.pos += n;
+            Poll::Ready(Ok(()))
+        }
+    }
+
+    fn read_frame_now(r: &mut ProbeReader, max: usize) -> Result<Option<Vec<u8>>> {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        rt.block_on(read_frame(r, max))
+    }
+
+    /// A length prefix within the limit followed by a few bytes must not
+    /// make the reader allocate (and offer the socket) the whole length.
+    #[test]
+    fn a_large_length_prefix_alone_does_not_commit_its_buffer() {
+        let len: u32 = 200 << 20;
+        let mut data = len.to_be_bytes().to_vec();
+        data.extend_from_slice(b"only a few bytes");
+        let mut r = ProbeReader {
+            data,
+            pos: 0,
+            step: usize::MAX,
+            largest_offer: 0,
+        };
+        let e = read_frame_now(&mut r, 256 << 20).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Corruption, "{e}");
+        assert!(
+            r.largest_offer <= FRAME_READ_CHUNK,
+            "a read was offered {} bytes",
+            r.largest_offer
+        );
+    }
+
+    /// Growing the buffer in steps keeps every byte, for any read sizes.
+    #[test]
+    fn frames_read_in_small_and_large_steps_keep_their_bytes() {
+        for len in [
+            0,
+            1,
+            FRAME_READ_CHUNK - 1,
+            FRAME_READ_CHUNK,
+            3 * FRAME_READ_CHUNK + 7,
+        ] {
+            for step in [1 << 10, 4093, 1 << 20] {
+                let payload: Vec<u8> = (0..len).map(|i| (i * 31 % 251) as u8).collect();
+                let mut data = (len as u32).to_be_bytes().to_vec();
+                data.extend_from_slice(&payload);
+                data.extend_from_slice(b"next frame");
+                let mut r = ProbeReader {
+                    data,
+                    pos: 0,
+                    step,
+                    largest_offer: 0,
+                };
+                let got = read_frame_now(&mut r, 1 << 20).unwrap().unwrap();
+                assert!(got == payload, "len {len} step {step}");
+                assert_eq!(r.pos, 4 + len, "read past the frame");
+                assert!(r.largest_offer <= len.max(4), "offered past the frame");
+            }
         }
     }
 

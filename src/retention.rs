@@ -62,6 +62,17 @@ pub struct CursorState {
     pub expired: Option<(u64, u64)>,
 }
 
+impl CursorState {
+    /// Decodes a `cursor/<name>` value of `meta`; `name` is for the error.
+    pub fn decode(name: &str, b: &[u8]) -> Result<CursorState> {
+        postcard::from_bytes(b).map_err(|e| Error::corrupt("cursor", format!("{name}: {e}")))
+    }
+
+    pub fn encode(&self) -> Result<Vec<u8>> {
+        postcard::to_stdvec(self).map_err(|e| Error::corrupt("cursor", e.to_string()))
+    }
+}
+
 /// A cursor as listed by `admin cursors`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CursorInfo {
@@ -118,16 +129,14 @@ pub fn load_cursors(store: &Store) -> Result<BTreeMap<String, CursorState>> {
         };
         let name = String::from_utf8(name.to_vec())
             .map_err(|_| Error::corrupt("cursor", "name is not UTF-8"))?;
-        let st: CursorState = postcard::from_bytes(&v)
-            .map_err(|e| Error::corrupt("cursor", format!("{name}: {e}")))?;
+        let st = CursorState::decode(&name, &v)?;
         out.insert(name, st);
     }
     Ok(out)
 }
 
 fn put_cursor(b: &mut WriteBatch, store: &Store, name: &str, st: &CursorState) -> Result<()> {
-    let v = postcard::to_stdvec(st).map_err(|e| Error::corrupt("cursor", e.to_string()))?;
-    b.put_cf(store.cf(CF_META)?, cursor_key(name), v);
+    b.put_cf(store.cf(CF_META)?, cursor_key(name), st.encode()?);
     Ok(())
 }
 
