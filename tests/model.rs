@@ -373,6 +373,91 @@ fn store_tree(t: &Treelog) -> BTreeMap<String, Node> {
     out
 }
 
+/// "/a/b" -> "/a", "/a" -> "/".
+fn parent_of(p: &str) -> &str {
+    match p.rfind('/') {
+        Some(0) | None => "/",
+        Some(i) => &p[..i],
+    }
+}
+
+/// What a concurrent reader saw, at the sequence its reply carried.
+struct Observed {
+    seq: u64,
+    what: Seen,
+}
+
+enum Seen {
+    /// A path and its node.
+    Stat(String, Option<Node>),
+    /// A directory and its entries.
+    List(String, Option<Vec<(String, Node)>>),
+}
+
+fn node(a: &treelog::Attrs) -> Node {
+    Node {
+        dir: a.kind.is_dir(),
+        size: a.size,
+        complete: a.complete,
+        mode: a.mode,
+        owner: a.owner.clone(),
+        group: a.group.clone(),
+    }
+}
+
+/// Stats and lists the paths the generator uses until `done`, each read at
+/// one state it names.
+fn concurrent_reads(t: &Treelog, done: &std::sync::atomic::AtomicBool, r: usize) -> Vec<Observed> {
+    let names = ["a", "b", "c"];
+    let mut paths = vec!["/".to_owned()];
+    for x in names {
+        paths.push(format!("/{x}"));
+        for y in names {
+            paths.push(format!("/{x}/{y}"));
+        }
+    }
+    let mut out = Vec::new();
+    let mut i = r;
+    while !done.load(std::sync::atomic::Ordering::SeqCst) || out.len() < 4 {
+        let p = &paths[i % paths.len()];
+        i += 1;
+        if i % 2 == 0 {
+            match t.stat_at(p, treelog::ReadAt::Latest) {
+                Ok(rd) => out.push(Observed {
+                    seq: rd.seq,
+                    what: Seen::Stat(p.clone(), Some(node(&rd.value.attrs))),
+                }),
+                // An error names no state to check it against.
+                Err(e) => assert!(
+                    matches!(e.kind(), ErrorKind::NotFound | ErrorKind::NotADirectory),
+                    "{e}"
+                ),
+            }
+        } else {
+            match t.list_at(p, None, 10_000, treelog::ReadAt::Latest) {
+                Ok(rd) => out.push(Observed {
+                    seq: rd.seq,
+                    what: Seen::List(
+                        p.clone(),
+                        Some(
+                            rd.value
+                                .entries
+                                .iter()
+                                .map(|e| (e.name.clone(), node(&e.inode.attrs)))
+                                .collect(),
+                        ),
+                    ),
+                }),
+                Err(e) => assert!(
+                    matches!(e.kind(), ErrorKind::NotFound | ErrorKind::NotADirectory),
+                    "{e}"
+                ),
+            }
+        }
+    }
+    out
+}
+
 fn arb_path() -> impl Strategy<Value = String> {
     let name = prop_oneof![
         8 => prop::sample::select(vec!["a", "b", "c"]).prop_map(str::to_owned),
@@ -424,11 +509,32 @@ proptest! {
         let t = Treelog::open(dir.path(), opts()).unwrap();
         let mut model = Model::new();
         let start = t.committed_seq();
-        let pending: Vec<_> = cmds.iter().map(|c| t.submit_pipelined(c.clone()).unwrap()).collect();
+        // Readers beside the writer: every read is checked below against
+        // the model's state at the sequence its reply carries.
+        let done = std::sync::atomic::AtomicBool::new(false);
+        let reads = std::thread::scope(|s| {
+            let readers: Vec<_> = (0..2)
+                .map(|r| {
+                    let (t, done) = (&t, &done);
+                    s.spawn(move || concurrent_reads(t, done, r))
+                })
+                .collect();
+            let pending: Vec<_> =
+                cmds.iter().map(|c| t.submit_pipelined(c.clone()).unwrap()).collect();
+            let results: Vec<_> = pending.into_iter().map(|p| p.wait()).collect();
+            done.store(true, std::sync::atomic::Ordering::SeqCst);
+            let reads: Vec<Observed> = readers.into_iter().flat_map(|h| h.join().unwrap()).collect();
+            (results, reads)
+        });
+        let (results, reads) = reads;
+        let mut states: BTreeMap<u64, BTreeMap<String, Node>> = BTreeMap::new();
+        states.insert(start, model.nodes.clone());
         let mut expect_seq = start;
-        for (cmd, p) in cmds.iter().zip(pending) {
-            let got = p.wait();
+        for (cmd, got) in cmds.iter().zip(results) {
             let want = model.apply(cmd);
+            if want == Res::Changed {
+                states.insert(expect_seq + 1, model.nodes.clone());
+            }
             match (want, &got) {
                 (Res::Changed, Ok(seq)) => {
                     expect_seq += 1;
@@ -440,6 +546,34 @@ proptest! {
             }
         }
         prop_assert_eq!(t.committed_seq(), expect_seq);
+        for o in &reads {
+            let state = states.get(&o.seq);
+            prop_assert!(state.is_some(), "a read at {}, a state that never existed", o.seq);
+            let state = state.unwrap();
+            match &o.what {
+                Seen::Stat(p, got) => {
+                    prop_assert_eq!(got.as_ref(), state.get(p), "stat {} at {}", p, o.seq)
+                }
+                Seen::List(p, got) => {
+                    let want: Option<Vec<(String, Node)>> = state.get(p).filter(|n| n.dir).map(|_| {
+                        state
+                            .iter()
+                            .filter(|(q, _)| q.as_str() != "/" && parent_of(q) == p.as_str())
+                            .map(|(q, n)| (q.rsplit('/').next().unwrap().to_owned(), n.clone()))
+                            .collect()
+                    });
+                    let mut got = got.clone();
+                    if let Some(g) = got.as_mut() {
+                        g.sort_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
+                    }
+                    let mut want = want;
+                    if let Some(w) = want.as_mut() {
+                        w.sort_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
+                    }
+                    prop_assert_eq!(got, want, "list {} at {}", p, o.seq)
+                }
+            }
+        }
         prop_assert_eq!(store_tree(&t), model.nodes.clone());
         let live = digest(&t);
         let report = admin::verify(t.store()).unwrap();
