@@ -21,6 +21,17 @@ const FILES_PER_DIR: usize = 100;
 const DIRS: usize = 200;
 const BIG_DIR: usize = 10_000;
 
+fn create(path: String) -> treelog::Command {
+    treelog::Command::Create {
+        path,
+        parents: false,
+        mode: 0o644,
+        owner: String::new(),
+        group: String::new(),
+        block_size: 4096,
+    }
+}
+
 fn file(i: usize) -> String {
     format!("/a/b/c/d/e{}/f{}", i / FILES_PER_DIR, i % FILES_PER_DIR)
 }
@@ -85,31 +96,11 @@ fn main() {
     }
     let mut pending = Vec::new();
     for i in 0..DIRS * FILES_PER_DIR {
-        pending.push(
-            t.submit_pipelined(treelog::Command::Create {
-                path: file(i),
-                parents: false,
-                mode: 0o644,
-                owner: String::new(),
-                group: String::new(),
-                block_size: 4096,
-            })
-            .unwrap(),
-        );
+        pending.push(t.submit_pipelined(create(file(i))).unwrap());
     }
     t.mkdir_p("/big").unwrap();
     for i in 0..BIG_DIR {
-        pending.push(
-            t.submit_pipelined(treelog::Command::Create {
-                path: format!("/big/f{i:05}"),
-                parents: false,
-                mode: 0o644,
-                owner: String::new(),
-                group: String::new(),
-                block_size: 4096,
-            })
-            .unwrap(),
-        );
+        pending.push(t.submit_pipelined(create(format!("/big/f{i:05}"))).unwrap());
     }
     for p in pending {
         p.wait().unwrap();
@@ -185,15 +176,8 @@ fn walk(dir: &std::path::Path, inodes: Option<u64>) {
             t.mkdir_p(&format!("/w/d{}", i / per_dir)).unwrap();
         }
         pending.push(
-            t.submit_pipelined(treelog::Command::Create {
-                path: format!("/w/d{}/f{}", i / per_dir, i % per_dir),
-                parents: false,
-                mode: 0o644,
-                owner: String::new(),
-                group: String::new(),
-                block_size: 4096,
-            })
-            .unwrap(),
+            t.submit_pipelined(create(format!("/w/d{}/f{}", i / per_dir, i % per_dir)))
+                .unwrap(),
         );
         if pending.len() >= 4096 {
             for p in pending.drain(..) {

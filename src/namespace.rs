@@ -553,43 +553,12 @@ impl Treelog {
         if !root.attrs.kind.is_dir() {
             return Err(Error::NotADirectory(path::canonical(dir)?));
         }
-        // (directory path, its id, the last name read, the unread entries)
-        type Frame = (
-            String,
-            u64,
-            Option<String>,
-            std::collections::VecDeque<crate::types::DirEntry>,
-            bool,
-        );
-        let mut stack: Vec<Frame> = vec![(
-            path::canonical(dir)?,
-            root.id,
-            None,
-            Default::default(),
-            false,
-        )];
-        while let Some(top) = stack.last_mut() {
-            if top.3.is_empty() {
-                if top.4 {
-                    stack.pop();
-                    continue;
-                }
-                let (page, more) = self.shared.read_at(&view, |idx, dicts| {
-                    engine::list_children(idx, dicts, top.1, top.2.as_deref(), 1024)
-                })?;
-                top.4 = !more;
-                top.2 = page.last().map(|e| e.name.clone());
-                top.3.extend(page);
-                continue;
-            }
-            let Some(e) = top.3.pop_front() else {
-                continue;
-            };
-            let p = path::join(&top.0, &e.name);
+        let mut walk = crate::readview::TreeWalk::new(root.id, path::canonical(dir)?, 1024);
+        while let Some((p, e)) = self
+            .shared
+            .read_at(&view, |idx, dicts| walk.next(idx, dicts))?
+        {
             visit(&p, &e)?;
-            if e.inode.attrs.kind.is_dir() {
-                stack.push((p, e.inode.id, None, Default::default(), false));
-            }
         }
         Ok(view.seq)
     }

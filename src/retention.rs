@@ -301,14 +301,6 @@ pub fn run(shared: &Shared, policy: &RetentionPolicy) -> Result<RetentionReport>
         }
     }
     target = target.min(last + 1);
-    // The index is written without the WAL: what it holds past its last
-    // flush comes back after a crash only by replaying those records. So
-    // nothing the index on disk lacks may go (flushing it if that lets the
-    // pass do its work).
-    if target > start {
-        let durable = store.durable_applied_seq(target - 1)?;
-        target = target.min(durable + 1);
-    }
 
     // Cursors: expire the ones lagging too far, then let the rest hold.
     let mut b = WriteBatch::default();
@@ -329,6 +321,14 @@ pub fn run(shared: &Shared, policy: &RetentionPolicy) -> Result<RetentionReport>
             }
         }
         target = target.max(start);
+        // The index is written without the WAL: what it holds past its
+        // last flush comes back after a crash only by replaying those
+        // records. So nothing the index on disk lacks may go (flushing it,
+        // once the cursors have had their say, if that lets the pass work).
+        if target > start {
+            let durable = store.durable_applied_seq(target - 1)?;
+            target = target.min(durable + 1);
+        }
         // An expired cursor records the log start its owner will face.
         for name in &report.expired_cursors {
             if let Some(st) = cursors.get_mut(name) {

@@ -416,7 +416,7 @@ impl Subscription {
             resync,
             seq: 0,
             step: WalkStep::Start,
-            stack: Vec::new(),
+            walk: None,
         }));
     }
 
@@ -598,14 +598,6 @@ impl Subscription {
     }
 }
 
-struct Frame {
-    id: u64,
-    path: String,
-    buf: VecDeque<crate::types::DirEntry>,
-    after: Option<String>,
-    done: bool,
-}
-
 enum WalkStep {
     /// `SnapshotStart` comes next.
     Start,
@@ -628,7 +620,8 @@ struct SnapshotWalk {
     /// The sequence of the state walked.
     seq: u64,
     step: WalkStep,
-    stack: Vec<Frame>,
+    /// Set at `Root` when the root is a directory.
+    walk: Option<crate::readview::TreeWalk>,
 }
 
 impl SnapshotWalk {
@@ -664,13 +657,11 @@ impl SnapshotWalk {
                     };
                     if root.attrs.kind.is_dir() {
                         self.step = WalkStep::Walk;
-                        self.stack.push(Frame {
-                            id: root.id,
-                            path: self.prefix.clone(),
-                            buf: VecDeque::new(),
-                            after: None,
-                            done: false,
-                        });
+                        self.walk = Some(crate::readview::TreeWalk::new(
+                            root.id,
+                            self.prefix.clone(),
+                            SNAPSHOT_PAGE,
+                        ));
                     }
                     if self.prefix != "/" {
                         return Ok(StreamItem::SnapshotEntry {
@@ -680,45 +671,22 @@ impl SnapshotWalk {
                     }
                 }
                 WalkStep::Walk => {
-                    let Some(top) = self.stack.last_mut() else {
-                        self.step = WalkStep::End;
-                        continue;
+                    let next = match self.walk.as_mut() {
+                        Some(w) => w.next(&view, &shared.dicts())?,
+                        None => None,
                     };
-                    if top.buf.is_empty() {
-                        if top.done {
-                            self.stack.pop();
-                            continue;
+                    match next {
+                        Some((path, e)) => {
+                            return Ok(StreamItem::SnapshotEntry {
+                                path,
+                                inode: Box::new(e.inode),
+                            })
                         }
-                        let dicts = shared.dicts();
-                        let (page, more) = engine::list_children(
-                            &view,
-                            &dicts,
-                            top.id,
-                            top.after.as_deref(),
-                            SNAPSHOT_PAGE,
-                        )?;
-                        top.done = !more;
-                        top.after = page.last().map(|e| e.name.clone());
-                        top.buf.extend(page);
-                        continue;
+                        None => {
+                            self.walk = None;
+                            self.step = WalkStep::End;
+                        }
                     }
-                    let Some(e) = top.buf.pop_front() else {
-                        continue;
-                    };
-                    let p = path::join(&top.path, &e.name);
-                    if e.inode.attrs.kind.is_dir() {
-                        self.stack.push(Frame {
-                            id: e.inode.id,
-                            path: p.clone(),
-                            buf: VecDeque::new(),
-                            after: None,
-                            done: false,
-                        });
-                    }
-                    return Ok(StreamItem::SnapshotEntry {
-                        path: p,
-                        inode: Box::new(e.inode),
-                    });
                 }
                 WalkStep::End => return Ok(StreamItem::SnapshotEnd { seq: self.seq }),
             }

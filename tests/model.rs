@@ -338,19 +338,8 @@ fn store_tree(t: &Treelog) -> BTreeMap<String, Node> {
     let root = t.stat("/").unwrap();
     let mut stack = vec![("/".to_string(), root)];
     while let Some((p, ino)) = stack.pop() {
-        let a = &ino.attrs;
-        out.insert(
-            p.clone(),
-            Node {
-                dir: a.kind.is_dir(),
-                size: a.size,
-                complete: a.complete,
-                mode: a.mode,
-                owner: a.owner.clone(),
-                group: a.group.clone(),
-            },
-        );
-        if a.kind.is_dir() {
+        out.insert(p.clone(), node(&ino.attrs));
+        if ino.attrs.kind.is_dir() {
             // Small pages to exercise start_after paging.
             let mut after: Option<String> = None;
             let mut names = Vec::new();
