@@ -55,7 +55,13 @@ fn peak(read: impl Fn() -> i64 + Send + 'static) -> (Arc<AtomicI64>, tokio::task
 }
 
 async fn welcome(addr: SocketAddr) -> TcpStream {
-    let mut s = TcpStream::connect(addr).await.unwrap();
+    // A fixed, small receive buffer: loopback's autotuning may otherwise
+    // grow it to `tcp_rmem`'s maximum (32 MiB here), enough to swallow
+    // every reply a test means to leave unread, and the server's queue
+    // would never fill.
+    let sock = tokio::net::TcpSocket::new_v4().unwrap();
+    sock.set_recv_buffer_size(64 << 10).unwrap();
+    let mut s = sock.connect(addr).await.unwrap();
     let hello = protocol::encode(&ClientMsg::Hello(Hello {
         magic: protocol::MAGIC,
         version: protocol::PROTOCOL_VERSION,
