@@ -18,6 +18,8 @@
 #[inline]
 pub(crate) fn crash_point(name: &str) {
     #[cfg(feature = "failpoints")]
+    configure_from_env();
+    #[cfg(feature = "failpoints")]
     if fail::eval(name, |_| ()).is_some() {
         // SAFETY: kill(2) with this process's own id; nothing after it runs.
         unsafe {
@@ -26,4 +28,17 @@ pub(crate) fn crash_point(name: &str) {
     }
     #[cfg(not(feature = "failpoints"))]
     let _ = name;
+}
+
+/// Reads `FAILPOINTS` once per process, so that any binary built on the
+/// library (the CLI, a test's worker process) honours it without setting
+/// up a scenario itself.
+#[cfg(feature = "failpoints")]
+fn configure_from_env() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        // The scenario's guard only serialises scenarios within one
+        // process; this one lasts as long as the process.
+        std::mem::forget(fail::FailScenario::setup());
+    });
 }

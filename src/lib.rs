@@ -8,32 +8,23 @@
 //!
 //! Start with [`Treelog`].
 
+// The vocabulary shared with the server and clients (crate
+// `treelog-proto`), under the names the library has always used.
+pub use treelog_proto::{command, cursor, error, event, path, read, types};
+
 pub mod admin;
-pub mod bench;
-pub mod cli;
-pub mod client;
-pub mod command;
-pub mod crashworker;
-pub mod demo;
 pub mod engine;
-pub mod error;
-pub mod event;
 mod failpoint;
 pub mod format;
 pub mod index;
 pub mod metrics;
 pub mod namespace;
-pub mod path;
-pub mod protocol;
 pub mod readcache;
 pub mod readview;
 pub mod retention;
-mod sched;
-pub mod server;
+pub mod sched;
 pub mod store;
 pub mod stream;
-pub mod tailcache;
-pub mod types;
 pub mod watermark;
 pub mod writer;
 

@@ -25,7 +25,7 @@ pub fn set_niceness(n: i32) {
 
 /// The calling thread's policy and niceness (for the tests that check the
 /// threads got theirs).
-#[cfg(all(test, target_os = "linux"))]
+#[cfg(target_os = "linux")]
 pub fn current() -> (libc::c_int, i32) {
     // SAFETY: plain syscalls about the calling thread; errno is cleared
     // first because -1 is also a valid niceness.

@@ -616,6 +616,23 @@ impl Store {
         })
     }
 
+    /// The log's entries from `from` as stored (sequence, encoded record),
+    /// without decoding them or checking for gaps: what `admin dump` shows,
+    /// including records that fail to decode.
+    pub fn log_entries(
+        &self,
+        from: u64,
+    ) -> Result<impl Iterator<Item = Result<(u64, Box<[u8]>)>> + '_> {
+        let it = self.db.iterator_cf(
+            self.cf(CF_LOG)?,
+            rocksdb::IteratorMode::From(&format::log_key(from), rocksdb::Direction::Forward),
+        );
+        Ok(it.map(|item| {
+            let (k, v) = item?;
+            Ok((format::decode_log_key(&k)?, v))
+        }))
+    }
+
     /// Appends `batch` (log records) and writes it durably when `sync`.
     pub fn write_log(&self, batch: WriteBatch, sync: bool) -> Result<()> {
         let mut wo = WriteOptions::default();

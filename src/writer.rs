@@ -154,7 +154,7 @@ pub struct Shared {
     /// Serialises retention passes.
     pub retention_lock: Mutex<()>,
     /// The latest committed records, decoded, for caught-up subscribers.
-    pub tail: crate::tailcache::TailCache,
+    pub tail: crate::stream::tail_cache::TailCache,
     /// Prometheus metrics; `None` when disabled.
     pub metrics: Option<Arc<crate::metrics::Metrics>>,
     /// The readers' cache of index entries; the writer updates it after
@@ -205,7 +205,7 @@ impl Shared {
             log_bytes: AtomicU64::new(store.log_bytes()?),
             cursors: Mutex::new(crate::retention::load_cursors(&store)?),
             retention_lock: Default::default(),
-            tail: crate::tailcache::TailCache::new(tail_cache_records),
+            tail: crate::stream::tail_cache::TailCache::new(tail_cache_records),
             read_cache: {
                 let c = crate::readcache::IndexCache::new(read_cache_entries);
                 match &metrics {
@@ -334,7 +334,7 @@ struct Appended {
     records: u64,
     bytes: u64,
     writes: Arc<OverlayWrites>,
-    decoded: Vec<Arc<crate::event::SharedRecord>>,
+    decoded: Vec<Arc<crate::stream::SharedRecord>>,
 }
 
 impl Writer {
@@ -495,7 +495,7 @@ impl Writer {
         let mut results: Vec<Result<u64>> = Vec::with_capacity(requests.len());
         let mut seq = self.last_seq;
         let mut bytes = 0u64;
-        let mut decoded: Vec<Arc<crate::event::SharedRecord>> = Vec::new();
+        let mut decoded: Vec<Arc<crate::stream::SharedRecord>> = Vec::new();
         let mut fatal: Option<String> = None;
         let log_cf = match self.shared.store.cf(CF_LOG) {
             Ok(cf) => cf,

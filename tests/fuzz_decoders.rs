@@ -35,13 +35,13 @@ use treelog::format::record::{
     decode_record, decode_record_ref, encode_record, ENVELOPE_HEADER_LEN,
 };
 use treelog::format::{self, meta, Dict, InodeEntry};
-use treelog::protocol::{
-    self, ClientMsg, Hello, RequestBody, ResponseBody, ServerMsg, FRAME_READ_CHUNK,
-};
 use treelog::retention::{CursorInfo, CursorState};
 use treelog::stream::{Filter, Scope, ScopedEvent, StartFrom, StreamItem, SubscribeOptions};
 use treelog::types::{Attrs, DirEntry, FileType, Inode, ListPage};
 use treelog::EventKind;
+use treelog_proto::protocol::{
+    self, ClientMsg, Hello, RequestBody, ResponseBody, ServerMsg, FRAME_READ_CHUNK,
+};
 
 // ---------------------------------------------------------------------------
 // A global allocator that measures the peak of live bytes a call allocates on

@@ -1,7 +1,11 @@
-//! Helpers shared by the tests that run the `treelog` binary as a real
-//! process and kill it: the crash worker's output protocol and what it
-//! implies about the store.
+//! Helpers shared by the tests of every crate of the workspace (included
+//! with `#[path]` from the crates' own `tests/`): the crash worker that is
+//! killed (a child process running this test binary), its output protocol
+//! and what it implies about the store, seeded randomness, and the rounds
+//! of kill loops.
 #![allow(dead_code)]
+
+pub mod worker;
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
@@ -9,8 +13,6 @@ use std::path::Path;
 use std::process::{Child, ChildStdout, Command, Stdio};
 
 use treelog::Treelog;
-
-pub const BIN: &str = env!("CARGO_BIN_EXE_treelog");
 
 /// What the worker's output says the store must hold.
 #[derive(Debug, Default)]
@@ -111,7 +113,7 @@ impl Expect {
     }
 }
 
-/// A running crash worker (`treelog crash-worker`).
+/// A running crash worker (see [`worker`]).
 pub struct Worker {
     child: Child,
     out: BufReader<ChildStdout>,
@@ -130,11 +132,17 @@ impl Worker {
         extra: &[&str],
         env: &[(&str, &str)],
     ) -> Worker {
-        let mut child = Command::new(BIN)
+        let mut args = vec![
+            data.to_str().unwrap().to_owned(),
+            threads.to_string(),
+            run.into(),
+        ];
+        args.extend(extra.iter().map(|s| s.to_string()));
+        let mut child = Command::new(std::env::current_exe().unwrap())
+            .args([worker::ENTRY_TEST, "--exact", "--ignored", "--nocapture"])
+            .args(["--test-threads", "1", "-q"])
+            .env(worker::ENV, args.join("\x1f"))
             .envs(env.iter().copied())
-            .args(["--data", data.to_str().unwrap(), "crash-worker"])
-            .args(["--threads", &threads.to_string(), "--run", run])
-            .args(extra)
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
@@ -153,7 +161,9 @@ impl Worker {
             if self.out.read_line(&mut line).unwrap() == 0 {
                 panic!("worker exited early");
             }
-            e.line(line.trim_end());
+            if is_worker_line(&line) {
+                e.line(line.trim_end());
+            }
         }
         self.child.kill().unwrap();
         self.child.wait().unwrap();
@@ -161,7 +171,10 @@ impl Worker {
         for l in self.out.lines() {
             let l = l.unwrap();
             // A line cut by the kill is incomplete; ignore it.
-            if l.ends_with(|c: char| c.is_ascii_digit()) && l.split(' ').count() >= 3 {
+            if is_worker_line(&l)
+                && l.ends_with(|c: char| c.is_ascii_digit())
+                && l.split(' ').count() >= 3
+            {
                 e.line(&l);
             }
         }
@@ -178,13 +191,21 @@ impl Worker {
                 break;
             }
             let l = line.trim_end();
-            if line.ends_with('\n') {
+            if line.ends_with('\n') && is_worker_line(l) {
                 e.line(l);
             }
         }
         e.worker_died();
         self.child.wait().unwrap()
     }
+}
+
+/// Whether a line of the worker's stdout is the worker's own (the test
+/// harness running it prints a few lines of its own).
+fn is_worker_line(l: &str) -> bool {
+    ["BEGIN ", "ACK ", "READY "]
+        .iter()
+        .any(|p| l.starts_with(p))
 }
 
 /// A small xorshift generator seeded from the process id (each run tries

@@ -1,0 +1,699 @@
+//! `treelog-bench`: side-by-side benchmarks in one process run.
+//!
+//! `bench create` measures durable file creates with 1, 8 and 64 concurrent
+//! callers, spread over 1,000 directories, against:
+//! - `treelog`: the single writer with group commit;
+//! - `seed-serialized`: seed 000/003's write path: the same `inodes`/`edges`
+//!   schema, one synced `WriteBatch` per create, with a namespace lock held
+//!   from validation through the synced write (what a correct write-through
+//!   master must do);
+//! - `seed-unserialized`: the same without the lock (it races: two creates of
+//!   one name can both succeed) — shown so nobody is misled by RocksDB's own
+//!   write grouping.
+
+pub mod network;
+pub mod seed;
+pub mod streams;
+pub mod suite;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use clap::{Args, Subcommand};
+
+// The library's modules under the names the benchmarks use.
+use treelog::{
+    command, error, event, format, metrics, namespace, path, store, stream, types, writer,
+};
+use treelog_client as client;
+use treelog_server as server;
+
+use crate::error::{Error, Result};
+use crate::namespace::{CreateOptions, Options, Treelog};
+
+#[derive(Args, Debug)]
+pub struct BenchArgs {
+    #[command(subcommand)]
+    pub cmd: BenchCmd,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum BenchCmd {
+    /// Durable creates per second, treelog vs the seeds' design.
+    Create {
+        /// Concurrent callers, comma separated.
+        #[arg(long, default_value = "1,8,64", value_delimiter = ',')]
+        callers: Vec<usize>,
+        /// Creates per system and caller count.
+        #[arg(long, default_value_t = 20_000)]
+        ops: usize,
+        /// Directories the files are spread over.
+        #[arg(long, default_value_t = 1000)]
+        dirs: usize,
+        /// Systems to run, comma separated. `treelog` is driven by caller
+        /// threads, `treelog-async` by tokio tasks (as the server drives it).
+        #[arg(
+            long,
+            default_value = "treelog,treelog-async,seed-serialized,seed-unserialized",
+            value_delimiter = ','
+        )]
+        systems: Vec<String>,
+        /// Where to put the scratch databases (default: a temp directory).
+        #[arg(long)]
+        dir: Option<std::path::PathBuf>,
+        /// Also write the results as JSON to this file.
+        #[arg(long)]
+        json_out: Option<std::path::PathBuf>,
+    },
+    /// treelog beside the seeds' design, the raw RocksDB limit and SQLite:
+    /// creates, replay, then mkdir, rename, delete, stat at depth 6, list
+    /// and a mixed load on treelog, seed-serialized and SQLite (see
+    /// docs/BENCHMARKS.md).
+    Suite {
+        /// Creates per create run of treelog and the raw limit, and write
+        /// operations per namespace workload on treelog (the systems that
+        /// sync once per operation run at most 5,000).
+        #[arg(long, default_value_t = 20_000)]
+        ops: usize,
+        /// Caller counts of the create comparison, comma separated.
+        #[arg(long, default_value = "1,8,64", value_delimiter = ',')]
+        callers: Vec<usize>,
+        /// Create runs per system and caller count, alternating the order
+        /// of the systems; medians are reported.
+        #[arg(long, default_value_t = 3)]
+        repeat: usize,
+        /// Records in the replay log.
+        #[arg(long, default_value_t = 1_000_000)]
+        replay_records: u64,
+        /// Creates per round of the change-stream throughput figure (as
+        /// `bench stream --ops`); 0 leaves the change-stream figures out.
+        #[arg(long, default_value_t = 100_000)]
+        stream_ops: usize,
+        /// Records in the change stream's catch-up log.
+        #[arg(long, default_value_t = 1_000_000)]
+        catchup_records: u64,
+        /// Also grow a namespace to this many inodes and report rates at
+        /// 100k, 1M and 10M (long; not run in CI).
+        #[arg(long)]
+        scale: Option<u64>,
+        /// Also write the figures, ratios, scale points and targets as
+        /// JSON to this file.
+        #[arg(long)]
+        json_out: Option<std::path::PathBuf>,
+        /// Where to put the scratch databases (default: a temp directory).
+        #[arg(long)]
+        dir: Option<std::path::PathBuf>,
+    },
+    /// The server over loopback beside in-process figures.
+    Network {
+        /// Creates per run.
+        #[arg(long, default_value_t = 40_000)]
+        ops: usize,
+        /// Where to put the scratch databases (default: a temp directory).
+        #[arg(long)]
+        dir: Option<std::path::PathBuf>,
+    },
+    /// Create throughput with metrics on and off, side by side.
+    Metrics {
+        /// Creates per round.
+        #[arg(long, default_value_t = 40_000)]
+        ops: usize,
+        /// Alternating rounds per setting.
+        #[arg(long, default_value_t = 3)]
+        rounds: usize,
+        /// Where to put the scratch databases (default: a temp directory).
+        #[arg(long)]
+        dir: Option<std::path::PathBuf>,
+    },
+    /// Change-stream figures: throughput with subscribers, delivery
+    /// latency, catch-up rate.
+    Stream {
+        /// Creates per throughput round (rounds under a second are noise).
+        #[arg(long, default_value_t = 100_000)]
+        ops: usize,
+        /// Records in the catch-up log.
+        #[arg(long, default_value_t = 1_000_000)]
+        catchup_records: u64,
+        /// Priority of the delivery thread, as `treelog serve
+        /// --stream-priority`.
+        #[arg(long, default_value = "idle")]
+        stream_priority: crate::stream::DeliveryPriority,
+        /// Where to put the scratch databases (default: a temp directory).
+        #[arg(long)]
+        dir: Option<std::path::PathBuf>,
+    },
+}
+
+/// One measured figure.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Figure {
+    pub system: String,
+    pub callers: usize,
+    pub ops: usize,
+    pub seconds: f64,
+    pub ops_per_sec: f64,
+    pub p50_us: f64,
+    pub p99_us: f64,
+}
+
+impl Figure {
+    /// A throughput figure without latency percentiles.
+    pub fn rate(system: impl Into<String>, callers: usize, ops: usize, seconds: f64) -> Figure {
+        Figure {
+            system: system.into(),
+            callers,
+            ops,
+            seconds,
+            ops_per_sec: ops as f64 / seconds,
+            p50_us: 0.0,
+            p99_us: 0.0,
+        }
+    }
+
+    /// A figure from every operation's latency over `elapsed`.
+    pub fn latencies(
+        system: &str,
+        callers: usize,
+        mut lat: Vec<Duration>,
+        elapsed: Duration,
+    ) -> Figure {
+        let secs = elapsed.as_secs_f64();
+        lat.sort_unstable();
+        Figure {
+            system: system.to_owned(),
+            callers,
+            ops: lat.len(),
+            seconds: secs,
+            ops_per_sec: lat.len() as f64 / secs,
+            p50_us: percentile(&lat, 0.5),
+            p99_us: percentile(&lat, 0.99),
+        }
+    }
+
+    /// The rate of `system` at `callers` among `figures`.
+    pub fn rate_of(figures: &[Figure], system: &str, callers: usize) -> Option<f64> {
+        figures
+            .iter()
+            .find(|f| f.system == system && f.callers == callers)
+            .map(|f| f.ops_per_sec)
+    }
+}
+
+/// Something that can create a file by path, from many threads.
+pub trait Creator: Send + Sync {
+    fn mkdir_p(&self, path: &str) -> Result<()>;
+    fn create(&self, path: &str) -> Result<()>;
+}
+
+impl Creator for Treelog {
+    fn mkdir_p(&self, path: &str) -> Result<()> {
+        Treelog::mkdir_p(self, path).map(|_| ())
+    }
+    fn create(&self, path: &str) -> Result<()> {
+        Treelog::create(self, path, CreateOptions::default()).map(|_| ())
+    }
+}
+
+/// The namespace operations of `bench suite`'s workloads, implemented by
+/// every compared system. Every write is durable (synced) before it returns.
+pub trait BenchNamespace: Creator {
+    /// One directory; its parent must exist.
+    fn mkdir(&self, path: &str) -> Result<()>;
+    /// Resolves `path` and reads the inode's attributes.
+    fn stat(&self, path: &str) -> Result<()>;
+    /// The number of entries of a directory (reading every entry's name and
+    /// attributes, as a listing returns them).
+    fn list(&self, path: &str) -> Result<usize>;
+    /// Renames `from` to `to`, replacing nothing: an existing `to` is an
+    /// error.
+    fn rename(&self, from: &str, to: &str) -> Result<()>;
+    /// Deletes a file or an empty directory.
+    fn delete(&self, path: &str) -> Result<()>;
+    /// Setup, not measured: creates `dirs` in order (each after its parent),
+    /// then the files `files` (whose parents exist), ticking `progress` once
+    /// per path. May skip the per-operation sync; everything is durable when
+    /// it returns.
+    fn load(
+        &self,
+        dirs: &[String],
+        files: &[String],
+        progress: Option<&indicatif::ProgressBar>,
+    ) -> Result<()>;
+}
+
+impl BenchNamespace for Treelog {
+    fn mkdir(&self, path: &str) -> Result<()> {
+        Treelog::mkdir(self, path, treelog::MkdirOptions::default()).map(|_| ())
+    }
+    fn stat(&self, path: &str) -> Result<()> {
+        Treelog::stat(self, path).map(|_| ())
+    }
+    fn list(&self, path: &str) -> Result<usize> {
+        Treelog::list_all(self, path).map(|v| v.len())
+    }
+    fn rename(&self, from: &str, to: &str) -> Result<()> {
+        Treelog::rename(self, from, to, false).map(|_| ())
+    }
+    fn delete(&self, path: &str) -> Result<()> {
+        Treelog::delete(self, path, false).map(|_| ())
+    }
+    /// Pipelined durable commands: group commit syncs them in large groups.
+    fn load(
+        &self,
+        dirs: &[String],
+        files: &[String],
+        progress: Option<&indicatif::ProgressBar>,
+    ) -> Result<()> {
+        let nd = dirs.len();
+        bulk_load(
+            self,
+            (nd + files.len()) as u64,
+            1024,
+            |i| {
+                let i = i as usize;
+                if i < nd {
+                    treelog::Command::Mkdir {
+                        path: dirs[i].clone(),
+                        parents: false,
+                        mode: 0o755,
+                        owner: String::new(),
+                        group: String::new(),
+                    }
+                } else {
+                    treelog::Command::Create {
+                        path: files[i - nd].clone(),
+                        parents: false,
+                        mode: 0o644,
+                        owner: String::new(),
+                        group: String::new(),
+                        block_size: 0,
+                    }
+                }
+            },
+            progress,
+        )
+    }
+}
+
+pub(crate) fn percentile(sorted: &[Duration], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i].as_secs_f64() * 1e6
+}
+
+/// Makes the `dirs` directories the creates of a run named `tag` spread over.
+fn make_create_dirs(c: &dyn Creator, dirs: usize, tag: &str) -> Result<()> {
+    for d in 0..dirs {
+        c.mkdir_p(&format!("/bench/{tag}/d{d}"))?;
+    }
+    Ok(())
+}
+
+/// The path of caller `ci`'s `i`-th create: callers take the directories in
+/// turn, so that concurrent creates mostly go to different directories.
+fn create_path(tag: &str, callers: usize, dirs: usize, ci: usize, i: usize) -> String {
+    let d = (i * callers + ci) % dirs;
+    format!("/bench/{tag}/d{d}/f{ci}_{i}")
+}
+
+/// The settings (or systems) of a comparison in the order round `round`
+/// runs them: forwards, then backwards, so that none always runs right
+/// after the same other one's cleanup, or always first.
+pub fn in_turn<T, const N: usize>(round: usize, mut set: [T; N]) -> [T; N] {
+    if round % 2 == 1 {
+        set.reverse();
+    }
+    set
+}
+
+/// The middle value (the upper one of an even count: a run that
+/// happened); `NAN` if empty.
+pub fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
+}
+
+/// Runs `ops` creates from `callers` threads; returns the figure.
+pub fn run_creates(
+    system: &str,
+    c: Arc<dyn Creator>,
+    callers: usize,
+    ops: usize,
+    dirs: usize,
+    tag: &str,
+) -> Result<Figure> {
+    make_create_dirs(&*c, dirs, tag)?;
+    let per = ops.div_ceil(callers);
+    let start = Instant::now();
+    let handles: Vec<_> = (0..callers)
+        .map(|ci| {
+            let c = c.clone();
+            let tag = tag.to_owned();
+            std::thread::spawn(move || -> Result<Vec<Duration>> {
+                let mut lat = Vec::with_capacity(per);
+                for i in 0..per {
+                    let p = create_path(&tag, callers, dirs, ci, i);
+                    let t0 = Instant::now();
+                    c.create(&p)?;
+                    lat.push(t0.elapsed());
+                }
+                Ok(lat)
+            })
+        })
+        .collect();
+    let mut lat = Vec::with_capacity(per * callers);
+    for h in handles {
+        lat.extend(
+            h.join()
+                .map_err(|_| Error::InvalidArgument("bench thread panicked".into()))??,
+        );
+    }
+    Ok(Figure::latencies(system, callers, lat, start.elapsed()))
+}
+
+/// Runs `ops` creates from `callers` tokio tasks on a runtime with one
+/// worker per core, through [`Treelog::submit_async`]: how the server (or
+/// any async application) drives treelog. Returns the figure.
+pub fn run_creates_async(
+    system: &str,
+    t: Arc<Treelog>,
+    callers: usize,
+    ops: usize,
+    dirs: usize,
+    tag: &str,
+) -> Result<Figure> {
+    make_create_dirs(&*t, dirs, tag)?;
+    // The server's request runtime at its default policy: the callers are
+    // scheduled as the server's workers are, and as the other systems'
+    // caller threads (which `WorkerPolicy::Batch` would speed up as well;
+    // see docs/OPERATIONS.md).
+    let rt = crate::server::request_runtime(crate::server::WorkerPolicy::default())?;
+    let per = ops.div_ceil(callers);
+    let start = Instant::now();
+    let lat = rt.block_on(async {
+        let tasks: Vec<_> = (0..callers)
+            .map(|ci| {
+                let t = t.clone();
+                let tag = tag.to_owned();
+                tokio::spawn(async move {
+                    let mut lat = Vec::with_capacity(per);
+                    for i in 0..per {
+                        let cmd = treelog::Command::Create {
+                            path: create_path(&tag, callers, dirs, ci, i),
+                            parents: false,
+                            mode: 0o644,
+                            owner: String::new(),
+                            group: String::new(),
+                            block_size: 0,
+                        };
+                        let t0 = Instant::now();
+                        t.submit_async(cmd).await?;
+                        lat.push(t0.elapsed());
+                    }
+                    Ok::<_, Error>(lat)
+                })
+            })
+            .collect();
+        let mut lat = Vec::with_capacity(per * callers);
+        for task in tasks {
+            lat.extend(
+                task.await
+                    .map_err(|_| Error::InvalidArgument("bench task panicked".into()))??,
+            );
+        }
+        Ok::<_, Error>(lat)
+    })?;
+    Ok(Figure::latencies(system, callers, lat, start.elapsed()))
+}
+
+fn scratch(dir: &Option<std::path::PathBuf>) -> Result<std::path::PathBuf> {
+    let base = dir.clone().unwrap_or_else(|| {
+        std::env::temp_dir().join(format!("treelog-bench-{}", std::process::id()))
+    });
+    std::fs::create_dir_all(&base)?;
+    Ok(base)
+}
+
+/// An uncounted round of creates: a process's first round runs measurably
+/// slower (threads, allocator arenas, page cache), which would otherwise
+/// count against whichever setting goes first.
+pub fn warm_up(base: &std::path::Path, ops: usize) -> Result<()> {
+    let path = base.join("warm-up");
+    let _ = std::fs::remove_dir_all(&path);
+    let t: Arc<dyn Creator> = Arc::new(Treelog::open(&path, Options::default())?);
+    run_creates("treelog", t, 64, ops / 2, 1000, "w")?;
+    let _ = std::fs::remove_dir_all(&path);
+    Ok(())
+}
+
+/// Creates/s with metrics on and off, alternating rounds in one run.
+fn metrics_overhead(base: &std::path::Path, ops: usize, rounds: usize) -> Result<()> {
+    println!("== metrics cost: durable creates, 64 callers, {ops} per round, {rounds} rounds each, alternating");
+    warm_up(base, ops)?;
+    let mut on = Vec::new();
+    let mut off = Vec::new();
+    for r in 0..rounds {
+        for enabled in in_turn(r, [true, false]) {
+            let path = base.join(format!("metrics-{enabled}-{r}"));
+            let _ = std::fs::remove_dir_all(&path);
+            let o = Options {
+                metrics: enabled,
+                ..Default::default()
+            };
+            let t: Arc<dyn Creator> = Arc::new(Treelog::open(&path, o)?);
+            let f = run_creates("treelog", t, 64, ops, 1000, "m")?;
+            println!(
+                "  round {r} metrics {:<3}: {:>10.0} creates/s",
+                if enabled { "on" } else { "off" },
+                f.ops_per_sec
+            );
+            if enabled {
+                on.push(f.ops_per_sec)
+            } else {
+                off.push(f.ops_per_sec)
+            }
+            let _ = std::fs::remove_dir_all(&path);
+        }
+    }
+    let med = |v: &mut Vec<f64>| {
+        v.sort_by(|a, b| a.total_cmp(b));
+        v[v.len() / 2]
+    };
+    let (a, b) = (med(&mut on), med(&mut off));
+    println!("  median: on {a:.0}, off {b:.0}; on/off = {:.3}", a / b);
+    Ok(())
+}
+
+/// Submits `n` commands made by `cmd(i)` with up to `window` in flight
+/// (pipelined), ticking `progress` once per command.
+pub fn bulk_load(
+    t: &Treelog,
+    n: u64,
+    window: usize,
+    cmd: impl Fn(u64) -> treelog::Command,
+    progress: Option<&indicatif::ProgressBar>,
+) -> Result<()> {
+    let mut pending = std::collections::VecDeque::with_capacity(window + 1);
+    for i in 0..n {
+        pending.push_back(t.submit_pipelined(cmd(i))?);
+        if pending.len() > window {
+            if let Some(p) = pending.pop_front() {
+                p.wait()?;
+            }
+        }
+        if let Some(pb) = progress {
+            pb.inc(1);
+        }
+    }
+    for p in pending {
+        p.wait()?;
+    }
+    if let Some(pb) = progress {
+        pb.finish_and_clear();
+    }
+    Ok(())
+}
+
+/// Mean group size and per-stage times of the writer, from its metrics.
+pub fn writer_breakdown(m: &crate::metrics::Metrics) -> String {
+    let mean =
+        |h: &prometheus::Histogram| h.get_sample_sum() / (h.get_sample_count().max(1) as f64);
+    let syncs = m.wal_sync.get_sample_count().max(1) as f64;
+    format!(
+        "  (treelog writer: {:.1} commands/group, {:.1} per fsync, {:.0}% of groups committed inline; per group: validate {:.0} us, log append {:.0} us; per fsync: {:.0} us, then index apply {:.0} us; queue wait {:.0} us/command)",
+        mean(&m.group_commands),
+        m.group_commands.get_sample_sum() / syncs,
+        100.0 * m.inline_groups.get() as f64 / m.group_commands.get_sample_count().max(1) as f64,
+        mean(&m.validate) * 1e6,
+        mean(&m.log_write) * 1e6,
+        mean(&m.wal_sync) * 1e6,
+        mean(&m.index_apply) * 1e6,
+        mean(&m.queue_wait) * 1e6
+    )
+}
+
+pub fn run(args: &BenchArgs) -> Result<u8> {
+    match &args.cmd {
+        BenchCmd::Suite {
+            ops,
+            callers,
+            repeat,
+            replay_records,
+            stream_ops,
+            catchup_records,
+            scale,
+            json_out,
+            dir,
+        } => {
+            let base = scratch(dir)?;
+            let mut report = suite::Report::default();
+            suite::run(&base, *ops, callers, *replay_records, *repeat, &mut report)?;
+            suite::workloads(&base, *ops, &mut report)?;
+            if *stream_ops > 0 {
+                report.figures.extend(streams::run(
+                    &base,
+                    *stream_ops,
+                    *catchup_records,
+                    crate::stream::DeliveryPriority::default(),
+                )?);
+            }
+            if let Some(n) = scale {
+                report.scale = suite::scale(&base, *n)?;
+            }
+            report.targets = suite::targets(&report);
+            suite::print_targets(&report.targets);
+            if let Some(p) = json_out {
+                let json = serde_json::to_vec_pretty(&report)
+                    .map_err(|e| Error::Io(std::io::Error::other(e)))?;
+                std::fs::write(p, json)?;
+            }
+            if dir.is_none() {
+                let _ = std::fs::remove_dir_all(&base);
+            }
+            Ok(0)
+        }
+        BenchCmd::Network { ops, dir } => {
+            let base = scratch(dir)?;
+            network::run(&base, *ops)?;
+            if dir.is_none() {
+                let _ = std::fs::remove_dir_all(&base);
+            }
+            Ok(0)
+        }
+        BenchCmd::Metrics { ops, rounds, dir } => {
+            let base = scratch(dir)?;
+            metrics_overhead(&base, *ops, *rounds)?;
+            if dir.is_none() {
+                let _ = std::fs::remove_dir_all(&base);
+            }
+            Ok(0)
+        }
+        BenchCmd::Stream {
+            ops,
+            catchup_records,
+            stream_priority,
+            dir,
+        } => {
+            let base = dir.clone().unwrap_or_else(|| {
+                std::env::temp_dir().join(format!("treelog-bench-{}", std::process::id()))
+            });
+            std::fs::create_dir_all(&base)?;
+            streams::run(&base, *ops, *catchup_records, *stream_priority)?;
+            if dir.is_none() {
+                let _ = std::fs::remove_dir_all(&base);
+            }
+            Ok(0)
+        }
+        BenchCmd::Create {
+            callers,
+            ops,
+            dirs,
+            systems,
+            dir,
+            json_out,
+        } => {
+            let tmp;
+            let base = match dir {
+                Some(d) => d.clone(),
+                None => {
+                    tmp =
+                        std::env::temp_dir().join(format!("treelog-bench-{}", std::process::id()));
+                    tmp.clone()
+                }
+            };
+            std::fs::create_dir_all(&base)?;
+            let mut figures = Vec::new();
+            println!("durable creates, {ops} per run, over {dirs} directories; every create fsynced before it returns");
+            println!(
+                "{:<20} {:>8} {:>12} {:>10} {:>10}",
+                "system", "callers", "creates/s", "p50 us", "p99 us"
+            );
+            for &n in callers {
+                for sys in systems {
+                    let path = base.join(format!("{sys}-{n}"));
+                    let _ = std::fs::remove_dir_all(&path);
+                    let f = match sys.as_str() {
+                        "treelog" => {
+                            let t = Arc::new(Treelog::open(&path, Options::default())?);
+                            let f = run_creates(
+                                sys,
+                                t.clone() as Arc<dyn Creator>,
+                                n,
+                                *ops,
+                                *dirs,
+                                "c",
+                            )?;
+                            if let Some(m) = t.metrics() {
+                                println!("{}", writer_breakdown(m));
+                            }
+                            f
+                        }
+                        "treelog-async" => {
+                            let t = Arc::new(Treelog::open(&path, Options::default())?);
+                            let f = run_creates_async(sys, t.clone(), n, *ops, *dirs, "c")?;
+                            if let Some(m) = t.metrics() {
+                                println!("{}", writer_breakdown(m));
+                            }
+                            f
+                        }
+                        "seed-serialized" => {
+                            let s: Arc<dyn Creator> = Arc::new(seed::SeedStore::open(&path, true)?);
+                            run_creates(sys, s, n, *ops, *dirs, "c")?
+                        }
+                        "seed-unserialized" => {
+                            let s: Arc<dyn Creator> =
+                                Arc::new(seed::SeedStore::open(&path, false)?);
+                            run_creates(sys, s, n, *ops, *dirs, "c")?
+                        }
+                        other => {
+                            return Err(Error::InvalidArgument(format!("unknown system {other}")))
+                        }
+                    };
+                    println!(
+                        "{:<20} {:>8} {:>12.0} {:>10.0} {:>10.0}",
+                        f.system, f.callers, f.ops_per_sec, f.p50_us, f.p99_us
+                    );
+                    figures.push(f);
+                    let _ = std::fs::remove_dir_all(&path);
+                }
+                let get = |s: &str| Figure::rate_of(&figures, s, n);
+                for t_sys in ["treelog", "treelog-async"] {
+                    for s_sys in ["seed-serialized", "seed-unserialized"] {
+                        if let (Some(t), Some(s)) = (get(t_sys), get(s_sys)) {
+                            println!("  ratio {t_sys} / {s_sys} at {n} callers: {:.1}x", t / s);
+                        }
+                    }
+                }
+            }
+            if let Some(p) = json_out {
+                std::fs::write(p, serde_json::to_vec_pretty(&figures).unwrap_or_default())?;
+            }
+            if dir.is_none() {
+                let _ = std::fs::remove_dir_all(&base);
+            }
+            Ok(0)
+        }
+    }
+}

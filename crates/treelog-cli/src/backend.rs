@@ -1,0 +1,248 @@
+//! What the CLI talks to: the local data directory (embedded store) or a
+//! server (`--server ADDR`), behind one set of blocking calls.
+
+use std::time::Duration;
+
+use crate::client::{Client, ClientOptions, RemoteSubscription};
+use crate::command::Command;
+use crate::error::{Error, Result};
+use crate::format::ROOT_ID;
+use crate::namespace::{Options, Treelog};
+use crate::readview::ReadAt;
+use crate::retention::CursorInfo;
+use crate::stream::{StreamItem, SubscribeOptions, Subscription};
+use crate::types::{DirEntry, Inode, ListPage};
+
+pub enum Backend {
+    Local(Treelog),
+    Remote {
+        rt: tokio::runtime::Runtime,
+        client: Client,
+    },
+}
+
+pub enum Sub<'a> {
+    Local(Subscription),
+    Remote {
+        rt: &'a tokio::runtime::Runtime,
+        sub: Box<RemoteSubscription>,
+        /// An item arrived: the subscription is connected.
+        started: bool,
+    },
+}
+
+impl Backend {
+    pub fn local(data: &std::path::Path, opts: Options) -> Result<Backend> {
+        Ok(Backend::Local(Treelog::open(data, opts)?))
+    }
+
+    pub fn remote(addr: &str, token: Option<String>) -> Result<Backend> {
+        let addr = addr
+            .parse()
+            .or_else(|_| {
+                use std::net::ToSocketAddrs;
+                addr.to_socket_addrs()
+                    .map_err(|e| e.to_string())
+                    .and_then(|mut a| a.next().ok_or_else(|| "no address".to_string()))
+            })
+            .map_err(|e| Error::InvalidArgument(format!("bad server address {addr:?}: {e}")))?;
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        let client = rt.block_on(Client::connect(
+            addr,
+            ClientOptions {
+                token,
+                ..Default::default()
+            },
+        ))?;
+        Ok(Backend::Remote { rt, client })
+    }
+
+    pub fn submit(&self, cmd: Command) -> Result<u64> {
+        match self {
+            Backend::Local(t) => t.submit(cmd),
+            Backend::Remote { rt, client } => rt.block_on(client.submit(cmd)),
+        }
+    }
+
+    pub fn stat(&self, path: &str) -> Result<Inode> {
+        match self {
+            Backend::Local(t) => t.stat(path),
+            Backend::Remote { rt, client } => rt.block_on(client.stat(path)),
+        }
+    }
+
+    pub fn stat_id(&self, id: u64) -> Result<Inode> {
+        match self {
+            Backend::Local(t) => t.stat_id(id),
+            Backend::Remote { rt, client } => rt.block_on(client.stat_id(id)),
+        }
+    }
+
+    /// The path of an inode, by walking parent ids.
+    pub fn path_of(&self, id: u64) -> Result<String> {
+        let mut names = Vec::new();
+        let mut cur = self.stat_id(id)?;
+        while cur.id != ROOT_ID {
+            names.push(cur.name.clone());
+            if names.len() > 4096 {
+                return Err(Error::corrupt("index", "parent chain loops"));
+            }
+            cur = self.stat_id(cur.parent)?;
+        }
+        names.reverse();
+        let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+        Ok(crate::path::join_all(&refs))
+    }
+
+    /// A listing page at a committed state.
+    pub fn list_at(
+        &self,
+        path: &str,
+        after: Option<&str>,
+        limit: usize,
+        at: ReadAt,
+    ) -> Result<ListPage> {
+        match self {
+            Backend::Local(t) => t.list_at(path, after, limit, at).map(|r| r.value),
+            Backend::Remote { rt, client } => rt
+                .block_on(client.list_at(path, after, limit.min(u32::MAX as usize) as u32, at))
+                .map(|r| r.value),
+        }
+    }
+
+    pub fn stat_at(&self, path: &str, at: ReadAt) -> Result<Inode> {
+        match self {
+            Backend::Local(t) => t.stat_at(path, at).map(|r| r.value),
+            Backend::Remote { rt, client } => {
+                rt.block_on(client.stat_at(path, at)).map(|r| r.value)
+            }
+        }
+    }
+
+    /// Pins the newest committed state (see `Treelog::pin_view`).
+    pub fn pin_view(&self) -> Result<u64> {
+        match self {
+            Backend::Local(t) => t.pin_view(),
+            Backend::Remote { rt, client } => rt.block_on(client.pin_view()),
+        }
+    }
+
+    /// Releases a pin (best effort: pins also expire).
+    pub fn unpin_view(&self, seq: u64) {
+        match self {
+            Backend::Local(t) => {
+                t.unpin_view(seq);
+            }
+            Backend::Remote { rt, client } => {
+                let _ = rt.block_on(client.unpin_view(seq));
+            }
+        }
+    }
+
+    /// Every entry of a directory, all pages at the state `at`.
+    pub fn list_all_at(&self, path: &str, at: ReadAt) -> Result<Vec<DirEntry>> {
+        let mut out = Vec::new();
+        let mut after: Option<String> = None;
+        loop {
+            let page = self.list_at(path, after.as_deref(), 1000, at)?;
+            out.extend(page.entries);
+            match page.next_start_after {
+                Some(n) => after = Some(n),
+                None => return Ok(out),
+            }
+        }
+    }
+
+    pub fn committed_seq(&self) -> Result<u64> {
+        match self {
+            Backend::Local(t) => Ok(t.committed_seq()),
+            Backend::Remote { rt, client } => rt.block_on(client.ping()),
+        }
+    }
+
+    pub fn log_start(&self) -> Result<u64> {
+        match self {
+            Backend::Local(t) => Ok(t.log_start()),
+            Backend::Remote { rt, client } => rt.block_on(client.info()).map(|i| i.1),
+        }
+    }
+
+    pub fn cursors(&self) -> Result<Vec<CursorInfo>> {
+        match self {
+            Backend::Local(t) => Ok(t.cursors()),
+            Backend::Remote { rt, client } => rt.block_on(client.cursors()),
+        }
+    }
+
+    pub fn drop_cursor(&self, name: &str) -> Result<()> {
+        match self {
+            Backend::Local(t) => t.drop_cursor(name),
+            Backend::Remote { rt, client } => rt.block_on(client.drop_cursor(name)),
+        }
+    }
+
+    pub fn ack(&self, name: &str, seq: u64) -> Result<()> {
+        match self {
+            Backend::Local(t) => t.ack(name, seq),
+            Backend::Remote { rt, client } => rt.block_on(client.ack(name, seq)),
+        }
+    }
+
+    pub fn subscribe(&self, o: SubscribeOptions) -> Result<Sub<'_>> {
+        match self {
+            Backend::Local(t) => Ok(Sub::Local(t.subscribe(o)?)),
+            Backend::Remote { rt, client } => Ok(Sub::Remote {
+                rt,
+                sub: Box::new(rt.block_on(client.subscribe(o))?),
+                started: false,
+            }),
+        }
+    }
+}
+
+impl Sub<'_> {
+    /// The next item within `wait`, or `None`.
+    pub fn next_within(&mut self, wait: Duration) -> Result<Option<StreamItem>> {
+        match self {
+            Sub::Local(s) => s.next_timeout(wait),
+            Sub::Remote { rt, sub, started } => {
+                let r = rt.block_on(async {
+                    match tokio::time::timeout(wait, sub.next()).await {
+                        Ok(Some(r)) => r.map(Some),
+                        Ok(None) | Err(_) => Ok(None),
+                    }
+                });
+                *started |= matches!(r, Ok(Some(_)));
+                r
+            }
+        }
+    }
+
+    /// The next item if one is ready now (`None` says nothing about the
+    /// end of the stream).
+    pub fn try_next(&mut self) -> Result<Option<StreamItem>> {
+        match self {
+            Sub::Local(s) => s.try_next(),
+            // Not connected yet: one poll would start a connection only to
+            // drop it.
+            Sub::Remote { started: false, .. } => Ok(None),
+            Sub::Remote { rt, sub, .. } => rt.block_on(async {
+                // Receiving is cancel-safe; a reconnect this cuts short is
+                // started again by the next call.
+                match futures_util::FutureExt::now_or_never(sub.next()) {
+                    Some(Some(r)) => r.map(Some),
+                    Some(None) | None => Ok(None),
+                }
+            }),
+        }
+    }
+
+    pub fn position(&self) -> Option<u64> {
+        match self {
+            Sub::Local(s) => (!s.is_snapshotting()).then(|| s.position()),
+            Sub::Remote { sub, .. } => sub.position(),
+        }
+    }
+}

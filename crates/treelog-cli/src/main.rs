@@ -1,0 +1,28 @@
+//! `treelog`: the command-line tool (local and remote namespace commands,
+//! `serve`, `admin`, `demo`). See `treelog --help` and the README.
+
+use clap::Parser;
+
+mod backend;
+mod cli;
+mod demo;
+mod output;
+mod tail;
+
+// The library's modules under the names the commands use.
+use treelog::{
+    admin, command, engine, error, event, format, namespace, path, readview, retention, store,
+    stream, types, writer,
+};
+use treelog_client as client;
+use treelog_proto::protocol;
+use treelog_server as server;
+
+// See the workspace Cargo.toml: the write path allocates on one thread and
+// frees on another, which mimalloc handles far better than glibc malloc.
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+fn main() -> std::process::ExitCode {
+    cli::run(cli::Cli::parse())
+}

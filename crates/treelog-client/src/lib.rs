@@ -1,0 +1,711 @@
+//! The async Rust client of `treelog serve`.
+//!
+//! One [`Client`] is one TCP connection carrying many requests at once
+//! (pipelining): each request gets an id, and replies are matched back to
+//! their caller as they arrive. Subscriptions get a connection of their own
+//! ([`Client::subscribe`]) so that they can be resumed independently: after a
+//! lost connection, a [`RemoteSubscription`] reconnects and resubscribes from
+//! the last position it delivered (or restarts an unfinished snapshot).
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::io::{AsyncWriteExt, BufWriter};
+use tokio::net::TcpStream;
+use tokio::sync::{mpsc, oneshot};
+
+use crate::command::Command;
+use crate::cursor::CursorInfo;
+use crate::error::{Error, ErrorKind, Result};
+use crate::protocol::{ClientMsg, Hello, RequestBody, ResponseBody, ServerMsg};
+use crate::read::{Read, ReadAt};
+use crate::stream::{StartFrom, StreamItem, SubscribeOptions};
+use crate::types::{DirEntry, Inode, ListPage};
+use treelog_proto::{command, cursor, error, path, protocol, read, stream, types};
+
+/// How to reach a server.
+#[derive(Debug, Clone)]
+pub struct ClientOptions {
+    pub token: Option<String>,
+    pub max_frame: usize,
+    pub connect_timeout: Duration,
+    /// How long a subscription keeps trying to reconnect before it gives up.
+    pub resume_for: Duration,
+}
+
+impl Default for ClientOptions {
+    fn default() -> Self {
+        ClientOptions {
+            token: None,
+            max_frame: 256 << 20,
+            connect_timeout: Duration::from_secs(5),
+            resume_for: Duration::from_secs(60),
+        }
+    }
+}
+
+enum Waiter {
+    One(oneshot::Sender<Result<ResponseBody>>),
+    Many(mpsc::Sender<Result<ResponseBody>>),
+}
+
+struct Inner {
+    out: mpsc::Sender<Vec<u8>>,
+    /// `None` once the connection is gone: no request may wait after that.
+    pending: Mutex<Option<HashMap<u64, Waiter>>>,
+    next_id: AtomicU64,
+    committed_at_connect: u64,
+    /// The highest sequence any reply carried (a mutation's, a read's
+    /// state, a `Ping`): a read-your-writes token for any node.
+    seen_seq: AtomicU64,
+    /// Why the connection ended, when reconnecting cannot help (a reply
+    /// larger than this client accepts): subscriptions end with it
+    /// instead of resuming.
+    terminal: Mutex<Option<String>>,
+}
+
+/// A connection to a treelog server.
+#[derive(Clone)]
+pub struct Client {
+    inner: Arc<Inner>,
+    addr: SocketAddr,
+    opts: ClientOptions,
+}
+
+fn lost(why: impl std::fmt::Display) -> Error {
+    Error::Protocol(format!("connection lost: {why}"))
+}
+
+/// The error for a frame from the server above `ClientOptions::max_frame`
+/// (`why` names its size and the limit).
+fn too_large(why: &str) -> Error {
+    Error::Protocol(format!(
+        "the server sent a reply too large for this client: {why} bytes (ClientOptions::max_frame)"
+    ))
+}
+
+fn protocol_message(e: &Error) -> String {
+    match e {
+        Error::Protocol(m) => m.clone(),
+        e => e.to_string(),
+    }
+}
+
+fn fail_all(inner: &Inner, e: &Error) {
+    let waiters: Vec<Waiter> = match inner.pending.lock() {
+        Ok(mut p) => p
+            .take()
+            .map(|m| m.into_values().collect())
+            .unwrap_or_default(),
+        Err(_) => return,
+    };
+    for w in waiters {
+        let err = match e {
+            Error::Remote { kind, message } => Error::Remote {
+                kind: *kind,
+                message: message.clone(),
+            },
+            Error::Protocol(m) => Error::Protocol(m.clone()),
+            other => Error::Protocol(other.to_string()),
+        };
+        match w {
+            Waiter::One(tx) => {
+                let _ = tx.send(Err(err));
+            }
+            Waiter::Many(tx) => {
+                let _ = tx.try_send(Err(err));
+            }
+        }
+    }
+}
+
+impl Client {
+    /// Connects and performs the handshake.
+    pub async fn connect(addr: SocketAddr, opts: ClientOptions) -> Result<Client> {
+        let sock = tokio::time::timeout(opts.connect_timeout, TcpStream::connect(addr))
+            .await
+            .map_err(|_| Error::Protocol(format!("connecting to {addr} timed out")))??;
+        let _ = sock.set_nodelay(true);
+        let (rd, wr) = sock.into_split();
+        // Buffered: replies to pipelined requests arrive many per segment.
+        let mut rd = tokio::io::BufReader::with_capacity(64 << 10, rd);
+        let mut w = BufWriter::new(wr);
+        let hello = protocol::encode(&ClientMsg::Hello(Hello {
+            magic: protocol::MAGIC,
+            version: protocol::PROTOCOL_VERSION,
+            token: opts.token.clone(),
+            client: format!("treelog-client {}", env!("CARGO_PKG_VERSION")),
+        }))?;
+        w.write_all(&hello).await?;
+        w.flush().await?;
+        let first = tokio::time::timeout(
+            opts.connect_timeout,
+            protocol::read_frame(&mut rd, opts.max_frame),
+        )
+        .await
+        .map_err(|_| {
+            Error::Protocol(format!(
+                "no handshake reply from {addr} within {} s (replaying its log, or overloaded?)",
+                opts.connect_timeout.as_secs_f64()
+            ))
+        })?
+        .map_err(|e| match e {
+            Error::InvalidArgument(m) => too_large(&m),
+            e => e,
+        })?
+        .ok_or_else(|| {
+            Error::Protocol("server closed the connection during the handshake".into())
+        })?;
+        let committed = match protocol::decode::<ServerMsg>(&first)? {
+            ServerMsg::Welcome {
+                version,
+                committed_seq,
+                ..
+            } => {
+                if version != protocol::PROTOCOL_VERSION {
+                    return Err(Error::Protocol(format!("server speaks protocol {version}")));
+                }
+                committed_seq
+            }
+            ServerMsg::Fatal { kind, message } => {
+                return Err(protocol::remote_error(kind, message))
+            }
+            ServerMsg::Response { .. } => {
+                return Err(Error::Protocol("unexpected response before Welcome".into()))
+            }
+        };
+        let (out_tx, out_rx) = mpsc::channel::<Vec<u8>>(1024);
+        let inner = Arc::new(Inner {
+            out: out_tx,
+            pending: Mutex::new(Some(HashMap::new())),
+            next_id: AtomicU64::new(1),
+            committed_at_connect: committed,
+            seen_seq: AtomicU64::new(committed),
+            terminal: Mutex::new(None),
+        });
+        tokio::spawn(protocol::write_loop(out_rx, w.into_inner()));
+        // Reader task: routes replies to their waiters.
+        let weak = Arc::downgrade(&inner);
+        let max_frame = opts.max_frame;
+        tokio::spawn(async move {
+            let err = loop {
+                let frame = match protocol::read_frame(&mut rd, max_frame).await {
+                    Ok(Some(f)) => f,
+                    Ok(None) => break lost("closed by the server"),
+                    // Too large for this client: retrying would meet it
+                    // again, so it ends subscriptions too.
+                    Err(Error::InvalidArgument(m)) => {
+                        let e = too_large(&m);
+                        if let Some(inner) = weak.upgrade() {
+                            if let Ok(mut t) = inner.terminal.lock() {
+                                *t = Some(protocol_message(&e));
+                            }
+                        }
+                        break e;
+                    }
+                    Err(e) => break lost(e),
+                };
+                let Some(inner) = weak.upgrade() else { return };
+                match protocol::decode::<ServerMsg>(&frame) {
+                    Ok(ServerMsg::Response { id, body }) => {
+                        let end =
+                            matches!(body, ResponseBody::StreamEnd | ResponseBody::Error { .. });
+                        let waiter = inner.pending.lock().ok().and_then(|mut p| {
+                            let p = p.as_mut()?;
+                            match p.get(&id) {
+                                Some(Waiter::Many(tx)) if !end => Some(Waiter::Many(tx.clone())),
+                                _ => p.remove(&id),
+                            }
+                        });
+                        match waiter {
+                            Some(Waiter::One(tx)) => {
+                                let _ = tx.send(Ok(body));
+                            }
+                            Some(Waiter::Many(tx)) => {
+                                let _ = tx.send(Ok(body)).await;
+                            }
+                            None => {}
+                        }
+                    }
+                    Ok(ServerMsg::Fatal { kind, message }) => {
+                        break protocol::remote_error(kind, message)
+                    }
+                    Ok(ServerMsg::Welcome { .. }) => {
+                        break Error::Protocol("unexpected Welcome".into())
+                    }
+                    Err(e) => break lost(e),
+                }
+            };
+            if let Some(inner) = weak.upgrade() {
+                fail_all(&inner, &err);
+            }
+        });
+        Ok(Client { inner, addr, opts })
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The committed sequence the server reported in the handshake.
+    pub fn committed_at_connect(&self) -> u64 {
+        self.inner.committed_at_connect
+    }
+
+    /// Why the connection ended, if retrying cannot help.
+    fn terminal(&self) -> Option<Error> {
+        let t = self.inner.terminal.lock().ok()?;
+        t.as_ref().map(|m| Error::Protocol(m.clone()))
+    }
+
+    async fn send_request(&self, body: RequestBody, waiter: Waiter) -> Result<u64> {
+        let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
+        let frame = protocol::encode(&ClientMsg::Request { id, body })?;
+        {
+            let mut p = self
+                .inner
+                .pending
+                .lock()
+                .map_err(|_| Error::Protocol("client state poisoned".into()))?;
+            match p.as_mut() {
+                Some(p) => {
+                    p.insert(id, waiter);
+                }
+                None => return Err(lost("the connection is closed")),
+            }
+        }
+        if self.inner.out.send(frame).await.is_err() {
+            if let Ok(mut p) = self.inner.pending.lock() {
+                if let Some(p) = p.as_mut() {
+                    p.remove(&id);
+                }
+            }
+            return Err(lost("writer stopped"));
+        }
+        Ok(id)
+    }
+
+    /// The highest sequence this client has seen in a reply (a token to
+    /// pass as `ReadAt::AtLeast` to any node for read-your-writes).
+    pub fn seen_seq(&self) -> u64 {
+        self.inner.seen_seq.load(Ordering::Acquire)
+    }
+
+    fn saw(&self, seq: u64) {
+        self.inner.seen_seq.fetch_max(seq, Ordering::AcqRel);
+    }
+
+    /// Sends one request and waits for its reply.
+    pub async fn call(&self, body: RequestBody) -> Result<ResponseBody> {
+        let (tx, rx) = oneshot::channel();
+        let is_mutation = matches!(body, RequestBody::Mutate(_));
+        self.send_request(body, Waiter::One(tx)).await?;
+        // Sent: a mutation whose reply is lost may have been committed.
+        let reply = match rx.await {
+            Ok(r) => r,
+            Err(_) => Err(lost("no reply")),
+        };
+        let reply = match reply {
+            Err(Error::Protocol(m)) if is_mutation => {
+                return Err(Error::OutcomeUnknown(format!(
+                    "{m}, after the command was sent"
+                )))
+            }
+            r => r?,
+        };
+        match reply {
+            ResponseBody::Error { kind, message } => Err(protocol::remote_error(kind, message)),
+            other => {
+                match &other {
+                    ResponseBody::Seq(s)
+                    | ResponseBody::InodeAt { seq: s, .. }
+                    | ResponseBody::PageAt { seq: s, .. } => self.saw(*s),
+                    _ => {}
+                }
+                Ok(other)
+            }
+        }
+    }
+
+    /// Runs a mutation; returns its sequence number. A connection lost
+    /// after the command was sent gives `OutcomeUnknown`.
+    pub async fn submit(&self, cmd: Command) -> Result<u64> {
+        match self.call(RequestBody::Mutate(cmd)).await? {
+            ResponseBody::Seq(s) => Ok(s),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Stat at a committed state (`docs/READS.md`); the reply says which.
+    pub async fn stat_at(&self, path: &str, at: ReadAt) -> Result<Read<Inode>> {
+        let body = RequestBody::StatAt {
+            path: path.to_owned(),
+            at,
+        };
+        match self.call(body).await? {
+            ResponseBody::InodeAt { inode, seq } => Ok(Read { value: inode, seq }),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    pub async fn stat_id_at(&self, id: u64, at: ReadAt) -> Result<Read<Inode>> {
+        match self.call(RequestBody::StatIdAt { id, at }).await? {
+            ResponseBody::InodeAt { inode, seq } => Ok(Read { value: inode, seq }),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// A listing page at a committed state.
+    pub async fn list_at(
+        &self,
+        path: &str,
+        start_after: Option<&str>,
+        limit: u32,
+        at: ReadAt,
+    ) -> Result<Read<ListPage>> {
+        let body = RequestBody::ListAt {
+            path: path.to_owned(),
+            start_after: start_after.map(str::to_owned),
+            limit,
+            at,
+        };
+        match self.call(body).await? {
+            ResponseBody::PageAt { page, seq } => Ok(Read { value: page, seq }),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Pins the server's newest state for reads at `ReadAt::Exactly`
+    /// (returned); see `Treelog::pin_view` for the bounds.
+    pub async fn pin_view(&self) -> Result<u64> {
+        match self.call(RequestBody::PinView).await? {
+            ResponseBody::Seq(s) => Ok(s),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    pub async fn unpin_view(&self, seq: u64) -> Result<()> {
+        match self.call(RequestBody::UnpinView { seq }).await? {
+            ResponseBody::Done => Ok(()),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Every entry under `dir` (directory by directory, as `ls -R` lists
+    /// them) at one committed state, pinned for the walk: a tree that
+    /// moves meanwhile is never seen half-moved. Returns the entries with
+    /// their paths, and the state's sequence.
+    pub async fn walk(&self, dir: &str) -> Result<Read<Vec<(String, DirEntry)>>> {
+        let seq = self.pin_view().await?;
+        let r = self.walk_at(dir, seq).await;
+        // Best effort: an unpinned view also expires by itself.
+        let _ = self.unpin_view(seq).await;
+        r.map(|value| Read { value, seq })
+    }
+
+    async fn walk_at(&self, dir: &str, seq: u64) -> Result<Vec<(String, DirEntry)>> {
+        let at = ReadAt::Exactly(seq);
+        let mut out = Vec::new();
+        let mut dirs = vec![crate::path::canonical(dir)?];
+        while let Some(d) = dirs.pop() {
+            let mut after: Option<String> = None;
+            let mut subdirs = Vec::new();
+            loop {
+                let page = self.list_at(&d, after.as_deref(), 1024, at).await?.value;
+                for e in page.entries {
+                    let p = crate::path::join(&d, &e.name);
+                    if e.inode.attrs.kind.is_dir() {
+                        subdirs.push(p.clone());
+                    }
+                    out.push((p, e));
+                }
+                match page.next_start_after {
+                    Some(n) => after = Some(n),
+                    None => break,
+                }
+            }
+            // Depth first, in name order: the last pushed is taken first.
+            dirs.extend(subdirs.into_iter().rev());
+        }
+        Ok(out)
+    }
+
+    pub async fn stat(&self, path: &str) -> Result<Inode> {
+        match self
+            .call(RequestBody::Stat {
+                path: path.to_owned(),
+            })
+            .await?
+        {
+            ResponseBody::Inode(i) => Ok(i),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    pub async fn stat_id(&self, id: u64) -> Result<Inode> {
+        match self.call(RequestBody::StatId { id }).await? {
+            ResponseBody::Inode(i) => Ok(i),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    pub async fn list(
+        &self,
+        path: &str,
+        start_after: Option<&str>,
+        limit: u32,
+    ) -> Result<ListPage> {
+        match self
+            .call(RequestBody::List {
+                path: path.to_owned(),
+                start_after: start_after.map(str::to_owned),
+                limit,
+            })
+            .await?
+        {
+            ResponseBody::Page(p) => Ok(p),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    pub async fn ack(&self, cursor: &str, seq: u64) -> Result<()> {
+        self.call(RequestBody::Ack {
+            cursor: cursor.to_owned(),
+            seq,
+        })
+        .await
+        .map(|_| ())
+    }
+
+    pub async fn cursors(&self) -> Result<Vec<CursorInfo>> {
+        match self.call(RequestBody::ListCursors).await? {
+            ResponseBody::Cursors(c) => Ok(c),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    pub async fn drop_cursor(&self, cursor: &str) -> Result<()> {
+        self.call(RequestBody::DropCursor {
+            cursor: cursor.to_owned(),
+        })
+        .await
+        .map(|_| ())
+    }
+
+    /// The server's committed sequence.
+    pub async fn ping(&self) -> Result<u64> {
+        match self.call(RequestBody::Ping).await? {
+            ResponseBody::Seq(s) => Ok(s),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// (committed sequence, log start) of the server.
+    pub async fn info(&self) -> Result<(u64, u64)> {
+        match self.call(RequestBody::Info).await? {
+            ResponseBody::Info {
+                committed_seq,
+                log_start,
+                ..
+            } => Ok((committed_seq, log_start)),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Waits until the server's committed sequence reaches `seq`.
+    pub async fn wait_for(&self, seq: u64, timeout: Duration) -> Result<u64> {
+        match self
+            .call(RequestBody::WaitFor {
+                seq,
+                timeout_ms: timeout.as_millis() as u64,
+            })
+            .await?
+        {
+            ResponseBody::Seq(s) => Ok(s),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Subscribes on a connection of its own, resumed automatically after a
+    /// reconnect.
+    pub async fn subscribe(&self, opts: SubscribeOptions) -> Result<RemoteSubscription> {
+        let mut s = RemoteSubscription {
+            addr: self.addr,
+            copts: self.opts.clone(),
+            opts,
+            conn: None,
+            position: None,
+            in_snapshot: false,
+            opened: false,
+            reconnects: 0,
+            ended: false,
+        };
+        s.open().await?;
+        Ok(s)
+    }
+}
+
+fn unexpected(b: ResponseBody) -> Error {
+    Error::Protocol(format!("unexpected reply {b:?}"))
+}
+
+struct SubConn {
+    _client: Client,
+    rx: mpsc::Receiver<Result<ResponseBody>>,
+}
+
+/// A subscription over the network. Use [`RemoteSubscription::next`] or
+/// [`RemoteSubscription::into_stream`].
+pub struct RemoteSubscription {
+    addr: SocketAddr,
+    copts: ClientOptions,
+    opts: SubscribeOptions,
+    conn: Option<SubConn>,
+    /// Position of the last item delivered that completes one.
+    position: Option<u64>,
+    /// Between a SnapshotStart and its SnapshotEnd.
+    in_snapshot: bool,
+    /// Whether a subscription was opened before (so `open` resumes).
+    opened: bool,
+    reconnects: u64,
+    /// Ended by an error that resuming cannot cure.
+    ended: bool,
+}
+
+impl RemoteSubscription {
+    /// Times the subscription reconnected and resumed.
+    pub fn reconnects(&self) -> u64 {
+        self.reconnects
+    }
+
+    /// The position to resume after (last delivered record or progress).
+    pub fn position(&self) -> Option<u64> {
+        self.position
+    }
+
+    async fn open(&mut self) -> Result<()> {
+        let client = Client::connect(self.addr, self.copts.clone()).await?;
+        let mut opts = self.opts.clone();
+        // Keep the resync behaviour of the original request on resume.
+        opts.resync_on_move_in = Some(
+            opts.resync_on_move_in
+                .unwrap_or(opts.from == StartFrom::Snapshot),
+        );
+        if self.opened {
+            if self.in_snapshot || (self.position.is_none() && opts.from == StartFrom::Snapshot) {
+                // A snapshot (initial or resync) was cut off: start it over.
+                // Acks still go to the cursor by name.
+                opts.from = StartFrom::Snapshot;
+                opts.cursor = None;
+            } else if let Some(p) = self.position {
+                // Resume right after what was delivered.
+                opts.from = StartFrom::Seq(p + 1);
+                opts.cursor = None;
+            }
+        }
+        if opts.from == StartFrom::Now {
+            // Pin "now" to a sequence, so that a resume before the first
+            // record still starts at the right place.
+            let c = client.ping().await?;
+            opts.from = StartFrom::Seq(c + 1);
+            self.position = Some(c);
+        }
+        let (tx, rx) = mpsc::channel(1024);
+        client
+            .send_request(RequestBody::Subscribe(opts), Waiter::Many(tx))
+            .await?;
+        self.opened = true;
+        self.conn = Some(SubConn {
+            _client: client,
+            rx,
+        });
+        Ok(())
+    }
+
+    /// The next item. After a lost connection or a server shutdown it
+    /// reconnects and resumes (for up to `resume_for`), so it returns an
+    /// error only when that fails or the server refuses the subscription.
+    /// An item larger than `ClientOptions::max_frame` ends the
+    /// subscription with a `Protocol` error naming its size (resuming
+    /// would meet it again); `None` after that.
+    /// Every `SnapshotStart` means: replace your model with the snapshot.
+    pub async fn next(&mut self) -> Option<Result<StreamItem>> {
+        if self.ended {
+            return None;
+        }
+        let deadline = tokio::time::Instant::now() + self.copts.resume_for;
+        loop {
+            if self.conn.is_none() {
+                match self.open().await {
+                    Ok(()) => self.reconnects += 1,
+                    Err(e) => {
+                        if tokio::time::Instant::now() >= deadline || !retryable(&e) {
+                            return Some(Err(e));
+                        }
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        continue;
+                    }
+                }
+            }
+            let conn = self.conn.as_mut()?;
+            match conn.rx.recv().await {
+                Some(Ok(ResponseBody::Item(item))) => {
+                    if let Some(p) = item.position() {
+                        self.position = Some(p);
+                    }
+                    match item {
+                        StreamItem::SnapshotStart { .. } => self.in_snapshot = true,
+                        StreamItem::SnapshotEnd { .. } => self.in_snapshot = false,
+                        _ => {}
+                    }
+                    return Some(Ok(item));
+                }
+                Some(Ok(ResponseBody::StreamEnd)) => {
+                    // The server is shutting down: resume on its successor.
+                    self.conn = None;
+                }
+                Some(Ok(ResponseBody::Error { kind, message })) => {
+                    self.conn = None;
+                    return Some(Err(protocol::remote_error(kind, message)));
+                }
+                Some(Ok(other)) => return Some(Err(unexpected(other))),
+                Some(Err(e)) => {
+                    if let Some(t) = conn._client.terminal() {
+                        return Some(Err(self.end(t)));
+                    }
+                    if !retryable(&e) {
+                        return Some(Err(e));
+                    }
+                    self.conn = None;
+                }
+                None => {
+                    if let Some(t) = conn._client.terminal() {
+                        return Some(Err(self.end(t)));
+                    }
+                    self.conn = None;
+                }
+            }
+        }
+    }
+
+    fn end(&mut self, e: Error) -> Error {
+        self.ended = true;
+        self.conn = None;
+        e
+    }
+
+    /// As a `futures` stream.
+    pub fn into_stream(self) -> impl futures_core::Stream<Item = Result<StreamItem>> {
+        futures_util::stream::unfold(self, |mut s| async move { s.next().await.map(|r| (r, s)) })
+    }
+}
+
+fn retryable(e: &Error) -> bool {
+    matches!(
+        e.kind(),
+        ErrorKind::Protocol | ErrorKind::Io | ErrorKind::ShuttingDown | ErrorKind::Busy
+    )
+}

@@ -1,0 +1,447 @@
+//! The wire protocol (documented in `docs/PROTOCOL.md`).
+//!
+//! A connection carries frames: a 4-byte big-endian length followed by that
+//! many bytes of postcard-encoded message. The client's first frame is a
+//! [`Hello`]; the server answers [`ServerMsg::Welcome`] or an error and
+//! closes. After that the client sends [`ClientMsg::Request`]s, each with an
+//! id of its choosing; the server answers each with one
+//! [`ServerMsg::Response`] carrying the same id, in completion order
+//! (pipelining), except subscriptions, which answer with a stream of
+//! responses ending in `StreamEnd` or an error.
+
+use serde::{Deserialize, Serialize};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+
+use crate::command::Command;
+use crate::cursor::CursorInfo;
+use crate::error::{Error, ErrorKind, Result};
+use crate::read::ReadAt;
+use crate::stream::{StreamItem, SubscribeOptions};
+use crate::types::{Inode, ListPage};
+
+/// Bytes 0..4 of every `Hello`.
+pub const MAGIC: [u8; 4] = *b"TLOG";
+/// The protocol version this build speaks.
+pub const PROTOCOL_VERSION: u16 = 1;
+/// Default largest frame either side accepts.
+pub const DEFAULT_MAX_FRAME: usize = 1 << 20;
+/// The first allocation for a frame's payload; [`read_frame`] grows it as
+/// bytes arrive.
+pub const FRAME_READ_CHUNK: usize = 64 << 10;
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Hello {
+    pub magic: [u8; 4],
+    pub version: u16,
+    /// The shared token, when the server requires one.
+    pub token: Option<String>,
+    /// Free text naming the client (for logs).
+    pub client: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ClientMsg {
+    Hello(Hello),
+    Request { id: u64, body: RequestBody },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum RequestBody {
+    /// A namespace mutation; answered with `Seq`.
+    Mutate(Command),
+    /// Answered with `Inode`.
+    Stat { path: String },
+    /// Answered with `Inode`.
+    StatId { id: u64 },
+    /// Answered with `Page`.
+    List {
+        path: String,
+        start_after: Option<String>,
+        limit: u32,
+    },
+    /// Answered with a stream of `Item`s (until cancelled or an error).
+    Subscribe(SubscribeOptions),
+    /// Stops the subscription with id `target`; answered
+    /// with `Done`, and the target's stream ends with `StreamEnd`.
+    Cancel { target: u64 },
+    /// Acknowledges a durable cursor position; answered with `Done`.
+    Ack { cursor: String, seq: u64 },
+    /// Answered with `Cursors`.
+    ListCursors,
+    /// Answered with `Done`.
+    DropCursor { cursor: String },
+    /// Waits until the committed sequence reaches `seq` (a read-your-writes
+    /// token from another connection) or `timeout_ms` passes; answered with
+    /// `Seq` (the committed sequence then).
+    WaitFor { seq: u64, timeout_ms: u64 },
+    /// Answered with `Seq` (the committed sequence).
+    Ping,
+    /// Answered with `Info`.
+    Info,
+    /// Stat at a committed state (`docs/READS.md`); answered with
+    /// `InodeAt`.
+    StatAt { path: String, at: ReadAt },
+    /// Answered with `InodeAt`.
+    StatIdAt { id: u64, at: ReadAt },
+    /// A listing page at a committed state; answered with `PageAt`.
+    ListAt {
+        path: String,
+        start_after: Option<String>,
+        limit: u32,
+        at: ReadAt,
+    },
+    /// Pins the newest committed state for reads at `ReadAt::Exactly`;
+    /// answered with `Seq` (the state's sequence).
+    PinView,
+    /// Releases a pin; answered with `Done` (`NotFound` if it had expired).
+    UnpinView { seq: u64 },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ServerMsg {
+    Welcome {
+        version: u16,
+        server: String,
+        committed_seq: u64,
+        max_frame: u32,
+    },
+    Response {
+        id: u64,
+        body: ResponseBody,
+    },
+    /// A connection-level error (bad frame, bad handshake, limits); the
+    /// server closes the connection after sending it.
+    Fatal {
+        kind: ErrorKind,
+        message: String,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ResponseBody {
+    Seq(u64),
+    Inode(Inode),
+    Page(ListPage),
+    Item(StreamItem),
+    Cursors(Vec<CursorInfo>),
+    Done,
+    /// The end of a subscription's stream (after `Cancel` or shutdown).
+    StreamEnd,
+    Error {
+        kind: ErrorKind,
+        message: String,
+    },
+    /// Watermarks of the server's store (reply to `Info`).
+    Info {
+        committed_seq: u64,
+        log_start: u64,
+        log_bytes: u64,
+    },
+    /// An inode and the sequence of the state it was read at.
+    InodeAt {
+        inode: Inode,
+        seq: u64,
+    },
+    /// A listing page and the sequence of the state it was read at.
+    PageAt {
+        page: ListPage,
+        seq: u64,
+    },
+}
+
+/// Error details a client turns back into an [`Error`].
+pub fn error_body(e: &Error) -> ResponseBody {
+    ResponseBody::Error {
+        kind: e.kind(),
+        message: e.to_string(),
+    }
+}
+
+/// Rebuilds an error from the wire: the kind is exact, the message is the
+/// server's text.
+pub fn remote_error(kind: ErrorKind, message: String) -> Error {
+    Error::Remote { kind, message }
+}
+
+pub fn encode<T: Serialize>(msg: &T) -> Result<Vec<u8>> {
+    let mut out = vec![0u8; 4];
+    let out = postcard::to_extend(msg, std::mem::take(&mut out))
+        .map_err(|e| Error::InvalidArgument(format!("cannot encode message: {e}")))?;
+    let mut out = out;
+    let len = u32::try_from(out.len() - 4)
+        .map_err(|_| Error::InvalidArgument("message too large".into()))?;
+    out[..4].copy_from_slice(&len.to_be_bytes());
+    Ok(out)
+}
+
+pub fn decode<'a, T: Deserialize<'a>>(payload: &'a [u8]) -> Result<T> {
+    let (v, rest) = postcard::take_from_bytes::<T>(payload)
+        .map_err(|e| Error::corrupt("frame", format!("does not decode: {e}")))?;
+    if !rest.is_empty() {
+        return Err(Error::corrupt(
+            "frame",
+            format!("{} trailing bytes", rest.len()),
+        ));
+    }
+    Ok(v)
+}
+
+/// The error for a frame whose length prefix exceeds `max`.
+pub fn frame_too_large(len: usize, max: usize) -> Error {
+    Error::InvalidArgument(format!("frame of {len} bytes exceeds the limit of {max}"))
+}
+
+/// Reads one frame's payload. `Ok(None)` on a clean end of stream before a
+/// frame starts. A length above `max` is refused before anything is
+/// allocated; the buffer for a length within `max` grows as the payload
+/// arrives, its capacity within twice the bytes received or
+/// [`FRAME_READ_CHUNK`], whichever is larger.
+pub async fn read_frame<R: AsyncRead + Unpin>(r: &mut R, max: usize) -> Result<Option<Vec<u8>>> {
+    let mut len = [0u8; 4];
+    let mut got = 0;
+    while got < 4 {
+        let n = r.read(&mut len[got..]).await?;
+        if n == 0 {
+            return if got == 0 {
+                Ok(None)
+            } else {
+                Err(Error::corrupt(
+                    "frame",
+                    "connection closed inside a length prefix",
+                ))
+            };
+        }
+        got += n;
+    }
+    let len = u32::from_be_bytes(len) as usize;
+    if len > max {
+        return Err(frame_too_large(len, max));
+    }
+    // The buffer grows as payload bytes arrive (at least one chunk, then
+    // doubling, never past `len`): a length prefix alone, up to `max`, must
+    // not commit `max` bytes of memory for a peer that sends nothing more.
+    let mut buf = Vec::new();
+    let mut filled = 0;
+    while filled < len {
+        if filled == buf.len() {
+            let grow = filled.max(FRAME_READ_CHUNK).min(len - filled);
+            buf.reserve_exact(grow);
+            buf.resize(filled + grow, 0);
+        }
+        let n = r.read(&mut buf[filled..]).await?;
+        if n == 0 {
+            return Err(Error::corrupt(
+                "frame",
+                format!("connection closed inside a {len}-byte frame"),
+            ));
+        }
+        filled += n;
+    }
+    Ok(Some(buf))
+}
+
+pub async fn write_frame<W: AsyncWrite + Unpin>(w: &mut W, bytes: &[u8]) -> Result<()> {
+    w.write_all(bytes).await?;
+    Ok(())
+}
+
+/// Writes queued frames to `w` until the queue closes, batching whatever is
+/// queued into one flush (few syscalls under load). Each frame is dropped
+/// as soon as it has been handed to `w` (the server's frames uncount
+/// themselves from their connection's queue when dropped).
+pub async fn write_loop<F: AsRef<[u8]>, W: AsyncWrite + Unpin>(
+    mut rx: tokio::sync::mpsc::Receiver<F>,
+    w: W,
+) {
+    let mut w = tokio::io::BufWriter::with_capacity(64 << 10, w);
+    while let Some(f) = rx.recv().await {
+        if w.write_all(f.as_ref()).await.is_err() {
+            return;
+        }
+        drop(f);
+        // Frames come in bursts: the replies of one commit round, each sent
+        // by its own task. The first one wakes this task at once (tokio
+        // runs a woken task next), so without a yield every reply went out
+        // in its own `send`. Yielding once lets the other ready tasks queue
+        // theirs, and one flush carries the burst.
+        let mut yielded = false;
+        loop {
+            match rx.try_recv() {
+                Ok(f) => {
+                    if w.write_all(f.as_ref()).await.is_err() {
+                        return;
+                    }
+                }
+                Err(_) if !yielded => {
+                    yielded = true;
+                    tokio::task::yield_now().await;
+                }
+                Err(_) => break,
+            }
+        }
+        if w.flush().await.is_err() {
+            return;
+        }
+    }
+    let _ = w.shutdown().await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::pin::Pin;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    use std::task::{Context, Poll};
+
+    /// Counts the writes that reach the socket (one per flush of the
+    /// buffered writer here: the frames are small).
+    struct CountingWriter(Arc<AtomicUsize>, Arc<std::sync::Mutex<Vec<u8>>>);
+
+    impl AsyncWrite for CountingWriter {
+        fn poll_write(
+            self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+            buf: &[u8],
+        ) -> Poll<std::io::Result<usize>> {
+            self.0.fetch_add(1, Ordering::Relaxed);
+            self.1.lock().unwrap().extend_from_slice(buf);
+            Poll::Ready(Ok(buf.len()))
+        }
+
+        fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+            Poll::Ready(Ok(()))
+        }
+
+        fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+            Poll::Ready(Ok(()))
+        }
+    }
+
+    /// Serves `data` in reads of at most `step` bytes and records the
+    /// largest buffer a read was offered (what the reader had allocated).
+    struct ProbeReader {
+        data: Vec<u8>,
+        pos: usize,
+        step: usize,
+        largest_offer: usize,
+    }
+
+    impl AsyncRead for ProbeReader {
+        fn poll_read(
+            mut self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+            buf: &mut tokio::io::ReadBuf<'_>,
+        ) -> Poll<std::io::Result<()>> {
+            self.largest_offer = self.largest_offer.max(buf.remaining());
+            let n = buf
+                .remaining()
+                .min(self.step)
+                .min(self.data.len() - self.pos);
+            let start = self.pos;
+            buf.put_slice(&self.data[start..start + n]);
+            self.pos += n;
+            Poll::Ready(Ok(()))
+        }
+    }
+
+    fn read_frame_now(r: &mut ProbeReader, max: usize) -> Result<Option<Vec<u8>>> {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        rt.block_on(read_frame(r, max))
+    }
+
+    /// A length prefix within the limit followed by a few bytes must not
+    /// make the reader allocate (and offer the socket) the whole length.
+    #[test]
+    fn a_large_length_prefix_alone_does_not_commit_its_buffer() {
+        let len: u32 = 200 << 20;
+        let mut data = len.to_be_bytes().to_vec();
+        data.extend_from_slice(b"only a few bytes");
+        let mut r = ProbeReader {
+            data,
+            pos: 0,
+            step: usize::MAX,
+            largest_offer: 0,
+        };
+        let e = read_frame_now(&mut r, 256 << 20).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Corruption, "{e}");
+        assert!(
+            r.largest_offer <= FRAME_READ_CHUNK,
+            "a read was offered {} bytes",
+            r.largest_offer
+        );
+    }
+
+    /// Growing the buffer in steps keeps every byte, for any read sizes.
+    #[test]
+    fn frames_read_in_small_and_large_steps_keep_their_bytes() {
+        for len in [
+            0,
+            1,
+            FRAME_READ_CHUNK - 1,
+            FRAME_READ_CHUNK,
+            3 * FRAME_READ_CHUNK + 7,
+        ] {
+            for step in [1 << 10, 4093, 1 << 20] {
+                let payload: Vec<u8> = (0..len).map(|i| (i * 31 % 251) as u8).collect();
+                let mut data = (len as u32).to_be_bytes().to_vec();
+                data.extend_from_slice(&payload);
+                data.extend_from_slice(b"next frame");
+                let mut r = ProbeReader {
+                    data,
+                    pos: 0,
+                    step,
+                    largest_offer: 0,
+                };
+                let got = read_frame_now(&mut r, 1 << 20).unwrap().unwrap();
+                assert!(got == payload, "len {len} step {step}");
+                assert_eq!(r.pos, 4 + len, "read past the frame");
+                assert!(r.largest_offer <= len.max(4), "offered past the frame");
+            }
+        }
+    }
+
+    /// Replies of one commit round are sent by many tasks woken at once;
+    /// the write loop must send them together, not one `send` each.
+    #[test]
+    fn a_burst_of_frames_from_ready_tasks_goes_out_in_few_writes() {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .build()
+            .unwrap();
+        let writes = Arc::new(AtomicUsize::new(0));
+        let bytes = Arc::new(std::sync::Mutex::new(Vec::new()));
+        rt.block_on(async {
+            let (tx, rx) = tokio::sync::mpsc::channel::<Vec<u8>>(1024);
+            let writer = tokio::spawn(write_loop(
+                rx,
+                CountingWriter(writes.clone(), bytes.clone()),
+            ));
+            let go = Arc::new(tokio::sync::Notify::new());
+            let mut senders = Vec::new();
+            for i in 0..64u8 {
+                let (tx, go) = (tx.clone(), go.clone());
+                let notified = go.notified_owned();
+                senders.push(tokio::spawn(async move {
+                    notified.await;
+                    tx.send(vec![i]).await.unwrap();
+                }));
+            }
+            // Let every sender reach its wait, then wake them all at once.
+            tokio::task::yield_now().await;
+            go.notify_waiters();
+            for s in senders {
+                s.await.unwrap();
+            }
+            drop(tx);
+            writer.await.unwrap();
+        });
+        let mut got = bytes.lock().unwrap().clone();
+        got.sort_unstable();
+        assert_eq!(got, (0..64u8).collect::<Vec<_>>(), "every frame, once");
+        let n = writes.load(Ordering::Relaxed);
+        assert!(n <= 8, "{n} writes for 64 frames");
+    }
+}

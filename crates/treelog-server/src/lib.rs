@@ -1,0 +1,1694 @@
+//! `treelog serve`: the network server (tokio) and its HTTP port (axum).
+//!
+//! The HTTP port comes up first (`/healthz` answers as soon as the process
+//! runs); the store is opened (replaying the log) on a blocking thread; only
+//! then does `/readyz` turn ready and the RPC port accept connections. On
+//! SIGINT/SIGTERM the server stops accepting, tells every connection to stop
+//! reading new requests, lets in-flight requests finish (bounded by a grace
+//! period), ends subscriptions, and closes the store.
+//!
+//! Every resource a client can make the server hold is bounded: connections
+//! (and, among them, those that have not completed their handshake), the
+//! requests in flight and the subscriptions of a connection, the bytes of
+//! replies queued for it (beyond which the server stops reading its
+//! requests), the frame a client may send, and the HTTP port's connections
+//! and the time they take to send their headers.
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use subtle::ConstantTimeEq;
+use tokio::io::AsyncWriteExt;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, oneshot, watch, Notify, OwnedSemaphorePermit, Semaphore};
+
+use treelog::{error, metrics, namespace, readview, sched, stream};
+use treelog_proto::protocol;
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::metrics::Metrics;
+use crate::namespace::{Options, Treelog};
+use crate::protocol::{ClientMsg, Hello, RequestBody, ResponseBody, ServerMsg};
+use crate::readview::ReadAt;
+
+/// Server settings.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    pub data: PathBuf,
+    pub listen: SocketAddr,
+    pub http: SocketAddr,
+    /// When set, clients must present it in the handshake and HTTP callers
+    /// (except `/healthz`, `/readyz`) as `Authorization: Bearer <token>`.
+    pub token: Option<String>,
+    /// Largest frame a client may send (see [`MIN_MAX_FRAME`],
+    /// [`MAX_MAX_FRAME`]).
+    pub max_frame: usize,
+    /// RPC connections at once. At start it is checked against the
+    /// process's open-file limit (whose soft value is raised to the hard
+    /// one) and lowered, with a warning, when it does not fit.
+    pub max_connections: usize,
+    /// How many of the connections may be waiting for their handshake;
+    /// `None`: a quarter of `max_connections` (at least 1). When a new
+    /// connection finds them all taken, the oldest one waiting is closed:
+    /// connections that never say Hello cannot lock clients out.
+    pub max_handshaking: Option<usize>,
+    pub max_in_flight: usize,
+    pub max_subscriptions: usize,
+    /// Bytes of encoded replies queued for one connection beyond which the
+    /// server stops reading its requests and its subscriptions stop
+    /// producing, until the client reads.
+    pub max_conn_buffer_bytes: usize,
+    /// Time a new connection has to send its Hello.
+    pub handshake_timeout: Duration,
+    /// A connection without subscriptions that sends no complete frame for
+    /// this long is closed.
+    pub idle_timeout: Duration,
+    pub shutdown_grace: Duration,
+    /// HTTP connections at once; more are answered 503 and closed.
+    pub max_http_connections: usize,
+    /// Time an HTTP client has to send a request's headers (also the
+    /// longest an idle keep-alive connection stays open).
+    pub http_header_timeout: Duration,
+    /// Serve the RPC port on a non-loopback address without a token.
+    pub allow_insecure_listen: bool,
+    /// The scheduling priority of the thread that delivers change streams.
+    pub stream_priority: crate::stream::DeliveryPriority,
+    pub store: Options,
+}
+
+impl ServerConfig {
+    pub fn new(data: PathBuf) -> ServerConfig {
+        ServerConfig {
+            data,
+            listen: ([127, 0, 0, 1], 7400).into(),
+            http: ([127, 0, 0, 1], 7401).into(),
+            token: None,
+            max_frame: protocol::DEFAULT_MAX_FRAME,
+            max_connections: 1024,
+            max_handshaking: None,
+            max_in_flight: 256,
+            max_subscriptions: 64,
+            max_conn_buffer_bytes: DEFAULT_MAX_CONN_BUFFER_BYTES,
+            handshake_timeout: Duration::from_secs(5),
+            idle_timeout: Duration::from_secs(300),
+            shutdown_grace: Duration::from_secs(10),
+            max_http_connections: 64,
+            http_header_timeout: Duration::from_secs(10),
+            allow_insecure_listen: false,
+            stream_priority: Default::default(),
+            store: Options::default(),
+        }
+    }
+
+    /// The limit on connections waiting for their handshake.
+    pub fn handshaking_limit(&self) -> usize {
+        self.max_handshaking
+            .unwrap_or(self.max_connections / 4)
+            .clamp(1, self.max_connections.max(1))
+    }
+
+    /// Refuses settings that cannot work or would expose the namespace.
+    pub fn validate(&self) -> Result<()> {
+        if !(MIN_MAX_FRAME..=MAX_MAX_FRAME).contains(&self.max_frame) {
+            return Err(Error::InvalidArgument(format!(
+                "--max-frame {}: must be between {MIN_MAX_FRAME} and {MAX_MAX_FRAME} bytes",
+                self.max_frame
+            )));
+        }
+        if self.max_conn_buffer_bytes < MIN_CONN_BUFFER_BYTES {
+            return Err(Error::InvalidArgument(format!(
+                "--max-conn-buffer-bytes {}: must be at least {MIN_CONN_BUFFER_BYTES}",
+                self.max_conn_buffer_bytes
+            )));
+        }
+        for (name, v) in [
+            ("--max-connections", self.max_connections),
+            ("--max-in-flight", self.max_in_flight),
+            ("--max-http-connections", self.max_http_connections),
+            ("max_subscriptions", self.max_subscriptions),
+        ] {
+            if v == 0 {
+                return Err(Error::InvalidArgument(format!("{name} must be at least 1")));
+            }
+        }
+        if self.max_handshaking == Some(0) {
+            return Err(Error::InvalidArgument(
+                "--max-handshaking must be at least 1".into(),
+            ));
+        }
+        if self.token.is_none() && !self.listen.ip().is_loopback() && !self.allow_insecure_listen {
+            return Err(Error::InvalidArgument(format!(
+                "--listen {} is not a loopback address and no token is required: anyone who \
+                 can reach it could read and change the namespace; give --require-token-file, \
+                 or --allow-insecure-listen to serve it anyway",
+                self.listen
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// Smallest `--max-frame`: room for a request with two paths of the
+/// longest length and a Hello.
+pub const MIN_MAX_FRAME: usize = 64 << 10;
+/// Largest `--max-frame` (what the Rust client accepts by default; and it
+/// must fit the handshake's u32).
+pub const MAX_MAX_FRAME: usize = 256 << 20;
+/// Default `--max-conn-buffer-bytes`.
+pub const DEFAULT_MAX_CONN_BUFFER_BYTES: usize = 8 << 20;
+/// Smallest `--max-conn-buffer-bytes`.
+pub const MIN_CONN_BUFFER_BYTES: usize = 64 << 10;
+/// File descriptors kept for everything but client connections: RocksDB's
+/// table files (`max_open_files` = 256) plus its WAL, MANIFEST, LOG and
+/// directories, the listeners, the runtime's epoll and event fds, stdio.
+pub const FD_RESERVE: usize = 256 + 128;
+/// Below this many RPC connections the server refuses to start rather than
+/// lower `max_connections` to fit the open-file limit.
+const MIN_FITTED_CONNECTIONS: usize = 16;
+
+/// The scheduling policy of the request workers (the tokio runtime that
+/// serves connections and submits their commands).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum WorkerPolicy {
+    /// Ordinary threads: a woken worker may preempt the thread running on
+    /// its CPU at once. The default.
+    #[default]
+    Normal,
+    /// Linux `SCHED_BATCH`: a worker woken by a reply or a packet does not
+    /// preempt the thread running on its CPU, but waits for it to block or
+    /// for the scheduler's tick; same share of the CPU as a normal thread.
+    /// On a machine whose cores are all busy, the syncer then sends a
+    /// round's replies without being preempted by the first worker it
+    /// wakes (which held up the rest, and cost a context switch each way):
+    /// more creates per second for less CPU (see docs/OPERATIONS.md). The
+    /// price: a worker woken onto a core that runs a long CPU-bound thread
+    /// (a compaction) may wait up to a tick (1–10 ms) instead of
+    /// preempting it.
+    Batch,
+}
+
+impl std::str::FromStr for WorkerPolicy {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "batch" => Ok(WorkerPolicy::Batch),
+            "normal" => Ok(WorkerPolicy::Normal),
+            _ => Err(Error::InvalidArgument(format!(
+                "worker policy {s:?}: expected `batch` or `normal`"
+            ))),
+        }
+    }
+}
+
+impl std::fmt::Display for WorkerPolicy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            WorkerPolicy::Batch => "batch",
+            WorkerPolicy::Normal => "normal",
+        })
+    }
+}
+
+/// The runtime that serves requests: one worker per core, each started at
+/// `policy` (best effort: a refusal leaves it a normal thread).
+pub fn request_runtime(policy: WorkerPolicy) -> Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .on_thread_start(move || set_worker_policy(policy))
+        .build()?)
+}
+
+fn set_worker_policy(policy: WorkerPolicy) {
+    #[cfg(target_os = "linux")]
+    if policy == WorkerPolicy::Batch {
+        crate::sched::set_policy(libc::SCHED_BATCH);
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = policy;
+}
+
+struct State {
+    cfg: ServerConfig,
+    store: OnceLock<Arc<Treelog>>,
+    ready: AtomicBool,
+    /// The store's metrics, once it is open.
+    metrics: OnceLock<Arc<Metrics>>,
+    conn_slots: Arc<Semaphore>,
+    /// Connections that hold a slot but have not completed the handshake.
+    handshakes: Mutex<Handshakes>,
+    /// Delays the token checks of addresses that keep failing them.
+    auth: Mutex<AuthThrottle>,
+    shutdown: watch::Receiver<bool>,
+    /// Subscriptions are delivered here, at a lower priority than request
+    /// handling and the writer (see [`crate::stream::DeliveryRuntime`]).
+    delivery: crate::stream::DeliveryRuntime,
+}
+
+impl State {
+    fn metrics(&self) -> Option<&Arc<Metrics>> {
+        self.metrics.get()
+    }
+}
+
+/// Addresses the server bound (useful with port 0).
+#[derive(Debug, Clone, Copy)]
+pub struct Bound {
+    pub rpc: SocketAddr,
+    pub http: SocketAddr,
+}
+
+/// A running server, for tests and embedding: `shutdown()` stops it.
+pub struct ServerHandle {
+    pub bound: Bound,
+    /// The limits in force (`max_connections` may have been lowered to
+    /// fit the open-file limit).
+    pub config: ServerConfig,
+    metrics: Option<Arc<Metrics>>,
+    stop: watch::Sender<bool>,
+    done: tokio::task::JoinHandle<Result<()>>,
+}
+
+impl ServerHandle {
+    /// The server's metrics (`None` when the store runs without them).
+    pub fn metrics(&self) -> Option<&Arc<Metrics>> {
+        self.metrics.as_ref()
+    }
+
+    /// Graceful shutdown; waits until the store is closed.
+    pub async fn shutdown(self) -> Result<()> {
+        let _ = self.stop.send(true);
+        self.done
+            .await
+            .map_err(|e| Error::Protocol(format!("server task: {e}")))?
+    }
+}
+
+/// Starts the server in the current runtime. Returns once the store is open
+/// and both ports are bound. Raises the process's soft open-file limit to
+/// its hard limit (see [`ServerConfig::max_connections`]).
+pub async fn start(mut cfg: ServerConfig) -> Result<ServerHandle> {
+    cfg.validate()?;
+    fit_fd_limit(&mut cfg)?;
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let http_listener = TcpListener::bind(cfg.http).await?;
+    let rpc_listener = TcpListener::bind(cfg.listen).await?;
+    let bound = Bound {
+        rpc: rpc_listener.local_addr()?,
+        http: http_listener.local_addr()?,
+    };
+    let delivery = crate::stream::DeliveryRuntime::new(cfg.stream_priority)?;
+    let state = Arc::new(State {
+        conn_slots: Arc::new(Semaphore::new(cfg.max_connections)),
+        cfg,
+        store: OnceLock::new(),
+        ready: AtomicBool::new(false),
+        metrics: OnceLock::new(),
+        handshakes: Default::default(),
+        auth: Default::default(),
+        shutdown: stop_rx.clone(),
+        delivery,
+    });
+    tokio::spawn(http_server(http_listener, state.clone()));
+    // Open the store (replay) off the runtime threads.
+    let (data, opts) = (state.cfg.data.clone(), state.cfg.store.clone());
+    let t = tokio::task::spawn_blocking(move || Treelog::open(data, opts))
+        .await
+        .map_err(|e| Error::Protocol(format!("open task: {e}")))??;
+    let t = Arc::new(t);
+    if let Some(m) = t.metrics() {
+        m.connection_limit.set(state.cfg.max_connections as i64);
+        let _ = state.metrics.set(m.clone());
+    }
+    let _ = state.store.set(t);
+    state.ready.store(true, Ordering::Release);
+    let config = state.cfg.clone();
+    let metrics = state.metrics().cloned();
+    let done = tokio::spawn(accept_loop(rpc_listener, state));
+    Ok(ServerHandle {
+        bound,
+        config,
+        metrics,
+        stop: stop_tx,
+        done,
+    })
+}
+
+/// Raises the soft RLIMIT_NOFILE to the hard limit, then makes the
+/// connection limits fit in it with [`FD_RESERVE`] to spare: lowers
+/// `max_connections` (loudly) or, when too few would remain, refuses.
+fn fit_fd_limit(cfg: &mut ServerConfig) -> Result<()> {
+    let Some(limit) = raise_fd_limit() else {
+        return Ok(());
+    };
+    let fixed = cfg.max_http_connections + FD_RESERVE;
+    if cfg.max_connections + fixed <= limit {
+        return Ok(());
+    }
+    let fits = limit.saturating_sub(fixed);
+    if fits < MIN_FITTED_CONNECTIONS {
+        return Err(Error::InvalidArgument(format!(
+            "the open-file limit (RLIMIT_NOFILE) is {limit}: too low for {} connections, {} HTTP \
+             connections and {FD_RESERVE} files for RocksDB and the process; raise it (ulimit -n, \
+             LimitNOFILE=) to at least {}",
+            cfg.max_connections,
+            cfg.max_http_connections,
+            MIN_FITTED_CONNECTIONS + fixed
+        )));
+    }
+    eprintln!(
+        "treelog: WARNING: the open-file limit (RLIMIT_NOFILE) is {limit}; lowering \
+         --max-connections from {} to {fits} (reserving {} for HTTP and {FD_RESERVE} for \
+         RocksDB and the process). Raise the limit (ulimit -n, LimitNOFILE=) to serve more.",
+        cfg.max_connections, cfg.max_http_connections
+    );
+    cfg.max_connections = fits;
+    Ok(())
+}
+
+/// The soft open-file limit after raising it as far as the hard limit
+/// allows; `None` when it cannot be read (or is unlimited).
+fn raise_fd_limit() -> Option<usize> {
+    #[cfg(unix)]
+    {
+        let mut r = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: getrlimit/setrlimit write and read the struct given.
+        if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) } != 0 {
+            return None;
+        }
+        if r.rlim_cur < r.rlim_max {
+            // An unlimited hard limit still cannot exceed the kernel's
+            // per-process maximum (fs.nr_open, 1 Mi by default).
+            let want = if r.rlim_max == libc::RLIM_INFINITY {
+                1 << 20
+            } else {
+                r.rlim_max
+            };
+            let raised = libc::rlimit {
+                rlim_cur: want.max(r.rlim_cur),
+                rlim_max: r.rlim_max,
+            };
+            if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } == 0 {
+                r.rlim_cur = raised.rlim_cur;
+            }
+        }
+        if r.rlim_cur == libc::RLIM_INFINITY {
+            return None;
+        }
+        usize::try_from(r.rlim_cur).ok()
+    }
+    #[cfg(not(unix))]
+    None
+}
+
+/// Runs the server until SIGINT or SIGTERM.
+pub async fn run(cfg: ServerConfig) -> Result<()> {
+    let h = start(cfg).await?;
+    // Handlers first: a signal sent once "ready" is printed must find them.
+    let signalled = signal_handlers();
+    eprintln!(
+        "treelog: serving on {} (http {}); ready",
+        h.bound.rpc, h.bound.http
+    );
+    signalled.await;
+    eprintln!("treelog: shutting down");
+    h.shutdown().await?;
+    eprintln!("treelog: store closed");
+    Ok(())
+}
+
+/// Installs the SIGINT/SIGTERM handlers now; the future ends at the first
+/// signal.
+fn signal_handlers() -> impl std::future::Future<Output = ()> {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        let handlers = (
+            signal(SignalKind::terminate()),
+            signal(SignalKind::interrupt()),
+        );
+        async move {
+            match handlers {
+                (Ok(mut term), Ok(mut int)) => {
+                    tokio::select! {
+                        _ = term.recv() => {}
+                        _ = int.recv() => {}
+                    }
+                }
+                _ => {
+                    let _ = tokio::signal::ctrl_c().await;
+                }
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        async {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+}
+
+/// Pause after a failed `accept` (out of file descriptors, typically: the
+/// pending connection stays queued, so retrying at once would spin).
+/// Doubles per consecutive failure, from 10 ms up to 1 s.
+struct AcceptBackoff {
+    next: Duration,
+}
+
+impl AcceptBackoff {
+    const FIRST: Duration = Duration::from_millis(10);
+    const MAX: Duration = Duration::from_secs(1);
+
+    fn new() -> AcceptBackoff {
+        AcceptBackoff { next: Self::FIRST }
+    }
+
+    fn reset(&mut self) {
+        self.next = Self::FIRST;
+    }
+
+    /// Counts and logs the error; returns how long to wait.
+    fn failed(&mut self, port: &str, e: &std::io::Error, state: &State) -> Duration {
+        let wait = self.next;
+        self.next = (self.next * 2).min(Self::MAX);
+        if let Some(m) = state.metrics() {
+            m.accept_errors.with_label_values(&[port]).inc();
+        }
+        // One line per failure: at most ~1 a second once the backoff is up.
+        eprintln!(
+            "treelog: accept on the {port} port failed: {e}; retrying in {} ms",
+            wait.as_millis()
+        );
+        wait
+    }
+}
+
+async fn accept_loop(listener: TcpListener, state: Arc<State>) -> Result<()> {
+    let mut shutdown = state.shutdown.clone();
+    let mut conns = tokio::task::JoinSet::new();
+    let mut backoff = AcceptBackoff::new();
+    loop {
+        tokio::select! {
+            _ = shutdown.changed() => break,
+            accepted = listener.accept() => {
+                let (sock, peer) = match accepted {
+                    Ok(x) => {
+                        backoff.reset();
+                        x
+                    }
+                    Err(e) => {
+                        let wait = backoff.failed("rpc", &e, &state);
+                        tokio::select! {
+                            _ = shutdown.changed() => break,
+                            _ = tokio::time::sleep(wait) => continue,
+                        }
+                    }
+                };
+                if let Some(m) = state.metrics() {
+                    m.connections_total.inc();
+                }
+                match admit(&state) {
+                    Some(admission) => {
+                        let st = state.clone();
+                        conns.spawn(async move {
+                            if let Some(m) = st.metrics() { m.connections.inc(); }
+                            let _ = connection(sock, peer, admission, st.clone()).await;
+                            if let Some(m) = st.metrics() { m.connections.dec(); }
+                        });
+                    }
+                    None => {
+                        if let Some(m) = state.metrics() {
+                            m.connections_rejected.inc();
+                        }
+                        conns.spawn(async move {
+                            let _ = refuse(sock, ErrorKind::Busy, "too many connections").await;
+                        });
+                    }
+                }
+            }
+            Some(_) = conns.join_next(), if !conns.is_empty() => {}
+        }
+    }
+    drop(listener);
+    // Let connections finish their in-flight requests, then close the store.
+    let grace = state.cfg.shutdown_grace;
+    let _ = tokio::time::timeout(grace, async { while conns.join_next().await.is_some() {} }).await;
+    conns.abort_all();
+    if let Some(t) = state.store.get() {
+        state.ready.store(false, Ordering::Release);
+        let t = t.clone();
+        drop(state);
+        // Close when this is the last reference (connections are gone).
+        tokio::task::spawn_blocking(move || match Arc::try_unwrap(t) {
+            Ok(t) => t.close(),
+            Err(t) => t.store().flush(),
+        })
+        .await
+        .map_err(|e| Error::Protocol(format!("close task: {e}")))??;
+    }
+    Ok(())
+}
+
+async fn refuse(mut sock: TcpStream, kind: ErrorKind, msg: &str) -> Result<()> {
+    let frame = protocol::encode(&ServerMsg::Fatal {
+        kind,
+        message: msg.to_owned(),
+    })?;
+    let _ = tokio::time::timeout(Duration::from_secs(1), sock.write_all(&frame)).await;
+    let _ = sock.shutdown().await;
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------
+// Admission: connection slots, the handshake share, failed authentications
+// ---------------------------------------------------------------------------
+
+/// A connection waiting for its handshake: its slot, and how to close it.
+struct Waiting {
+    permit: OwnedSemaphorePermit,
+    evict: oneshot::Sender<()>,
+}
+
+/// Connections that hold a slot but have not completed their handshake,
+/// oldest first (ids grow).
+#[derive(Default)]
+struct Handshakes {
+    next_id: u64,
+    waiting: BTreeMap<u64, Waiting>,
+}
+
+impl Handshakes {
+    /// Closes the oldest connection waiting for its handshake; returns its
+    /// slot.
+    fn evict_oldest(&mut self, metrics: Option<&Arc<Metrics>>) -> Option<OwnedSemaphorePermit> {
+        let (_, w) = self.waiting.pop_first()?;
+        let _ = w.evict.send(());
+        if let Some(m) = metrics {
+            m.handshake_evictions.inc();
+        }
+        Some(w.permit)
+    }
+}
+
+/// A connection's slot. Until the handshake completes it sits in
+/// [`State::handshakes`], where a newer connection may reclaim it.
+struct Admission {
+    state: Arc<State>,
+    id: u64,
+    evicted: oneshot::Receiver<()>,
+    /// Held once the handshake completed.
+    permit: Option<OwnedSemaphorePermit>,
+}
+
+impl Admission {
+    /// Takes the slot out of the handshake share. `None`: it was reclaimed
+    /// for a newer connection.
+    fn complete(&mut self) -> bool {
+        let mut hs = lock(&self.state.handshakes);
+        self.permit = hs.waiting.remove(&self.id).map(|w| w.permit);
+        set_handshaking(&self.state, &hs);
+        self.permit.is_some()
+    }
+}
+
+impl Drop for Admission {
+    fn drop(&mut self) {
+        if self.permit.is_none() {
+            let mut hs = lock(&self.state.handshakes);
+            hs.waiting.remove(&self.id);
+            set_handshaking(&self.state, &hs);
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn set_handshaking(state: &State, hs: &Handshakes) {
+    if let Some(m) = state.metrics() {
+        m.handshaking.set(hs.waiting.len() as i64);
+    }
+}
+
+/// Gives a new connection a slot: a free one, else the slot of the oldest
+/// connection still waiting for its handshake. At most
+/// [`ServerConfig::handshaking_limit`] connections wait at once (the oldest
+/// is closed to admit a newer one), so the rest of the slots stay with
+/// clients that completed the handshake. `None`: every slot belongs to a
+/// handshaken client.
+fn admit(state: &Arc<State>) -> Option<Admission> {
+    let metrics = state.metrics();
+    let mut hs = lock(&state.handshakes);
+    let permit = match state.conn_slots.clone().try_acquire_owned() {
+        Ok(p) => p,
+        Err(_) => hs.evict_oldest(metrics)?,
+    };
+    if hs.waiting.len() >= state.cfg.handshaking_limit() {
+        drop(hs.evict_oldest(metrics));
+    }
+    let id = hs.next_id;
+    hs.next_id += 1;
+    let (evict, evicted) = oneshot::channel();
+    hs.waiting.insert(id, Waiting { permit, evict });
+    set_handshaking(state, &hs);
+    Some(Admission {
+        state: state.clone(),
+        id,
+        evicted,
+        permit: None,
+    })
+}
+
+/// Failed token checks per client address (IPv6 by /64): after a failure,
+/// the address's next check waits 50 ms, doubling per further failure up
+/// to 5 s, and checks from one address are spaced by that much, so
+/// guessing from one address is slow however many connections it opens.
+/// An address is forgotten 10 minutes after its last failure, or at once
+/// when it presents the right token.
+#[derive(Default)]
+struct AuthThrottle {
+    peers: HashMap<IpAddr, Failures>,
+}
+
+struct Failures {
+    count: u32,
+    /// When the next token check from this address may run.
+    next_check: Instant,
+    last: Instant,
+}
+
+impl AuthThrottle {
+    const FIRST_DELAY: Duration = Duration::from_millis(50);
+    const MAX_DELAY: Duration = Duration::from_secs(5);
+    /// A check further off than this is refused (Busy) instead of waited for.
+    const MAX_WAIT: Duration = Duration::from_secs(10);
+    const FORGET: Duration = Duration::from_secs(600);
+    /// Addresses tracked at most.
+    const MAX_PEERS: usize = 10_000;
+
+    fn key(ip: IpAddr) -> IpAddr {
+        match ip {
+            IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+                Some(v4) => IpAddr::V4(v4),
+                None => {
+                    let mut o = v6.octets();
+                    o[8..].fill(0);
+                    IpAddr::V6(o.into())
+                }
+            },
+            v4 => v4,
+        }
+    }
+
+    fn delay(count: u32) -> Duration {
+        Self::FIRST_DELAY
+            .saturating_mul(1 << count.saturating_sub(1).min(16))
+            .min(Self::MAX_DELAY)
+    }
+
+    /// How long a token check from `ip` must wait (zero for an address
+    /// without recent failures); `None`: too long, refuse.
+    fn reserve(&mut self, ip: IpAddr, now: Instant) -> Option<Duration> {
+        let Some(f) = self.peers.get_mut(&Self::key(ip)) else {
+            return Some(Duration::ZERO);
+        };
+        if now.duration_since(f.last) > Self::FORGET {
+            self.peers.remove(&Self::key(ip));
+            return Some(Duration::ZERO);
+        }
+        let at = f.next_check.max(now);
+        let wait = at - now;
+        if wait > Self::MAX_WAIT {
+            return None;
+        }
+        f.next_check = at + Self::delay(f.count);
+        Some(wait)
+    }
+
+    fn failed(&mut self, ip: IpAddr, now: Instant) {
+        if self.peers.len() >= Self::MAX_PEERS {
+            self.peers
+                .retain(|_, f| now.duration_since(f.last) <= Self::FORGET);
+            if self.peers.len() >= Self::MAX_PEERS {
+                // Still full: forget the address that failed longest ago.
+                if let Some(k) = self
+                    .peers
+                    .iter()
+                    .min_by_key(|(_, f)| f.last)
+                    .map(|(k, _)| *k)
+                {
+                    self.peers.remove(&k);
+                }
+            }
+        }
+        let f = self.peers.entry(Self::key(ip)).or_insert(Failures {
+            count: 0,
+            next_check: now,
+            last: now,
+        });
+        f.count = f.count.saturating_add(1);
+        f.last = now;
+        f.next_check = f.next_check.max(now + Self::delay(f.count));
+    }
+
+    fn succeeded(&mut self, ip: IpAddr) {
+        self.peers.remove(&Self::key(ip));
+    }
+}
+
+/// Checks `given` against the configured token, first waiting as long as
+/// [`AuthThrottle`] says for `peer`. `Err` when the wait would be too long.
+async fn check_token(state: &State, peer: IpAddr, given: &Option<String>) -> Result<bool> {
+    if state.cfg.token.is_none() {
+        return Ok(true);
+    }
+    let wait = lock(&state.auth).reserve(peer, Instant::now());
+    match wait {
+        None => {
+            return Err(Error::Busy(
+                "too many failed authentications from this address; retry later".into(),
+            ))
+        }
+        Some(d) if !d.is_zero() => tokio::time::sleep(d).await,
+        Some(_) => {}
+    }
+    let ok = token_ok(&state.cfg.token, given);
+    let mut auth = lock(&state.auth);
+    if ok {
+        auth.succeeded(peer);
+    } else {
+        auth.failed(peer, Instant::now());
+        if let Some(m) = state.metrics() {
+            m.auth_failures.inc();
+        }
+    }
+    Ok(ok)
+}
+
+fn token_ok(expected: &Option<String>, given: &Option<String>) -> bool {
+    match expected {
+        None => true,
+        Some(want) => {
+            let got = given.as_deref().unwrap_or("");
+            // Constant time in the token's content (length leaks, as usual).
+            bool::from(want.as_bytes().ct_eq(got.as_bytes()))
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// A connection's outgoing frames, bounded in bytes
+// ---------------------------------------------------------------------------
+
+/// Bytes queued for one connection: counted when a frame is encoded,
+/// uncounted when the frame is dropped (written to the socket, or thrown
+/// away with the queue).
+struct OutCount {
+    queued: AtomicUsize,
+    bound: usize,
+    /// Woken when `queued` falls below `bound`, or the writer stops.
+    drained: Notify,
+    closed: AtomicBool,
+    metrics: Option<Arc<Metrics>>,
+}
+
+impl OutCount {
+    fn full(&self) -> bool {
+        self.queued.load(Ordering::Acquire) >= self.bound && !self.closed.load(Ordering::Acquire)
+    }
+
+    fn add(&self, n: usize) {
+        self.queued.fetch_add(n, Ordering::AcqRel);
+        if let Some(m) = &self.metrics {
+            m.queued_bytes.add(n as i64);
+        }
+    }
+
+    fn sub(&self, n: usize) {
+        let before = self.queued.fetch_sub(n, Ordering::AcqRel);
+        if let Some(m) = &self.metrics {
+            m.queued_bytes.sub(n as i64);
+        }
+        if before >= self.bound && before - n < self.bound {
+            self.drained.notify_waiters();
+        }
+    }
+
+    /// The writer stopped: nothing will drain any more; release the
+    /// waiters (their frames are then dropped, and uncounted, at once).
+    fn close(&self) {
+        self.closed.store(true, Ordering::Release);
+        self.drained.notify_waiters();
+    }
+
+    /// Waits until the queue is below its bound (or the writer stopped).
+    async fn room(&self) {
+        while self.full() {
+            let drained = self.drained.notified();
+            tokio::pin!(drained);
+            // Registered before the check: a drain in between still wakes it.
+            drained.as_mut().enable();
+            if !self.full() {
+                return;
+            }
+            drained.await;
+        }
+    }
+}
+
+/// An encoded frame counted in its connection's queue until dropped.
+struct Frame {
+    bytes: Vec<u8>,
+    count: Arc<OutCount>,
+}
+
+impl AsRef<[u8]> for Frame {
+    fn as_ref(&self) -> &[u8] {
+        &self.bytes
+    }
+}
+
+impl Drop for Frame {
+    fn drop(&mut self) {
+        self.count.sub(self.bytes.len());
+    }
+}
+
+#[derive(Clone)]
+struct Out {
+    tx: mpsc::Sender<Frame>,
+    count: Arc<OutCount>,
+}
+
+impl Out {
+    /// Queues an encoded frame, whatever the queue holds: callers wait for
+    /// [`Out::room`] before they make one. False once the connection is
+    /// gone.
+    async fn push(&self, bytes: Vec<u8>) -> bool {
+        self.count.add(bytes.len());
+        let frame = Frame {
+            bytes,
+            count: self.count.clone(),
+        };
+        self.tx.send(frame).await.is_ok()
+    }
+
+    async fn room(&self) {
+        self.count.room().await
+    }
+}
+
+type ReadHalf = tokio::io::BufReader<tokio::net::tcp::OwnedReadHalf>;
+
+/// Sends the response `body` to request `id`; false once the connection is gone.
+async fn respond(out: &Out, id: u64, body: ResponseBody) -> bool {
+    send(out, &ServerMsg::Response { id, body }).await
+}
+
+async fn send(out: &Out, msg: &ServerMsg) -> bool {
+    match protocol::encode(msg) {
+        Ok(f) => out.push(f).await,
+        Err(_) => false,
+    }
+}
+
+async fn connection(
+    sock: TcpStream,
+    peer: SocketAddr,
+    admission: Admission,
+    state: Arc<State>,
+) -> Result<()> {
+    let _ = sock.set_nodelay(true);
+    let (rd, wr) = sock.into_split();
+    // Buffered: a pipelining client's frames arrive many per segment, and
+    // reading each one's length and body straight from the socket would
+    // cost two system calls per request.
+    let mut rd = tokio::io::BufReader::with_capacity(64 << 10, rd);
+    let (out_tx, out_rx) = mpsc::channel::<Frame>(1024);
+    let count = Arc::new(OutCount {
+        queued: AtomicUsize::new(0),
+        bound: state.cfg.max_conn_buffer_bytes,
+        drained: Notify::new(),
+        closed: AtomicBool::new(false),
+        metrics: state.metrics().cloned(),
+    });
+    // One task owns the socket's write half and batches frames.
+    let writer = {
+        let count = count.clone();
+        tokio::spawn(async move {
+            protocol::write_loop(out_rx, wr).await;
+            count.close();
+        })
+    };
+    let out = Out { tx: out_tx, count };
+    let result = serve_connection(&mut rd, &out, peer, admission, &state).await;
+    if let Err(e) = &result {
+        if let Some(m) = state.metrics() {
+            if matches!(
+                e.kind(),
+                ErrorKind::Corruption | ErrorKind::InvalidArgument | ErrorKind::Protocol
+            ) {
+                m.bad_frames.inc();
+            }
+        }
+        let kind = match e.kind() {
+            ErrorKind::Corruption => ErrorKind::Protocol,
+            k => k,
+        };
+        let _ = send(
+            &out,
+            &ServerMsg::Fatal {
+                kind,
+                message: e.to_string(),
+            },
+        )
+        .await;
+    }
+    drop(out);
+    let _ = writer.await;
+    result
+}
+
+async fn read_msg(
+    rd: &mut ReadHalf,
+    max: usize,
+    wait: Option<Duration>,
+) -> Result<Option<ClientMsg>> {
+    let frame = match wait {
+        Some(d) => match tokio::time::timeout(d, protocol::read_frame(rd, max)).await {
+            Ok(r) => r?,
+            Err(_) => {
+                return Err(Error::Protocol(format!(
+                    "no complete frame within {} s",
+                    d.as_secs()
+                )))
+            }
+        },
+        None => protocol::read_frame(rd, max).await?,
+    };
+    match frame {
+        Some(f) => Ok(Some(protocol::decode::<ClientMsg>(&f)?)),
+        None => Ok(None),
+    }
+}
+
+struct ConnCtx {
+    t: Arc<Treelog>,
+    out: Out,
+    in_flight: Arc<Semaphore>,
+    subs: Arc<Mutex<HashMap<u64, watch::Sender<bool>>>>,
+    metrics: Option<Arc<Metrics>>,
+    shutdown: watch::Receiver<bool>,
+    max_subscriptions: usize,
+    delivery: tokio::runtime::Handle,
+}
+
+/// Reads the Hello and checks it; `Ok(None)` when the client went away.
+async fn handshake(
+    rd: &mut ReadHalf,
+    out: &Out,
+    peer: SocketAddr,
+    state: &Arc<State>,
+) -> Result<Option<()>> {
+    let cfg = &state.cfg;
+    let hello: Hello =
+        match read_msg(rd, cfg.max_frame.min(64 << 10), Some(cfg.handshake_timeout)).await? {
+            Some(ClientMsg::Hello(h)) => h,
+            Some(_) => return Err(Error::Protocol("the first frame must be Hello".into())),
+            None => return Ok(None),
+        };
+    if hello.magic != protocol::MAGIC {
+        return Err(Error::Protocol("bad magic in Hello".into()));
+    }
+    if hello.version != protocol::PROTOCOL_VERSION {
+        return Err(Error::Protocol(format!(
+            "protocol version {} is not supported (this server speaks {})",
+            hello.version,
+            protocol::PROTOCOL_VERSION
+        )));
+    }
+    if !check_token(state, peer.ip(), &hello.token).await? {
+        let _ = send(
+            out,
+            &ServerMsg::Fatal {
+                kind: ErrorKind::Unauthorized,
+                message: "wrong or missing token".into(),
+            },
+        )
+        .await;
+        return Ok(None);
+    }
+    Ok(Some(()))
+}
+
+async fn serve_connection(
+    rd: &mut ReadHalf,
+    out: &Out,
+    peer: SocketAddr,
+    mut admission: Admission,
+    state: &Arc<State>,
+) -> Result<()> {
+    let cfg = &state.cfg;
+    let mut shutdown = state.shutdown.clone();
+    // Handshake, unless a newer connection reclaims this one's slot first.
+    let shook = tokio::select! {
+        r = handshake(rd, out, peer, state) => r?,
+        _ = &mut admission.evicted => {
+            return Err(Error::Busy(
+                "too many connections waiting for their handshake; this one was the oldest".into(),
+            ))
+        }
+        _ = shutdown.changed() => return Ok(()),
+    };
+    if shook.is_none() {
+        return Ok(());
+    }
+    if !admission.complete() {
+        return Err(Error::Busy(
+            "too many connections waiting for their handshake; this one was the oldest".into(),
+        ));
+    }
+    let t = state
+        .store
+        .get()
+        .cloned()
+        .ok_or_else(|| Error::Protocol("store not open".into()))?;
+    if !send(
+        out,
+        &ServerMsg::Welcome {
+            version: protocol::PROTOCOL_VERSION,
+            server: format!("treelog {}", env!("CARGO_PKG_VERSION")),
+            committed_seq: t.committed_seq(),
+            // `validate` keeps it within u32.
+            max_frame: u32::try_from(cfg.max_frame).unwrap_or(u32::MAX),
+        },
+    )
+    .await
+    {
+        return Ok(());
+    }
+    let ctx = Arc::new(ConnCtx {
+        t,
+        out: out.clone(),
+        in_flight: Arc::new(Semaphore::new(cfg.max_in_flight)),
+        subs: Default::default(),
+        metrics: state.metrics().cloned(),
+        shutdown: state.shutdown.clone(),
+        max_subscriptions: cfg.max_subscriptions,
+        delivery: state.delivery.handle().clone(),
+    });
+    let mut tasks = tokio::task::JoinSet::new();
+    let result = loop {
+        // Back-pressure in bytes: while the replies queued for this client
+        // reach the bound, read none of its requests (TCP then holds the
+        // client back).
+        if out.count.full() {
+            if let Some(m) = &ctx.metrics {
+                m.backpressure.inc();
+            }
+            tokio::select! {
+                _ = shutdown.changed() => break Ok(()),
+                _ = out.room() => {}
+            }
+        }
+        // With live subscriptions a quiet client is not idle.
+        let wait = if ctx.subs.lock().map(|s| s.is_empty()).unwrap_or(true) {
+            Some(cfg.idle_timeout)
+        } else {
+            None
+        };
+        let msg = tokio::select! {
+            _ = shutdown.changed() => break Ok(()),
+            m = read_msg(rd, cfg.max_frame, wait) => m,
+        };
+        let (id, body) = match msg {
+            Ok(Some(ClientMsg::Request { id, body })) => (id, body),
+            Ok(Some(ClientMsg::Hello(_))) => break Err(Error::Protocol("Hello sent twice".into())),
+            Ok(None) => break Ok(()),
+            Err(e) => break Err(e),
+        };
+        // Subscriptions register before the next read, so that the idle
+        // timeout never applies to a connection that carries one.
+        let mut cancel = None;
+        if let RequestBody::Subscribe(_) = &body {
+            let (tx, rx) = watch::channel(false);
+            let admitted = match ctx.subs.lock() {
+                Ok(subs) if subs.contains_key(&id) => Err("a request with this id is still active"),
+                Ok(mut subs) if subs.len() < ctx.max_subscriptions => {
+                    subs.insert(id, tx);
+                    Ok(())
+                }
+                _ => Err("too many subscriptions on this connection"),
+            };
+            if let Err(why) = admitted {
+                let body = protocol::error_body(&Error::Busy(why.into()));
+                let _ = respond(&ctx.out, id, body).await;
+                continue;
+            }
+            cancel = Some(rx);
+        }
+        // Back-pressure: at most max_in_flight requests per connection; the
+        // connection stops reading until one finishes.
+        let permit = match ctx.in_flight.clone().acquire_owned().await {
+            Ok(p) => p,
+            Err(_) => break Ok(()),
+        };
+        let is_subscription = cancel.is_some();
+        let ctx2 = ctx.clone();
+        let task = async move {
+            if let Some(m) = &ctx2.metrics {
+                m.in_flight.inc();
+            }
+            handle(&ctx2, id, body, permit, cancel).await;
+            if let Some(m) = &ctx2.metrics {
+                m.in_flight.dec();
+            }
+        };
+        if is_subscription {
+            tasks.spawn_on(task, &ctx.delivery);
+        } else {
+            tasks.spawn(task);
+        }
+        while tasks.try_join_next().is_some() {}
+    };
+    // Stop subscriptions; let other in-flight requests finish and reply.
+    if let Ok(subs) = ctx.subs.lock() {
+        for s in subs.values() {
+            let _ = s.send(true);
+        }
+    }
+    while tasks.join_next().await.is_some() {}
+    result
+}
+
+fn request_name(b: &RequestBody) -> &'static str {
+    match b {
+        RequestBody::Mutate(c) => c.name(),
+        RequestBody::Stat { .. } => "stat",
+        RequestBody::StatId { .. } => "stat_id",
+        RequestBody::List { .. } => "list",
+        RequestBody::Subscribe(_) => "subscribe",
+        RequestBody::Cancel { .. } => "cancel",
+        RequestBody::Ack { .. } => "ack",
+        RequestBody::ListCursors => "list_cursors",
+        RequestBody::DropCursor { .. } => "drop_cursor",
+        RequestBody::WaitFor { .. } => "wait_for",
+        RequestBody::Ping => "ping",
+        RequestBody::Info => "info",
+        RequestBody::StatAt { .. } => "stat",
+        RequestBody::StatIdAt { .. } => "stat_id",
+        RequestBody::ListAt { .. } => "list",
+        RequestBody::PinView => "pin_view",
+        RequestBody::UnpinView { .. } => "unpin_view",
+    }
+}
+
+/// Largest page a List request may ask for.
+const MAX_LIST_LIMIT: u32 = 10_000;
+
+async fn handle(
+    ctx: &Arc<ConnCtx>,
+    id: u64,
+    body: RequestBody,
+    permit: tokio::sync::OwnedSemaphorePermit,
+    cancel: Option<watch::Receiver<bool>>,
+) {
+    let name = request_name(&body);
+    let t = &ctx.t;
+    if cancel.is_none() {
+        // Make a reply only while the connection's queue has room: the
+        // requests read before it filled do not all add theirs at once.
+        // (Reads then build and queue their reply without yielding, so the
+        // queue exceeds its bound by at most a reply per worker thread.)
+        ctx.out.room().await;
+    }
+    let res: Result<ResponseBody> = match body {
+        RequestBody::Mutate(cmd) => t.submit_async(cmd).await.map(ResponseBody::Seq),
+        RequestBody::Stat { path } => {
+            timed_read(ctx, "stat", || t.stat(&path).map(ResponseBody::Inode))
+        }
+        RequestBody::StatId { id } => {
+            timed_read(ctx, "stat_id", || t.stat_id(id).map(ResponseBody::Inode))
+        }
+        RequestBody::List {
+            path,
+            start_after,
+            limit,
+        } => timed_read(ctx, "list", || {
+            t.list(
+                &path,
+                start_after.as_deref(),
+                limit.clamp(1, MAX_LIST_LIMIT) as usize,
+            )
+            .map(ResponseBody::Page)
+        }),
+        RequestBody::Ack { cursor, seq } => t.ack(&cursor, seq).map(|_| ResponseBody::Done),
+        RequestBody::ListCursors => Ok(ResponseBody::Cursors(t.cursors())),
+        RequestBody::DropCursor { cursor } => t.drop_cursor(&cursor).map(|_| ResponseBody::Done),
+        RequestBody::Ping => Ok(ResponseBody::Seq(t.committed_seq())),
+        RequestBody::Info => Ok(ResponseBody::Info {
+            committed_seq: t.committed_seq(),
+            log_start: t.log_start(),
+            log_bytes: t.log_bytes(),
+        }),
+        RequestBody::WaitFor { seq, timeout_ms } => {
+            let wm = t.watermark();
+            let _ = tokio::time::timeout(
+                Duration::from_millis(timeout_ms.min(60_000)),
+                wm.wait_for_async(seq),
+            )
+            .await;
+            Ok(ResponseBody::Seq(t.committed_seq()))
+        }
+        RequestBody::Cancel { target } => {
+            let s = ctx.subs.lock().ok().and_then(|mut m| m.remove(&target));
+            match s {
+                Some(tx) => {
+                    let _ = tx.send(true);
+                    Ok(ResponseBody::Done)
+                }
+                None => Err(Error::NotFound(format!("no active request {target}"))),
+            }
+        }
+        RequestBody::StatAt { path, at } => match caught_up(t, at).await {
+            Ok(()) => timed_read(ctx, "stat", || {
+                t.stat_at(&path, at).map(|r| ResponseBody::InodeAt {
+                    inode: r.value,
+                    seq: r.seq,
+                })
+            }),
+            Err(e) => Err(e),
+        },
+        RequestBody::StatIdAt { id, at } => match caught_up(t, at).await {
+            Ok(()) => timed_read(ctx, "stat_id", || {
+                t.stat_id_at(id, at).map(|r| ResponseBody::InodeAt {
+                    inode: r.value,
+                    seq: r.seq,
+                })
+            }),
+            Err(e) => Err(e),
+        },
+        RequestBody::ListAt {
+            path,
+            start_after,
+            limit,
+            at,
+        } => match caught_up(t, at).await {
+            Ok(()) => timed_read(ctx, "list", || {
+                t.list_at(
+                    &path,
+                    start_after.as_deref(),
+                    limit.clamp(1, MAX_LIST_LIMIT) as usize,
+                    at,
+                )
+                .map(|r| ResponseBody::PageAt {
+                    page: r.value,
+                    seq: r.seq,
+                })
+            }),
+            Err(e) => Err(e),
+        },
+        RequestBody::PinView => t.pin_view().map(ResponseBody::Seq),
+        RequestBody::UnpinView { seq } => {
+            if t.unpin_view(seq) {
+                Ok(ResponseBody::Done)
+            } else {
+                Err(Error::NotFound(format!("no pinned read view at {seq}")))
+            }
+        }
+        RequestBody::Subscribe(opts) => {
+            drop(permit);
+            let outcome = match cancel {
+                Some(c) => subscription(ctx, id, opts, c).await,
+                None => "internal",
+            };
+            count(ctx, name, outcome);
+            return;
+        }
+    };
+    count(
+        ctx,
+        name,
+        match &res {
+            Ok(_) => "ok",
+            Err(e) => e.kind().as_str(),
+        },
+    );
+    let body = res.unwrap_or_else(|e| protocol::error_body(&e));
+    let _ = respond(&ctx.out, id, body).await;
+    drop(permit);
+}
+
+/// For a read at `ReadAt::AtLeast(seq)`: waits (without holding a
+/// worker) until the store has committed `seq`, at most `MIN_SEQ_WAIT`;
+/// `Busy` if it has not by then.
+async fn caught_up(t: &Treelog, at: ReadAt) -> Result<()> {
+    let ReadAt::AtLeast(seq) = at else {
+        return Ok(());
+    };
+    let wm = t.watermark();
+    if wm.get() >= seq {
+        return Ok(());
+    }
+    let _ = tokio::time::timeout(MIN_SEQ_WAIT, wm.wait_for_async(seq)).await;
+    if wm.get() >= seq {
+        Ok(())
+    } else {
+        Err(Error::Busy(format!(
+            "not caught up to sequence {seq} within {MIN_SEQ_WAIT:?} (committed: {})",
+            wm.get()
+        )))
+    }
+}
+
+/// How long a read at `ReadAt::AtLeast` waits for its sequence.
+const MIN_SEQ_WAIT: Duration = Duration::from_secs(5);
+
+fn count(ctx: &ConnCtx, name: &str, outcome: &str) {
+    if let Some(m) = &ctx.metrics {
+        m.requests.with_label_values(&[name, outcome]).inc();
+    }
+}
+
+fn timed_read<T>(ctx: &ConnCtx, op: &str, f: impl FnOnce() -> Result<T>) -> Result<T> {
+    // Counts are kept by the store itself; the server adds latency.
+    let t0 = std::time::Instant::now();
+    let r = f();
+    if let Some(m) = &ctx.metrics {
+        m.read_seconds
+            .with_label_values(&[op])
+            .observe(t0.elapsed().as_secs_f64());
+    }
+    r
+}
+
+/// Streams a subscription until it is cancelled, fails, or the server
+/// shuts down. Returns the outcome label for metrics.
+async fn subscription(
+    ctx: &Arc<ConnCtx>,
+    id: u64,
+    opts: crate::stream::SubscribeOptions,
+    mut cancel_rx: watch::Receiver<bool>,
+) -> &'static str {
+    let unregister = || {
+        if let Ok(mut subs) = ctx.subs.lock() {
+            subs.remove(&id);
+        }
+    };
+    let mut sub = match ctx.t.subscribe(opts) {
+        Ok(s) => s,
+        Err(e) => {
+            unregister();
+            let _ = respond(&ctx.out, id, protocol::error_body(&e)).await;
+            return e.kind().as_str();
+        }
+    };
+    if let Some(m) = &ctx.metrics {
+        m.subscribers.inc();
+    }
+    let mut shutdown = ctx.shutdown.clone();
+    let outcome = loop {
+        let item = tokio::select! {
+            _ = cancel_rx.changed() => None,
+            _ = shutdown.changed() => None,
+            item = sub.next_async() => Some(item),
+        };
+        let body = match item {
+            None => {
+                let _ = respond(&ctx.out, id, ResponseBody::StreamEnd).await;
+                break "ok";
+            }
+            Some(Ok(item)) => ResponseBody::Item(item),
+            Some(Err(e)) => {
+                let _ = respond(&ctx.out, id, protocol::error_body(&e)).await;
+                break e.kind().as_str();
+            }
+        };
+        // A slow client fills the connection's queue: the subscription
+        // then waits here, holding one item (shared with the other
+        // subscribers until it is encoded) and making no more, instead of
+        // buffering without bound. It encodes and queues the item only
+        // once there is room.
+        let cancelled = tokio::select! {
+            _ = cancel_rx.changed() => true,
+            _ = shutdown.changed() => true,
+            _ = ctx.out.room() => false,
+        };
+        if cancelled {
+            let _ = respond(&ctx.out, id, ResponseBody::StreamEnd).await;
+            break "ok";
+        }
+        if !respond(&ctx.out, id, body).await {
+            break "disconnected";
+        }
+        if let Some(m) = &ctx.metrics {
+            m.delivered.inc();
+        }
+    };
+    unregister();
+    if let Some(m) = &ctx.metrics {
+        m.subscribers.dec();
+    }
+    outcome
+}
+
+// ---------------------------------------------------------------------------
+// HTTP: /metrics, /healthz, /readyz
+// ---------------------------------------------------------------------------
+
+/// The client address of an HTTP request (for [`AuthThrottle`]).
+#[derive(Clone, Copy)]
+struct HttpPeer(IpAddr);
+
+/// Serves the HTTP port: at most `max_http_connections` at once (more are
+/// answered 503 and closed), each given `http_header_timeout` to send a
+/// request's headers (slow or silent clients are closed, idle keep-alive
+/// ones too).
+async fn http_server(listener: TcpListener, state: Arc<State>) {
+    use axum::routing::get;
+    let app = axum::Router::new()
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route(
+            "/readyz",
+            get({
+                let st = state.clone();
+                move || readyz(st.clone())
+            }),
+        )
+        .route(
+            "/metrics",
+            get({
+                let st = state.clone();
+                move |axum::Extension(peer): axum::Extension<HttpPeer>,
+                      headers: axum::http::HeaderMap| {
+                    metrics_handler(st.clone(), peer, headers)
+                }
+            }),
+        );
+    let slots = Arc::new(Semaphore::new(state.cfg.max_http_connections));
+    let mut shutdown = state.shutdown.clone();
+    let mut conns = tokio::task::JoinSet::new();
+    let mut backoff = AcceptBackoff::new();
+    loop {
+        let (sock, peer) = tokio::select! {
+            _ = shutdown.changed() => break,
+            Some(_) = conns.join_next(), if !conns.is_empty() => continue,
+            accepted = listener.accept() => match accepted {
+                Ok(x) => {
+                    backoff.reset();
+                    x
+                }
+                Err(e) => {
+                    let wait = backoff.failed("http", &e, &state);
+                    tokio::select! {
+                        _ = shutdown.changed() => break,
+                        _ = tokio::time::sleep(wait) => continue,
+                    }
+                }
+            },
+        };
+        let metrics = state.metrics().cloned();
+        let Ok(permit) = slots.clone().try_acquire_owned() else {
+            if let Some(m) = &metrics {
+                m.http_rejected.inc();
+            }
+            // Best effort, without waiting: the socket buffer is empty.
+            let _ = sock.try_write(
+                b"HTTP/1.1 503 Service Unavailable\r\ncontent-length: 21\r\nconnection: close\r\n\r\ntoo many connections\n",
+            );
+            continue;
+        };
+        let app = app.clone().layer(axum::Extension(HttpPeer(peer.ip())));
+        let timeout = state.cfg.http_header_timeout;
+        let mut shutdown = state.shutdown.clone();
+        conns.spawn(async move {
+            if let Some(m) = &metrics {
+                m.http_connections.inc();
+            }
+            let io = hyper_util::rt::TokioIo::new(sock);
+            let svc = hyper_util::service::TowerToHyperService::new(app);
+            let conn = hyper::server::conn::http1::Builder::new()
+                .timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(timeout)
+                .serve_connection(io, svc);
+            tokio::pin!(conn);
+            tokio::select! {
+                _ = conn.as_mut() => {}
+                _ = shutdown.changed() => {
+                    // Finish the request in progress, if any, then close.
+                    conn.as_mut().graceful_shutdown();
+                    let _ = tokio::time::timeout(Duration::from_secs(1), conn).await;
+                }
+            }
+            if let Some(m) = &metrics {
+                m.http_connections.dec();
+            }
+            drop(permit);
+        });
+    }
+}
+
+async fn readyz(state: Arc<State>) -> (axum::http::StatusCode, String) {
+    use axum::http::StatusCode;
+    if !state.ready.load(Ordering::Acquire) {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "replaying the log\n".into(),
+        );
+    }
+    match state.store.get().and_then(|t| t.writer_failure()) {
+        Some(why) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("writer stopped: {why}\n"),
+        ),
+        None => (StatusCode::OK, "ready\n".into()),
+    }
+}
+
+/// The credentials of an `Authorization: Bearer <token>` header (the
+/// scheme is case-insensitive, RFC 9110 §11.1).
+fn bearer_token(headers: &axum::http::HeaderMap) -> Option<String> {
+    let v = headers
+        .get(axum::http::header::AUTHORIZATION)?
+        .to_str()
+        .ok()?;
+    let (scheme, token) = v.trim().split_once(' ')?;
+    scheme
+        .eq_ignore_ascii_case("bearer")
+        .then(|| token.trim_start().to_owned())
+}
+
+async fn metrics_handler(
+    state: Arc<State>,
+    peer: HttpPeer,
+    headers: axum::http::HeaderMap,
+) -> axum::response::Response {
+    use axum::http::{header, StatusCode};
+    use axum::response::IntoResponse;
+    if state.cfg.token.is_some() {
+        let ok = match check_token(&state, peer.0, &bearer_token(&headers)).await {
+            Ok(ok) => ok,
+            Err(e) => return (StatusCode::TOO_MANY_REQUESTS, format!("{e}\n")).into_response(),
+        };
+        if !ok {
+            return (StatusCode::UNAUTHORIZED, "missing or wrong bearer token\n").into_response();
+        }
+    }
+    let body = match state.store.get() {
+        Some(t) => {
+            let t = t.clone();
+            tokio::task::spawn_blocking(move || t.render_metrics())
+                .await
+                .unwrap_or_default()
+        }
+        None => String::new(),
+    };
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], body).into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_worker_policies() {
+        assert_eq!(
+            "batch".parse::<WorkerPolicy>().ok(),
+            Some(WorkerPolicy::Batch)
+        );
+        assert_eq!(
+            "normal".parse::<WorkerPolicy>().ok(),
+            Some(WorkerPolicy::Normal)
+        );
+        let e = "idle".parse::<WorkerPolicy>().err().map(|e| e.kind());
+        assert_eq!(e, Some(ErrorKind::InvalidArgument));
+        for p in [WorkerPolicy::Batch, WorkerPolicy::Normal] {
+            assert_eq!(p.to_string().parse::<WorkerPolicy>().ok(), Some(p));
+        }
+    }
+
+    #[test]
+    fn failed_tokens_space_the_checks_of_their_address() {
+        let ms = Duration::from_millis;
+        let mut t = AuthThrottle::default();
+        let ip: IpAddr = "10.0.0.1".parse().unwrap();
+        let now = Instant::now();
+        assert_eq!(t.reserve(ip, now), Some(Duration::ZERO));
+        t.failed(ip, now);
+        // Checks arriving together are spaced by the delay.
+        assert_eq!(t.reserve(ip, now), Some(ms(50)));
+        assert_eq!(t.reserve(ip, now), Some(ms(100)));
+        // Other addresses are not affected; the same IPv6 /64 is.
+        assert_eq!(
+            t.reserve("10.0.0.2".parse().unwrap(), now),
+            Some(Duration::ZERO)
+        );
+        t.failed("2001:db8::1".parse().unwrap(), now);
+        assert_eq!(t.reserve("2001:db8::2".parse().unwrap(), now), Some(ms(50)));
+        assert_eq!(
+            t.reserve("2001:db8:0:1::2".parse().unwrap(), now),
+            Some(Duration::ZERO)
+        );
+        // The delay doubles per failure, up to 5 s.
+        let ip2: IpAddr = "10.0.0.3".parse().unwrap();
+        for _ in 0..10 {
+            t.failed(ip2, now);
+        }
+        assert_eq!(t.reserve(ip2, now), Some(AuthThrottle::MAX_DELAY));
+        // A check more than 10 s away is refused, not queued.
+        assert_eq!(t.reserve(ip2, now), Some(ms(10_000)));
+        assert_eq!(t.reserve(ip2, now), None);
+        // Forgotten after a quiet while, or at once by the right token.
+        assert_eq!(
+            t.reserve(ip2, now + AuthThrottle::FORGET + ms(1)),
+            Some(Duration::ZERO)
+        );
+        t.succeeded(ip);
+        assert_eq!(t.reserve(ip, now), Some(Duration::ZERO));
+    }
+
+    /// The request workers really run at the asked policy.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn request_workers_get_the_policy() {
+        for (p, policy) in [
+            (WorkerPolicy::Batch, libc::SCHED_BATCH),
+            (WorkerPolicy::Normal, libc::SCHED_OTHER),
+        ] {
+            let rt = request_runtime(p).expect("runtime");
+            let got = rt
+                .block_on(async { tokio::spawn(async { crate::sched::current() }).await })
+                .expect("task");
+            assert_eq!(got.0, policy, "{p}");
+        }
+    }
+}

@@ -1,0 +1,177 @@
+//! Observability: `/metrics` passes `promtool check metrics`, and every
+//! metric name used by the Grafana dashboard is exported by a real server
+//! after a workload.
+
+use std::collections::BTreeSet;
+use std::io::Write;
+use std::net::SocketAddr;
+use std::process::{Command as Proc, Stdio};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use treelog::stream::{StartFrom, StreamItem, SubscribeOptions};
+use treelog::{Command, Durability};
+use treelog_client::{Client, ClientOptions};
+use treelog_server::{start, ServerConfig, ServerHandle};
+
+async fn http_get(addr: SocketAddr, path: &str) -> String {
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let mut buf = Vec::new();
+    s.read_to_end(&mut buf).await.unwrap();
+    let text = String::from_utf8_lossy(&buf).into_owned();
+    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+    text.split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default()
+}
+
+/// A server that has seen every kind of activity the dashboard shows.
+async fn server_after_workload(dir: &std::path::Path) -> ServerHandle {
+    let mut cfg = ServerConfig::new(dir.to_path_buf());
+    cfg.listen = "127.0.0.1:0".parse().unwrap();
+    cfg.http = "127.0.0.1:0".parse().unwrap();
+    cfg.store = cfg.store.durability(Durability::None);
+    let h = start(cfg).await.unwrap();
+    let c = Client::connect(h.bound.rpc, ClientOptions::default())
+        .await
+        .unwrap();
+    for i in 0..50 {
+        c.submit(Command::Mkdir {
+            path: format!("/m/d{i}"),
+            parents: true,
+            mode: 0o755,
+            owner: "u".into(),
+            group: "g".into(),
+        })
+        .await
+        .unwrap();
+    }
+    assert!(c
+        .submit(Command::Delete {
+            path: "/m".into(),
+            recursive: false
+        })
+        .await
+        .is_err());
+    c.stat("/m/d1").await.unwrap();
+    assert!(c.stat("/nope").await.is_err());
+    c.stat_id(2).await.unwrap();
+    c.list("/m", None, 10).await.unwrap();
+    let mut sub = c
+        .subscribe(SubscribeOptions {
+            from: StartFrom::Seq(1),
+            cursor: Some("dash".into()),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let mut n = 0;
+    while n < 10 {
+        if let StreamItem::Record { .. } = sub.next().await.unwrap().unwrap() {
+            n += 1;
+        }
+    }
+    c.ack("dash", 10).await.unwrap();
+    h
+}
+
+fn dashboard_metric_names() -> BTreeSet<String> {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../grafana/dashboards/treelog.json"
+    );
+    let dash: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let mut names = BTreeSet::new();
+    let mut exprs = 0;
+    for panel in dash["panels"].as_array().unwrap() {
+        for t in panel["targets"].as_array().into_iter().flatten() {
+            let e = t["expr"].as_str().unwrap();
+            exprs += 1;
+            // Datasource must come from the variable, never a fixed uid.
+            assert_eq!(t["datasource"]["uid"], "${datasource}");
+            for tok in e.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == ':')) {
+                if tok.starts_with("treelog_") || tok.starts_with("process_") {
+                    names.insert(tok.to_owned());
+                }
+            }
+        }
+    }
+    assert!(exprs > 30, "only {exprs} expressions found");
+    names
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_dashboard_metric_is_exported() {
+    let dir = tempfile::tempdir().unwrap();
+    let h = server_after_workload(dir.path()).await;
+    let text = http_get(h.bound.http, "/metrics").await;
+    let exported: BTreeSet<&str> = text
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+        .filter_map(|l| l.split(['{', ' ']).next())
+        .collect();
+    let names = dashboard_metric_names();
+    let missing: Vec<&String> = names
+        .iter()
+        .filter(|n| !exported.contains(n.as_str()))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "dashboard uses metrics the server does not export: {missing:?}"
+    );
+    println!("{} dashboard metric names, all exported", names.len());
+    h.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_pass_promtool_check() {
+    let dir = tempfile::tempdir().unwrap();
+    let h = server_after_workload(dir.path()).await;
+    let text = http_get(h.bound.http, "/metrics").await;
+    h.shutdown().await.unwrap();
+    let child = Proc::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn();
+    let mut child = match child {
+        Ok(c) => c,
+        Err(e) => {
+            // .ci/run installs promtool and sets this, so CI cannot skip.
+            if std::env::var("TREELOG_REQUIRE_PROMTOOL").is_ok() {
+                panic!("promtool is required but cannot run: {e}");
+            }
+            eprintln!(
+                "SKIPPED: promtool not installed ({e}); `apt-get install prometheus` provides it"
+            );
+            return;
+        }
+    };
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let report = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.status.success(),
+        "promtool check metrics failed:\n{report}"
+    );
+    // promtool prints lint problems (e.g. missing units, counters without
+    // _total) even when it exits 0; there must be none.
+    assert!(
+        report.trim().is_empty(),
+        "promtool lint findings:\n{report}"
+    );
+}

@@ -1,0 +1,925 @@
+//! End to end over real TCP: every operation, pipelining, many connections,
+//! subscriptions that survive a restart, bad input, limits, token auth,
+//! health endpoints, graceful shutdown under load.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use treelog::stream::{StartFrom, StreamItem, SubscribeOptions};
+use treelog::{admin, Command, Durability, ErrorKind};
+use treelog_client::{Client, ClientOptions};
+use treelog_proto::protocol::{self, ClientMsg, Hello, RequestBody, ResponseBody, ServerMsg};
+use treelog_server::{start, ServerConfig, ServerHandle};
+
+fn config(dir: &std::path::Path) -> ServerConfig {
+    let mut c = ServerConfig::new(dir.to_path_buf());
+    c.listen = "127.0.0.1:0".parse().unwrap();
+    c.http = "127.0.0.1:0".parse().unwrap();
+    c.store = c.store.durability(Durability::None);
+    c
+}
+
+async fn client(h: &ServerHandle) -> Client {
+    Client::connect(h.bound.rpc, ClientOptions::default())
+        .await
+        .unwrap()
+}
+
+fn mkdir(p: &str) -> Command {
+    Command::Mkdir {
+        path: p.into(),
+        parents: true,
+        mode: 0o755,
+        owner: "alice".into(),
+        group: "ml".into(),
+    }
+}
+
+fn create(p: &str) -> Command {
+    Command::Create {
+        path: p.into(),
+        parents: false,
+        mode: 0o644,
+        owner: String::new(),
+        group: String::new(),
+        block_size: 4096,
+    }
+}
+
+async fn http_get(addr: SocketAddr, path: &str, token: Option<&str>) -> (u16, String) {
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    let auth = token
+        .map(|t| format!("Authorization: Bearer {t}\r\n"))
+        .unwrap_or_default();
+    s.write_all(
+        format!("GET {path} HTTP/1.1\r\nHost: x\r\n{auth}Connection: close\r\n\r\n").as_bytes(),
+    )
+    .await
+    .unwrap();
+    let mut buf = Vec::new();
+    s.read_to_end(&mut buf).await.unwrap();
+    let text = String::from_utf8_lossy(&buf).into_owned();
+    let code = text
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let body = text
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
+    (code, body)
+}
+
+async fn assert_healthy(h: &ServerHandle) {
+    let c = client(h).await;
+    let seq = c.ping().await.unwrap();
+    let got = c.submit(mkdir(&format!("/health/{seq}"))).await.unwrap();
+    assert!(got > seq);
+    assert_eq!(
+        c.stat(&format!("/health/{seq}")).await.unwrap().name,
+        seq.to_string()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_operation_over_tcp() {
+    let dir = tempfile::tempdir().unwrap();
+    let h = start(config(dir.path())).await.unwrap();
+    let c = client(&h).await;
+    let s1 = c.submit(mkdir("/a/b")).await.unwrap();
+    let s2 = c.submit(create("/a/b/f")).await.unwrap();
+    assert_eq!(s2, s1 + 1);
+    c.submit(Command::Complete {
+        path: "/a/b/f".into(),
+        size: 10,
+    })
+    .await
+    .unwrap();
+    c.submit(Command::SetSize {
+        path: "/a/b/f".into(),
+        size: 11,
+    })
+    .await
+    .unwrap();
+    c.submit(Command::SetAttr {
+        path: "/a/b/f".into(),
+        mode: Some(0o600),
+        owner: Some("bob".into()),
+        group: None,
+        mtime_ms: Some(5),
+    })
+    .await
+    .unwrap();
+    c.submit(Command::Rename {
+        src: "/a/b/f".into(),
+        dst: "/a/g".into(),
+        overwrite: false,
+    })
+    .await
+    .unwrap();
+    let ino = c.stat("/a/g").await.unwrap();
+    assert_eq!(
+        (
+            ino.attrs.size,
+            ino.attrs.mode,
+            ino.attrs.owner.as_str(),
+            ino.attrs.mtime_ms
+        ),
+        (11, 0o600, "bob", 5)
+    );
+    assert_eq!(c.stat_id(ino.id).await.unwrap(), ino);
+    let page = c.list("/a", None, 1).await.unwrap();
+    assert_eq!(page.entries.len(), 1);
+    assert_eq!(page.next_start_after.as_deref(), Some("b"));
+    let page = c.list("/a", Some("b"), 10).await.unwrap();
+    assert_eq!(page.entries[0].name, "g");
+    // Typed errors come back typed and keep the connection usable.
+    let e = c.stat("/nope").await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::NotFound);
+    let e = c
+        .submit(mkdir(&format!("/{}", "n".repeat(300))))
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidName);
+    let e = c
+        .submit(Command::Delete {
+            path: "/a".into(),
+            recursive: false,
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::NotEmpty);
+    // Streams and cursors.
+    let mut sub = c
+        .subscribe(SubscribeOptions {
+            from: StartFrom::Seq(1),
+            cursor: Some("c1".into()),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let mut seqs = Vec::new();
+    while seqs.len() < 6 {
+        if let StreamItem::Record { seq, .. } = sub.next().await.unwrap().unwrap() {
+            seqs.push(seq);
+        }
+    }
+    assert_eq!(seqs, (1..=6).collect::<Vec<_>>());
+    c.ack("c1", 6).await.unwrap();
+    assert_eq!(c.cursors().await.unwrap()[0].state.acked, 6);
+    let last = c
+        .submit(Command::Delete {
+            path: "/a".into(),
+            recursive: true,
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        c.wait_for(last, Duration::from_secs(5)).await.unwrap(),
+        last
+    );
+    drop(sub);
+    c.drop_cursor("c1").await.unwrap();
+    h.shutdown().await.unwrap();
+    assert!(admin::verify_path(dir.path(), &Default::default())
+        .unwrap()
+        .ok());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pipelining_and_many_connections() {
+    let dir = tempfile::tempdir().unwrap();
+    let h = start(config(dir.path())).await.unwrap();
+    // One connection, 500 requests in flight at once.
+    let c = client(&h).await;
+    c.submit(mkdir("/p")).await.unwrap();
+    let futs: Vec<_> = (0..500)
+        .map(|i| {
+            let c = c.clone();
+            tokio::spawn(async move { c.submit(create(&format!("/p/f{i}"))).await })
+        })
+        .collect();
+    let mut seqs = Vec::new();
+    for f in futs {
+        seqs.push(f.await.unwrap().unwrap());
+    }
+    seqs.sort_unstable();
+    seqs.dedup();
+    assert_eq!(seqs.len(), 500);
+    // 16 connections at once.
+    let tasks: Vec<_> = (0..16)
+        .map(|ci| {
+            let addr = h.bound.rpc;
+            tokio::spawn(async move {
+                let c = Client::connect(addr, ClientOptions::default())
+                    .await
+                    .unwrap();
+                c.submit(mkdir(&format!("/m/c{ci}"))).await.unwrap();
+                for i in 0..50 {
+                    c.submit(create(&format!("/m/c{ci}/f{i}"))).await.unwrap();
+                }
+                c.list(&format!("/m/c{ci}"), None, 100)
+                    .await
+                    .unwrap()
+                    .entries
+                    .len()
+            })
+        })
+        .collect();
+    for t in tasks {
+        assert_eq!(t.await.unwrap(), 50);
+    }
+    assert_eq!(c.list("/p", None, 1000).await.unwrap().entries.len(), 500);
+    h.shutdown().await.unwrap();
+    assert!(admin::verify_path(dir.path(), &Default::default())
+        .unwrap()
+        .ok());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn subscription_survives_a_server_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let h = start(config(dir.path())).await.unwrap();
+    let addr = h.bound.rpc;
+    let c = client(&h).await;
+    for i in 0..10 {
+        c.submit(mkdir(&format!("/r/{i}"))).await.unwrap();
+    }
+    let mut sub = c
+        .subscribe(SubscribeOptions {
+            from: StartFrom::Seq(1),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let mut seqs = Vec::new();
+    while seqs.len() < 5 {
+        if let StreamItem::Record { seq, .. } = sub.next().await.unwrap().unwrap() {
+            seqs.push(seq);
+        }
+    }
+    drop(c);
+    h.shutdown().await.unwrap();
+    // Same port, same data: the subscription reconnects and resumes.
+    let mut cfg = config(dir.path());
+    cfg.listen = addr;
+    let h = start(cfg).await.unwrap();
+    let c = client(&h).await;
+    for i in 10..15 {
+        c.submit(mkdir(&format!("/r/{i}"))).await.unwrap();
+    }
+    while seqs.len() < 15 {
+        if let StreamItem::Record { seq, .. } = sub.next().await.unwrap().unwrap() {
+            seqs.push(seq);
+        }
+    }
+    assert_eq!(
+        seqs,
+        (1..=15).collect::<Vec<_>>(),
+        "gap or duplicate across the restart"
+    );
+    assert!(sub.reconnects() >= 1);
+    drop(sub);
+    h.shutdown().await.unwrap();
+}
+
+async fn raw_connect(h: &ServerHandle) -> TcpStream {
+    TcpStream::connect(h.bound.rpc).await.unwrap()
+}
+
+async fn expect_fatal(s: &mut TcpStream, want: ErrorKind) {
+    let frame = tokio::time::timeout(Duration::from_secs(10), protocol::read_frame(s, 1 << 20))
+        .await
+        .expect("no reply")
+        .unwrap()
+        .expect("closed without an error frame");
+    match protocol::decode::<ServerMsg>(&frame).unwrap() {
+        ServerMsg::Fatal { kind, .. } => assert_eq!(kind, want),
+        other => panic!("expected Fatal({want:?}), got {other:?}"),
+    }
+    // ... and then the connection is closed.
+    let mut rest = Vec::new();
+    let n = tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut rest))
+        .await
+        .unwrap()
+        .unwrap_or(0);
+    assert_eq!(n, 0);
+}
+
+/// Completes the handshake on a raw connection: Hello, then Welcome.
+async fn welcome(s: &mut TcpStream) {
+    s.write_all(&hello(1, None)).await.unwrap();
+    let w = protocol::read_frame(s, 1 << 20).await.unwrap().unwrap();
+    assert!(matches!(
+        protocol::decode::<ServerMsg>(&w).unwrap(),
+        ServerMsg::Welcome { .. }
+    ));
+}
+
+fn hello(version: u16, token: Option<&str>) -> Vec<u8> {
+    protocol::encode(&ClientMsg::Hello(Hello {
+        magic: protocol::MAGIC,
+        version,
+        token: token.map(str::to_owned),
+        client: "test".into(),
+    }))
+    .unwrap()
+}
+
+/// The server reads frames through a buffer: several requests in one
+/// segment and one request split into single bytes are all answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn frames_coalesced_or_split_across_segments_are_all_answered() {
+    let dir = tempfile::tempdir().unwrap();
+    let h = start(config(dir.path())).await.unwrap();
+    let mut s = raw_connect(&h).await;
+    s.set_nodelay(true).unwrap();
+    welcome(&mut s).await;
+    let req = |id: u64| {
+        protocol::encode(&ClientMsg::Request {
+            id,
+            body: RequestBody::Stat { path: "/".into() },
+        })
+        .unwrap()
+    };
+    // Three requests in one write.
+    let mut three = Vec::new();
+    for id in 1..=3 {
+        three.extend(req(id));
+    }
+    s.write_all(&three).await.unwrap();
+    // A fourth, one byte at a time (TCP_NODELAY: separate segments).
+    for b in req(4) {
+        s.write_all(&[b]).await.unwrap();
+        s.flush().await.unwrap();
+    }
+    let mut ids = Vec::new();
+    for _ in 0..4 {
+        let f = tokio::time::timeout(
+            Duration::from_secs(10),
+            protocol::read_frame(&mut s, 1 << 20),
+        )
+        .await
+        .expect("a reply")
+        .unwrap()
+        .unwrap();
+        match protocol::decode::<ServerMsg>(&f).unwrap() {
+            ServerMsg::Response {
+                id,
+                body: ResponseBody::Inode(ino),
+            } => {
+                assert_eq!(ino.id, 1, "the root");
+                ids.push(id);
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    ids.sort_unstable();
+    assert_eq!(ids, vec![1, 2, 3, 4]);
+    h.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_is_refused_and_the_server_carries_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(dir.path());
+    cfg.max_connections = 8;
+    cfg.handshake_timeout = Duration::from_secs(2);
+    let h = start(cfg).await.unwrap();
+    let before = client(&h).await.ping().await.unwrap();
+
+    // Random bytes (a plausible length, garbage payload).
+    let mut s = raw_connect(&h).await;
+    let mut junk = vec![0, 0, 0, 32];
+    junk.extend((0..32u8).map(|i| i.wrapping_mul(97).wrapping_add(13)));
+    s.write_all(&junk).await.unwrap();
+    expect_fatal(&mut s, ErrorKind::Protocol).await;
+    assert_healthy(&h).await;
+
+    // A 4 GiB length prefix: refused before any allocation.
+    let mut s = raw_connect(&h).await;
+    s.write_all(&[0xFF, 0xFF, 0xFF, 0xFF]).await.unwrap();
+    expect_fatal(&mut s, ErrorKind::InvalidArgument).await;
+    assert_healthy(&h).await;
+
+    // A wrong protocol version.
+    let mut s = raw_connect(&h).await;
+    s.write_all(&hello(99, None)).await.unwrap();
+    expect_fatal(&mut s, ErrorKind::Protocol).await;
+
+    // A truncated frame: the length promises more than ever arrives.
+    let mut s = raw_connect(&h).await;
+    let f = hello(1, None);
+    s.write_all(&f[..f.len() - 3]).await.unwrap();
+    s.shutdown().await.unwrap();
+    expect_fatal(&mut s, ErrorKind::Protocol).await;
+
+    // Garbage after a good handshake, on a connection that also has a
+    // request in flight on another connection.
+    let mut s = raw_connect(&h).await;
+    welcome(&mut s).await;
+    s.write_all(&[0, 0, 0, 3, 0xde, 0xad, 0xbe]).await.unwrap();
+    expect_fatal(&mut s, ErrorKind::Protocol).await;
+
+    // A request frame that is too large for the server's limit.
+    let mut s = raw_connect(&h).await;
+    welcome(&mut s).await;
+    let big = protocol::encode(&ClientMsg::Request {
+        id: 1,
+        body: RequestBody::Stat {
+            path: format!("/{}", "x".repeat(2 << 20)),
+        },
+    })
+    .unwrap();
+    let _ = s.write_all(&big[..8]).await;
+    expect_fatal(&mut s, ErrorKind::InvalidArgument).await;
+
+    // A flood of connections beyond the limit: the extra ones are refused
+    // with Busy, the server keeps serving.
+    let mut held = Vec::new();
+    for _ in 0..8 {
+        let mut s = raw_connect(&h).await;
+        welcome(&mut s).await;
+        held.push(s);
+    }
+    for _ in 0..20 {
+        let mut s = raw_connect(&h).await;
+        expect_fatal(&mut s, ErrorKind::Busy).await;
+    }
+    drop(held);
+    // Slots come back once those connections close.
+    let mut ok = false;
+    for _ in 0..100 {
+        if let Ok(c) = Client::connect(h.bound.rpc, ClientOptions::default()).await {
+            c.ping().await.unwrap();
+            ok = true;
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+    assert!(ok, "connection slots were not released");
+    assert_healthy(&h).await;
+
+    // Nothing was written by any of the bad connections.
+    let after = client(&h).await.ping().await.unwrap();
+    assert_eq!(
+        after,
+        before + 3,
+        "only the three health-check mkdirs were written"
+    );
+    let (code, body) = http_get(h.bound.http, "/metrics", None).await;
+    assert_eq!(code, 200);
+    assert!(
+        body.contains("treelog_server_rejected_frames_total"),
+        "{body}"
+    );
+    h.shutdown().await.unwrap();
+    assert!(admin::verify_path(dir.path(), &Default::default())
+        .unwrap()
+        .ok());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn token_auth_and_health_endpoints() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(dir.path());
+    cfg.token = Some("s3cret-token".into());
+    let h = start(cfg).await.unwrap();
+    // Wrong and missing tokens are refused.
+    for bad in [
+        None,
+        Some("wrong".to_string()),
+        Some("s3cret-tokeN".to_string()),
+    ] {
+        let e = Client::connect(
+            h.bound.rpc,
+            ClientOptions {
+                token: bad,
+                ..Default::default()
+            },
+        )
+        .await
+        .err()
+        .unwrap();
+        assert_eq!(e.kind(), ErrorKind::Unauthorized, "{e}");
+    }
+    let c = Client::connect(
+        h.bound.rpc,
+        ClientOptions {
+            token: Some("s3cret-token".into()),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    c.submit(mkdir("/x")).await.unwrap();
+    // Health endpoints stay open; metrics need the bearer token.
+    assert_eq!(http_get(h.bound.http, "/healthz", None).await.0, 200);
+    let (code, body) = http_get(h.bound.http, "/readyz", None).await;
+    assert_eq!((code, body.trim()), (200, "ready"));
+    assert_eq!(http_get(h.bound.http, "/metrics", None).await.0, 401);
+    assert_eq!(
+        http_get(h.bound.http, "/metrics", Some("nope")).await.0,
+        401
+    );
+    let (code, body) = http_get(h.bound.http, "/metrics", Some("s3cret-token")).await;
+    assert_eq!(code, 200);
+    assert!(
+        body.contains("treelog_server_auth_failures_total 5"),
+        "{body}"
+    );
+    h.shutdown().await.unwrap();
+
+    // Without a token configured, any client is accepted.
+    let h = start(config(dir.path())).await.unwrap();
+    let c = Client::connect(
+        h.bound.rpc,
+        ClientOptions {
+            token: Some("whatever".into()),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    assert!(c.stat("/x").await.is_ok());
+    assert_eq!(http_get(h.bound.http, "/metrics", None).await.0, 200);
+    h.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn graceful_shutdown_under_load_keeps_every_acknowledged_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(dir.path());
+    cfg.store = cfg.store.durability(Durability::Sync);
+    let h = start(cfg).await.unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut writers = Vec::new();
+    for w in 0..8 {
+        let addr = h.bound.rpc;
+        let stop = stop.clone();
+        writers.push(tokio::spawn(async move {
+            let c = Client::connect(addr, ClientOptions::default())
+                .await
+                .unwrap();
+            c.submit(mkdir(&format!("/load/w{w}"))).await.unwrap();
+            let mut acked = Vec::new();
+            let mut i = 0;
+            loop {
+                let p = format!("/load/w{w}/f{i}");
+                match c.submit(create(&p)).await {
+                    Ok(_) => acked.push(p),
+                    Err(_) => break, // the server went away mid-request
+                }
+                i += 1;
+                if stop.load(Ordering::Relaxed) && i > 10_000 {
+                    break;
+                }
+            }
+            acked
+        }));
+    }
+    // Shut down once real load has been acknowledged.
+    let probe = client(&h).await;
+    probe.wait_for(400, Duration::from_secs(30)).await.unwrap();
+    drop(probe);
+    h.shutdown().await.unwrap();
+    stop.store(true, Ordering::Relaxed);
+    let mut acked = Vec::new();
+    for w in writers {
+        acked.extend(w.await.unwrap());
+    }
+    assert!(
+        acked.len() >= 300,
+        "only {} writes acknowledged",
+        acked.len()
+    );
+    let t = treelog::Treelog::open(dir.path(), Default::default()).unwrap();
+    for p in &acked {
+        t.stat(p)
+            .unwrap_or_else(|e| panic!("acknowledged {p} lost: {e}"));
+    }
+    assert!(admin::verify(t.store()).unwrap().ok());
+}
+
+/// Sends a raw HTTP GET with `headers` (each ending in `\r\n`); returns the
+/// status code.
+async fn http_get_with(addr: SocketAddr, path: &str, headers: &str) -> u16 {
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    s.write_all(
+        format!("GET {path} HTTP/1.1\r\nHost: x\r\n{headers}Connection: close\r\n\r\n").as_bytes(),
+    )
+    .await
+    .unwrap();
+    let mut buf = Vec::new();
+    s.read_to_end(&mut buf).await.unwrap();
+    String::from_utf8_lossy(&buf)
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0)
+}
+
+fn metric(h: &ServerHandle, f: impl Fn(&treelog::metrics::Metrics) -> i64) -> i64 {
+    f(h.metrics().expect("metrics"))
+}
+
+/// Connections that never say Hello take at most a share of the slots,
+/// and a newer connection reclaims the oldest one's: they cannot lock
+/// clients out (they took every slot for the handshake timeout before).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_without_a_handshake_cannot_lock_clients_out() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(dir.path());
+    cfg.max_connections = 8;
+    // Long enough that the handshake timeout frees nothing here.
+    cfg.handshake_timeout = Duration::from_secs(600);
+    let h = start(cfg).await.unwrap();
+    assert_eq!(h.config.handshaking_limit(), 2);
+    let mut clients = Vec::new();
+    for _ in 0..6 {
+        clients.push(client(&h).await);
+    }
+    let mut silent = Vec::new();
+    for _ in 0..20 {
+        silent.push(raw_connect(&h).await);
+    }
+    // Two more clients get in, each reclaiming a silent connection's slot.
+    for _ in 0..2 {
+        let c = tokio::time::timeout(
+            Duration::from_secs(30),
+            Client::connect(h.bound.rpc, ClientOptions::default()),
+        )
+        .await
+        .expect("failure guard")
+        .expect("a client was locked out by connections that never said Hello");
+        c.ping().await.unwrap();
+        clients.push(c);
+    }
+    // Every slot now belongs to a handshaken client: the next is refused.
+    let e = Client::connect(h.bound.rpc, ClientOptions::default())
+        .await
+        .err()
+        .expect("a ninth connection");
+    assert_eq!(e.kind(), ErrorKind::Busy, "{e}");
+    // The silent connections were closed with Busy, oldest first.
+    for s in silent.iter_mut() {
+        expect_fatal(s, ErrorKind::Busy).await;
+    }
+    for c in &clients {
+        c.ping().await.unwrap();
+    }
+    assert_eq!(metric(&h, |m| m.handshake_evictions.get() as i64), 20);
+    assert_eq!(metric(&h, |m| m.handshaking.get()), 0);
+    drop(clients);
+    h.shutdown().await.unwrap();
+}
+
+/// Wrong tokens from one address are answered ever more slowly: 50 ms
+/// after the first failure, doubling (a lower bound on time, which a
+/// loaded machine only lengthens). The right token still gets in.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn repeated_failed_authentications_are_slowed_down() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(dir.path());
+    cfg.token = Some("right".into());
+    let h = start(cfg).await.unwrap();
+    let opts = |t: &str| ClientOptions {
+        token: Some(t.into()),
+        ..Default::default()
+    };
+    let t0 = std::time::Instant::now();
+    for _ in 0..6 {
+        let e = Client::connect(h.bound.rpc, opts("wrong"))
+            .await
+            .err()
+            .expect("refused");
+        assert_eq!(e.kind(), ErrorKind::Unauthorized, "{e}");
+    }
+    let took = t0.elapsed();
+    // Waits before the 2nd..6th checks: 50 + 100 + 200 + 400 + 800 ms.
+    assert!(took >= Duration::from_millis(1500), "{took:?}");
+    let c = Client::connect(h.bound.rpc, opts("right")).await.unwrap();
+    c.ping().await.unwrap();
+    assert_eq!(metric(&h, |m| m.auth_failures.get() as i64), 6);
+    // Success forgot the failures: a wrong token is answered at once again
+    // (no lower bound to check; the count shows it was checked).
+    assert!(Client::connect(h.bound.rpc, opts("wrong")).await.is_err());
+    assert_eq!(metric(&h, |m| m.auth_failures.get() as i64), 7);
+    h.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_bearer_scheme_is_case_insensitive() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(dir.path());
+    cfg.token = Some("tok".into());
+    let h = start(cfg).await.unwrap();
+    for header in [
+        "Authorization: Bearer tok\r\n",
+        "authorization: bearer tok\r\n",
+        "AUTHORIZATION: BEARER tok\r\n",
+        "Authorization: bEaReR   tok\r\n",
+    ] {
+        assert_eq!(
+            http_get_with(h.bound.http, "/metrics", header).await,
+            200,
+            "{header}"
+        );
+    }
+    for header in [
+        "Authorization: Basic tok\r\n",
+        "Authorization: Bearertok\r\n",
+        "Authorization: tok\r\n",
+    ] {
+        assert_eq!(
+            http_get_with(h.bound.http, "/metrics", header).await,
+            401,
+            "{header}"
+        );
+    }
+    h.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_limits_and_an_open_listen_address_are_refused_at_start() {
+    let dir = tempfile::tempdir().unwrap();
+    for max_frame in [
+        0,
+        1000,
+        treelog_server::MIN_MAX_FRAME - 1,
+        treelog_server::MAX_MAX_FRAME + 1,
+        u32::MAX as usize + 1,
+    ] {
+        let mut cfg = config(dir.path());
+        cfg.max_frame = max_frame;
+        let e = start(cfg).await.err().expect("refused");
+        assert_eq!(e.kind(), ErrorKind::InvalidArgument, "{e}");
+        assert!(e.to_string().contains("--max-frame"), "{e}");
+    }
+    let mut cfg = config(dir.path());
+    cfg.max_conn_buffer_bytes = 0;
+    assert_eq!(
+        start(cfg).await.err().map(|e| e.kind()),
+        Some(ErrorKind::InvalidArgument)
+    );
+    // Not loopback, no token: refused unless asked for.
+    let mut cfg = config(dir.path());
+    cfg.listen = "0.0.0.0:0".parse().unwrap();
+    let e = start(cfg.clone()).await.err().expect("refused");
+    assert_eq!(e.kind(), ErrorKind::InvalidArgument, "{e}");
+    assert!(e.to_string().contains("--allow-insecure-listen"), "{e}");
+    cfg.allow_insecure_listen = true;
+    start(cfg.clone()).await.unwrap().shutdown().await.unwrap();
+    cfg.allow_insecure_listen = false;
+    cfg.token = Some("t".into());
+    let h = start(cfg).await.unwrap();
+    // The limits at their bounds work.
+    h.shutdown().await.unwrap();
+    let mut cfg = config(dir.path());
+    cfg.max_frame = treelog_server::MAX_MAX_FRAME;
+    let h = start(cfg).await.unwrap();
+    assert_healthy(&h).await;
+    h.shutdown().await.unwrap();
+}
+
+/// A reply larger than the client's `max_frame` is a `Protocol` error that
+/// names the size and the limit: from a call, and as the end of a
+/// subscription (which used to reconnect and meet it again forever).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reply_too_large_for_the_client_is_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let h = start(config(dir.path())).await.unwrap();
+    let c = client(&h).await;
+    c.submit(mkdir("/d")).await.unwrap();
+    for i in 0..40 {
+        c.submit(create(&format!("/d/{i:03}{}", "n".repeat(200))))
+            .await
+            .unwrap();
+    }
+    let small = ClientOptions {
+        max_frame: 4096,
+        ..Default::default()
+    };
+    let sc = Client::connect(h.bound.rpc, small.clone()).await.unwrap();
+    let e = sc.list("/d", None, 1000).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Protocol, "{e}");
+    assert!(e.to_string().contains("exceeds the limit of 4096"), "{e}");
+    // The recursive delete's record (41 events) is above 4096 bytes.
+    c.submit(Command::Delete {
+        path: "/d".into(),
+        recursive: true,
+    })
+    .await
+    .unwrap();
+    let sc = Client::connect(h.bound.rpc, small).await.unwrap();
+    let mut sub = sc
+        .subscribe(SubscribeOptions {
+            from: StartFrom::Seq(1),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let e = tokio::time::timeout(Duration::from_secs(60), async {
+        loop {
+            match sub.next().await {
+                Some(Ok(_)) => continue,
+                Some(Err(e)) => return e,
+                None => panic!("the subscription ended without an error"),
+            }
+        }
+    })
+    .await
+    .expect("no error: the subscription kept reconnecting");
+    assert_eq!(e.kind(), ErrorKind::Protocol, "{e}");
+    assert!(e.to_string().contains("exceeds the limit of 4096"), "{e}");
+    assert_eq!(sub.reconnects(), 0);
+    assert!(sub.next().await.is_none(), "the subscription ended");
+    h.shutdown().await.unwrap();
+}
+
+/// The HTTP port holds at most `max_http_connections`, answers more with
+/// 503, and closes connections that do not send their headers in time
+/// (silent ones, and one that drips a header line at a time).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_connections_are_capped_and_must_send_headers_in_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(dir.path());
+    cfg.max_http_connections = 4;
+    cfg.http_header_timeout = Duration::from_secs(1);
+    let h = start(cfg).await.unwrap();
+    let peak = Arc::new(std::sync::atomic::AtomicI64::new(0));
+    let sampler = {
+        let m = h.metrics().unwrap().clone();
+        let peak = peak.clone();
+        tokio::spawn(async move {
+            loop {
+                peak.fetch_max(m.http_connections.get(), Ordering::Relaxed);
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        })
+    };
+    // The dripping connection first, so that it gets a slot.
+    let drip = TcpStream::connect(h.bound.http).await.unwrap();
+    let (mut drip_rd, mut drip_wr) = drip.into_split();
+    let mut silent = Vec::new();
+    for _ in 0..12 {
+        silent.push(TcpStream::connect(h.bound.http).await.unwrap());
+    }
+    let dripper = tokio::spawn(async move {
+        if drip_wr
+            .write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
+            .await
+            .is_err()
+        {
+            return;
+        }
+        loop {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            if drip_wr.write_all(b"X-Slow: 1\r\n").await.is_err() {
+                return;
+            }
+        }
+    });
+    let mut refused = 0;
+    for s in silent.iter_mut() {
+        let mut buf = Vec::new();
+        let _ = tokio::time::timeout(Duration::from_secs(30), s.read_to_end(&mut buf))
+            .await
+            .expect("an HTTP connection that sent nothing was never closed");
+        if String::from_utf8_lossy(&buf).starts_with("HTTP/1.1 503") {
+            refused += 1;
+        }
+    }
+    let mut buf = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(30), drip_rd.read_to_end(&mut buf))
+        .await
+        .expect("a connection dripping its headers was never closed");
+    dripper.abort();
+    sampler.abort();
+    assert!(peak.load(Ordering::Relaxed) <= 4, "{peak:?}");
+    assert!(
+        refused as i64 <= metric(&h, |m| m.http_rejected.get() as i64),
+        "{refused}"
+    );
+    assert_eq!(http_get(h.bound.http, "/healthz", None).await.0, 200);
+    // An idle keep-alive connection is closed too, after its response.
+    let mut s = TcpStream::connect(h.bound.http).await.unwrap();
+    s.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let mut buf = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(30), s.read_to_end(&mut buf))
+        .await
+        .expect("an idle keep-alive connection was never closed");
+    let text = String::from_utf8_lossy(&buf);
+    assert!(
+        text.starts_with("HTTP/1.1 200") && text.ends_with("ok\n"),
+        "{text}"
+    );
+    h.shutdown().await.unwrap();
+}

@@ -1,0 +1,560 @@
+//! Change streams: resumable, filtered subscriptions to the log, with an
+//! optional consistent snapshot first.
+//!
+//! A [`Subscription`] reads the `log` column family through its own
+//! iterator, in batches, up to the committed watermark; it never makes the
+//! writer wait (the writer only bumps the watermark). When caught up it
+//! parks on the watermark (a condition variable, or a `watch` for async
+//! callers): no polling. Per-subscription memory is bounded by one batch of
+//! records, or while a snapshot streams by one page of children per level
+//! of the directory being walked. A snapshot is produced a page at a time
+//! as the consumer reads it: a subscriber that stops reading holds no
+//! thread and makes nothing more.
+//!
+//! Snapshots are exact: a RocksDB snapshot sees the index and `applied_seq`
+//! of the same group (they are one write batch), so the snapshot at `S`
+//! followed by the records from `S + 1` misses and repeats nothing.
+//!
+//! With a subtree filter, every event is tagged with a [`Scope`]: inside the
+//! subtree, moved in, moved out, or about an ancestor (deleted or renamed,
+//! which removes or replaces the whole subtree). A directory that moves in
+//! brings descendants the stream cannot list from the log; subscriptions
+//! that started from a snapshot then get a *resync*: a fresh snapshot of the
+//! subtree at the current sequence (marked `resync: true`, meaning "replace
+//! your model"), followed by the records after it.
+
+use std::collections::VecDeque;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::engine;
+use crate::error::{Error, ErrorKind, Result};
+use crate::format::{self, record};
+use crate::store::CF_LOG;
+use crate::writer::Shared;
+
+mod memo;
+pub mod tail_cache;
+
+pub use memo::SharedRecord;
+pub use treelog_proto::stream::*;
+
+/// Records read per batch: bounds per-subscription memory.
+const BATCH: u64 = 256;
+/// A subscription that scanned this many records without a match reports
+/// its position.
+const PROGRESS_EVERY: u64 = 65_536;
+/// Children read per page while a snapshot walks a directory.
+const SNAPSHOT_PAGE: usize = 256;
+
+/// A live subscription. Obtain one from [`crate::Treelog::subscribe`].
+pub struct Subscription {
+    shared: Arc<Shared>,
+    filter: Arc<Filter>,
+    resync_on_move_in: bool,
+    /// Next log sequence to read.
+    next_seq: u64,
+    /// Highest sequence whose effects were put in `buf` or reported.
+    reported: u64,
+    /// The position of the last item handed to the caller.
+    delivered: u64,
+    buf: VecDeque<StreamItem>,
+    /// Reused for reads from the tail cache.
+    slice: crate::stream::tail_cache::Slice,
+    snapshot: Option<Box<SnapshotWalk>>,
+    cursor: Option<String>,
+}
+
+impl Subscription {
+    pub(crate) fn new(
+        shared: Arc<Shared>,
+        filter: Filter,
+        from: StartFrom,
+        resync_on_move_in: Option<bool>,
+        cursor: Option<String>,
+    ) -> Result<Subscription> {
+        let filter = Arc::new(filter.canonical()?);
+        let committed = shared.committed.get();
+        let log_start = shared.log_start.load(Ordering::Acquire);
+        let mut s = Subscription {
+            shared,
+            filter,
+            resync_on_move_in: resync_on_move_in.unwrap_or(from == StartFrom::Snapshot),
+            next_seq: committed + 1,
+            reported: committed,
+            delivered: committed,
+            buf: VecDeque::new(),
+            slice: Default::default(),
+            snapshot: None,
+            cursor,
+        };
+        match from {
+            StartFrom::Now => {}
+            StartFrom::Seq(n) => {
+                let n = n.max(1);
+                if n < log_start {
+                    return Err(Error::Compacted {
+                        requested: n,
+                        first_available: log_start,
+                    });
+                }
+                s.next_seq = n;
+                s.reported = n - 1;
+                s.delivered = n - 1;
+            }
+            StartFrom::Snapshot => s.start_snapshot(false),
+        }
+        Ok(s)
+    }
+
+    /// The last sequence whose item was handed out (read-ahead not
+    /// counted): once the caller processed it, resume with
+    /// `StartFrom::Seq(position() + 1)`.
+    pub fn position(&self) -> u64 {
+        self.delivered
+    }
+
+    fn hand_out(&mut self, item: StreamItem) -> StreamItem {
+        if let Some(p) = item.position() {
+            self.delivered = p;
+        }
+        item
+    }
+
+    /// True while a snapshot (initial or resync) is being streamed.
+    pub fn is_snapshotting(&self) -> bool {
+        self.snapshot.is_some()
+    }
+
+    /// The durable cursor this subscription follows, if any.
+    pub fn cursor(&self) -> Option<&str> {
+        self.cursor.as_deref()
+    }
+
+    /// Starts a snapshot at the committed index as it is now; its items
+    /// are made as the consumer asks for them.
+    fn start_snapshot(&mut self, resync: bool) {
+        let prefix = self.filter.prefix.clone().unwrap_or_else(|| "/".into());
+        self.snapshot = Some(Box::new(SnapshotWalk {
+            // The committed index (RocksDB's latest state may hold a round
+            // whose fsync has not finished).
+            snap: self.shared.view.load_full(),
+            prefix,
+            resync,
+            seq: 0,
+            step: WalkStep::Start,
+            walk: None,
+        }));
+    }
+
+    /// The snapshot's next item. The snapshot ends (and the log resumes
+    /// after it) with its `SnapshotEnd`, or with an error.
+    fn next_snapshot_item(&mut self) -> Result<StreamItem> {
+        let Some(walk) = self.snapshot.as_mut() else {
+            return Err(Error::corrupt("snapshot", "no snapshot is active"));
+        };
+        match walk.next(&self.shared) {
+            Ok(item) => {
+                if let StreamItem::SnapshotEnd { seq } = item {
+                    self.snapshot = None;
+                    self.next_seq = seq + 1;
+                    self.reported = seq;
+                }
+                Ok(self.hand_out(item))
+            }
+            Err(e) => {
+                self.snapshot = None;
+                Err(e)
+            }
+        }
+    }
+
+    /// Returns the next item if one is available without waiting.
+    pub fn try_next(&mut self) -> Result<Option<StreamItem>> {
+        loop {
+            if let Some(item) = self.buf.pop_front() {
+                return Ok(Some(self.hand_out(item)));
+            }
+            if self.snapshot.is_some() {
+                // A snapshot always has a next item.
+                return self.next_snapshot_item().map(Some);
+            }
+            if !self.fill_from_log()? {
+                return Ok(None);
+            }
+        }
+    }
+
+    /// Blocks until the next item, or until `timeout` passes with nothing
+    /// new committed (then `Ok(None)`).
+    pub fn next_timeout(&mut self, timeout: Duration) -> Result<Option<StreamItem>> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(item) = self.try_next()? {
+                return Ok(Some(item));
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Ok(None);
+            }
+            self.shared
+                .committed
+                .wait_for(self.next_seq, deadline - now);
+        }
+    }
+
+    /// Waits asynchronously for the next item.
+    pub async fn next_async(&mut self) -> Result<StreamItem> {
+        loop {
+            if let Some(item) = self.try_next()? {
+                return Ok(item);
+            }
+            self.shared.committed.wait_for_async(self.next_seq).await;
+        }
+    }
+
+    fn compacted(&self) -> Error {
+        Error::Compacted {
+            requested: self.next_seq,
+            first_available: self.shared.log_start.load(Ordering::Acquire),
+        }
+    }
+
+    /// Reads one batch of committed records. Returns whether anything was
+    /// read (items may or may not have been produced).
+    fn fill_from_log(&mut self) -> Result<bool> {
+        let committed = self.shared.committed.get();
+        if self.next_seq > committed {
+            return Ok(false);
+        }
+        if self.next_seq < self.shared.log_start.load(Ordering::Acquire) {
+            return Err(self.compacted());
+        }
+        let end = committed.min(self.next_seq + BATCH - 1);
+        let mut slice = std::mem::take(&mut self.slice);
+        if self
+            .shared
+            .tail
+            .get(self.next_seq, end, BATCH as usize, &mut slice)
+        {
+            let mut resync = false;
+            for rec in slice.records() {
+                if self.take_record(rec) {
+                    resync = true;
+                    break;
+                }
+            }
+            if !resync {
+                self.report_progress(committed);
+            }
+            slice.clear();
+            self.slice = slice;
+            return Ok(true);
+        }
+        self.slice = slice;
+        let shared = self.shared.clone();
+        let store = &shared.store;
+        let mut it = store.db().raw_iterator_cf(store.cf(CF_LOG)?);
+        it.seek(format::log_key(self.next_seq));
+        while self.next_seq <= end {
+            let seq = self.next_seq;
+            let (k, v) = match (it.key(), it.value()) {
+                (Some(k), Some(v)) => (k, v),
+                _ => {
+                    it.status()?;
+                    // Retention may have removed what we were about to read.
+                    if seq < self.shared.log_start.load(Ordering::Acquire) {
+                        return Err(self.compacted());
+                    }
+                    return Err(Error::corrupt("log", format!("record {seq} is missing")));
+                }
+            };
+            if format::decode_log_key(k)? != seq {
+                if seq < self.shared.log_start.load(Ordering::Acquire) {
+                    return Err(self.compacted());
+                }
+                return Err(Error::corrupt(
+                    "log",
+                    format!("expected record {seq}, found another key"),
+                ));
+            }
+            let rec = SharedRecord::from(record::decode_record(v, Some(seq))?);
+            if self.take_record(&rec) {
+                return Ok(true);
+            }
+            it.next();
+        }
+        self.report_progress(committed);
+        Ok(true)
+    }
+
+    /// Filters one record into the buffer. Returns true when a resync
+    /// snapshot was started (stop reading the log).
+    fn take_record(&mut self, rec: &SharedRecord) -> bool {
+        debug_assert_eq!(rec.seq, self.next_seq);
+        let (events, resync): (Arc<[ScopedEvent]>, bool) = if self.filter.is_everything() {
+            (rec.unfiltered(), false)
+        } else {
+            rec.filtered(&self.filter)
+        };
+        self.next_seq = rec.seq + 1;
+        if !events.is_empty() {
+            self.buf.push_back(StreamItem::Record {
+                seq: rec.seq,
+                time_ms: rec.time_ms,
+                events,
+            });
+            self.reported = rec.seq;
+        }
+        if resync && self.resync_on_move_in {
+            self.start_snapshot(true);
+            return true;
+        }
+        false
+    }
+
+    /// Reports the position of trailing filtered-out records when caught up
+    /// (so a consumer can acknowledge it), or every `PROGRESS_EVERY` records.
+    fn report_progress(&mut self, committed: u64) {
+        let quiet = self.next_seq - 1 - self.reported;
+        if quiet > 0 && (self.next_seq > committed || quiet >= PROGRESS_EVERY) {
+            self.reported = self.next_seq - 1;
+            self.buf
+                .push_back(StreamItem::Progress { seq: self.reported });
+        }
+    }
+}
+
+enum WalkStep {
+    /// `SnapshotStart` comes next.
+    Start,
+    /// The subtree's root comes next.
+    Root,
+    /// Walking the directories on `stack`.
+    Walk,
+    /// `SnapshotEnd` comes next.
+    End,
+}
+
+/// A consistent snapshot of a subtree, walked depth-first a page of
+/// children at a time (parents before their children). It holds a RocksDB
+/// snapshot and one page per directory level, no thread.
+struct SnapshotWalk {
+    /// The committed state walked (its snapshot and sequence).
+    snap: Arc<crate::readview::PublishedView>,
+    prefix: String,
+    resync: bool,
+    /// The sequence of the state walked.
+    seq: u64,
+    step: WalkStep,
+    /// Set at `Root` when the root is a directory.
+    walk: Option<crate::readview::TreeWalk>,
+}
+
+impl SnapshotWalk {
+    fn next(&mut self, shared: &Shared) -> Result<StreamItem> {
+        let view = shared.store.index_at(&self.snap.snap);
+        loop {
+            match self.step {
+                WalkStep::Start => {
+                    self.seq = self.snap.seq;
+                    self.step = WalkStep::Root;
+                    return Ok(StreamItem::SnapshotStart {
+                        seq: self.seq,
+                        prefix: self.prefix.clone(),
+                        resync: self.resync,
+                    });
+                }
+                WalkStep::Root => {
+                    self.step = WalkStep::End;
+                    // Entries in the snapshot only use dictionary ids that
+                    // existed then; the current dictionaries are a superset.
+                    let dicts = shared.dicts();
+                    let root = match engine::resolve(&view, &dicts, &self.prefix) {
+                        Ok(r) => r,
+                        Err(e)
+                            if matches!(
+                                e.kind(),
+                                ErrorKind::NotFound | ErrorKind::NotADirectory
+                            ) =>
+                        {
+                            continue
+                        }
+                        Err(e) => return Err(e),
+                    };
+                    if root.attrs.kind.is_dir() {
+                        self.step = WalkStep::Walk;
+                        self.walk = Some(crate::readview::TreeWalk::new(
+                            root.id,
+                            self.prefix.clone(),
+                            SNAPSHOT_PAGE,
+                        ));
+                    }
+                    if self.prefix != "/" {
+                        return Ok(StreamItem::SnapshotEntry {
+                            path: self.prefix.clone(),
+                            inode: Box::new(root),
+                        });
+                    }
+                }
+                WalkStep::Walk => {
+                    let next = match self.walk.as_mut() {
+                        Some(w) => w.next(&view, &shared.dicts())?,
+                        None => None,
+                    };
+                    match next {
+                        Some((path, e)) => {
+                            return Ok(StreamItem::SnapshotEntry {
+                                path,
+                                inode: Box::new(e.inode),
+                            })
+                        }
+                        None => {
+                            self.walk = None;
+                            self.step = WalkStep::End;
+                        }
+                    }
+                }
+                WalkStep::End => return Ok(StreamItem::SnapshotEnd { seq: self.seq }),
+            }
+        }
+    }
+}
+
+/// The scheduling priority of the delivery thread (see [`DeliveryRuntime`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum DeliveryPriority {
+    /// Linux `SCHED_IDLE`: delivery runs only on CPU that nothing else
+    /// wants. Subscribers never take CPU from writes and requests; under a
+    /// load that keeps every core busy they fall behind (and catch up from
+    /// the tail cache or the log when it eases). The default.
+    #[default]
+    Idle,
+    /// An ordinary thread at this niceness (0..=19): under full load,
+    /// subscribers keep a share of the CPU (about 10% of a contended core
+    /// at 10, by the scheduler's weights) at some cost to write throughput.
+    Nice(i32),
+}
+
+impl std::str::FromStr for DeliveryPriority {
+    type Err = Error;
+
+    /// `idle`, or a niceness `0`..`19`.
+    fn from_str(s: &str) -> Result<Self> {
+        if s == "idle" {
+            return Ok(DeliveryPriority::Idle);
+        }
+        match s.parse::<i32>() {
+            Ok(n) if (0..=19).contains(&n) => Ok(DeliveryPriority::Nice(n)),
+            _ => Err(Error::InvalidArgument(format!(
+                "stream priority {s:?}: expected `idle` or a niceness 0..19"
+            ))),
+        }
+    }
+}
+
+impl std::fmt::Display for DeliveryPriority {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DeliveryPriority::Idle => f.write_str("idle"),
+            DeliveryPriority::Nice(n) => write!(f, "{n}"),
+        }
+    }
+}
+
+/// The runtime that delivers change streams: one worker thread at a lower
+/// scheduling priority ([`DeliveryPriority`]) than the writer, its callers
+/// and the request handlers. When the CPU is short, the scheduler then
+/// takes it from subscribers, which catch up later from the tail cache or
+/// the log, not from the writer. (With idle CPU the priority changes
+/// nothing.)
+///
+/// Dropping it shuts the runtime down in the background, so it may be
+/// dropped from async code.
+pub struct DeliveryRuntime {
+    handle: tokio::runtime::Handle,
+    /// Taken on drop, to shut down in the background.
+    rt: Option<tokio::runtime::Runtime>,
+}
+
+impl DeliveryRuntime {
+    pub fn new(priority: DeliveryPriority) -> Result<DeliveryRuntime> {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("treelog-streams")
+            .on_thread_start(move || lower_thread_priority(priority))
+            .enable_all()
+            .build()?;
+        Ok(DeliveryRuntime {
+            handle: rt.handle().clone(),
+            rt: Some(rt),
+        })
+    }
+
+    pub fn handle(&self) -> &tokio::runtime::Handle {
+        &self.handle
+    }
+}
+
+impl Drop for DeliveryRuntime {
+    fn drop(&mut self) {
+        if let Some(rt) = self.rt.take() {
+            rt.shutdown_background();
+        }
+    }
+}
+
+/// Lowers the calling thread's priority (Linux: per thread). Best effort: a
+/// failure leaves the default priority.
+fn lower_thread_priority(priority: DeliveryPriority) {
+    #[cfg(target_os = "linux")]
+    match priority {
+        DeliveryPriority::Idle => crate::sched::set_policy(libc::SCHED_IDLE),
+        DeliveryPriority::Nice(n) => crate::sched::set_niceness(n),
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = priority;
+}
+
+#[cfg(test)]
+mod priority_tests {
+    use super::*;
+
+    #[test]
+    fn parses_idle_and_niceness() {
+        assert_eq!(
+            "idle".parse::<DeliveryPriority>().ok(),
+            Some(DeliveryPriority::Idle)
+        );
+        assert_eq!(
+            "10".parse::<DeliveryPriority>().ok(),
+            Some(DeliveryPriority::Nice(10))
+        );
+        for bad in ["", "-1", "20", "high"] {
+            let e = bad.parse::<DeliveryPriority>().err().map(|e| e.kind());
+            assert_eq!(e, Some(ErrorKind::InvalidArgument), "{bad:?}");
+        }
+        assert_eq!(DeliveryPriority::Nice(7).to_string(), "7");
+    }
+
+    /// The delivery thread really runs at the asked priority.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn delivery_thread_gets_the_priority() {
+        for (p, policy, nice) in [
+            (DeliveryPriority::Idle, libc::SCHED_IDLE, None),
+            (DeliveryPriority::Nice(7), libc::SCHED_OTHER, Some(7)),
+        ] {
+            let rt = DeliveryRuntime::new(p).expect("runtime");
+            let (got_policy, got_nice) = rt
+                .handle()
+                .block_on(async { tokio::spawn(async { crate::sched::current() }).await })
+                .expect("task");
+            assert_eq!(got_policy, policy, "{p}");
+            if let Some(n) = nice {
+                assert_eq!(got_nice, n, "{p}");
+            }
+        }
+    }
+}
