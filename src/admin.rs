@@ -3,7 +3,6 @@
 
 use std::path::{Path, PathBuf};
 
-use rocksdb::IteratorMode;
 use sha2::{Digest, Sha256};
 
 use crate::engine::{self, EngineState};
@@ -17,7 +16,7 @@ use crate::store::{Store, StoreOptions, WalRecovery, CF_EDGES, CF_INODES};
 pub fn index_digest(store: &Store) -> Result<String> {
     let mut h = Sha256::new();
     for (tag, name) in [(b'I', CF_INODES), (b'E', CF_EDGES)] {
-        for item in store.db().iterator_cf(store.cf(name)?, IteratorMode::Start) {
+        for item in store.scan_cf(name)? {
             let (k, v) = item?;
             h.update([tag]);
             h.update((k.len() as u32).to_be_bytes());
@@ -40,10 +39,7 @@ pub fn check_structure(store: &Store) -> Result<Vec<String>> {
     let dicts: &DictSet = &state.dicts;
     let mut max_id = 0u64;
     let mut inodes = 0u64;
-    for item in store
-        .db()
-        .iterator_cf(store.cf(CF_INODES)?, IteratorMode::Start)
-    {
+    for item in store.scan_cf(CF_INODES)? {
         let (k, v) = item?;
         let id = format::decode_inode_key(&k)?;
         if id > MAX_INODE_ID {
@@ -83,17 +79,14 @@ pub fn check_structure(store: &Store) -> Result<Vec<String>> {
         }
     }
     if store
-        .db()
-        .get_cf(store.cf(CF_INODES)?, format::inode_key(ROOT_ID))?
+        .index()
+        .get(Cf::Inodes, &format::inode_key(ROOT_ID))?
         .is_none()
     {
         problems.push("root inode is missing".into());
     }
     let mut edges = 0u64;
-    for item in store
-        .db()
-        .iterator_cf(store.cf(CF_EDGES)?, IteratorMode::Start)
-    {
+    for item in store.scan_cf(CF_EDGES)? {
         let (k, v) = item?;
         edges += 1;
         let (parent, name) = format::decode_edge_key(&k)?;
@@ -280,7 +273,7 @@ pub fn accept_wal_loss(path: &Path, so: &StoreOptions) -> Result<WalLossReport> 
     let store = Store::open(path, &so)?;
     store.flush()?;
     let report = WalLossReport {
-        time_ms: crate::writer::now_ms(),
+        time_ms: crate::clock::now_ms(),
         last_seq: store.last_log_seq()?,
         rebuilt_index,
         replayed,
@@ -326,10 +319,7 @@ pub enum DumpEntry {
 /// Decodes every index entry (for `admin dump`).
 pub fn dump_index(store: &Store, mut f: impl FnMut(DumpEntry) -> Result<()>) -> Result<()> {
     let state = EngineState::load(&store.index())?;
-    for item in store
-        .db()
-        .iterator_cf(store.cf(CF_INODES)?, IteratorMode::Start)
-    {
+    for item in store.scan_cf(CF_INODES)? {
         let (k, v) = item?;
         let id = format::decode_inode_key(&k)?;
         let key_hex = hex::encode(&k);
@@ -383,10 +373,7 @@ pub fn dump_index(store: &Store, mut f: impl FnMut(DumpEntry) -> Result<()>) -> 
         };
         f(e)?;
     }
-    for item in store
-        .db()
-        .iterator_cf(store.cf(CF_EDGES)?, IteratorMode::Start)
-    {
+    for item in store.scan_cf(CF_EDGES)? {
         let (k, v) = item?;
         let (parent, name) = format::decode_edge_key(&k)?;
         f(DumpEntry::Edge {

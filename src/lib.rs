@@ -13,6 +13,7 @@
 pub use treelog_proto::{command, cursor, error, event, path, read, types};
 
 pub mod admin;
+mod clock;
 pub mod engine;
 mod failpoint;
 pub mod format;
@@ -23,6 +24,7 @@ pub mod readcache;
 pub mod readview;
 pub mod retention;
 pub mod sched;
+pub mod shared;
 pub mod store;
 pub mod stream;
 pub mod watermark;

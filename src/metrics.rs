@@ -435,17 +435,9 @@ impl Metrics {
     }
 
     /// Reads RocksDB properties into the gauges (called on scrape).
-    pub fn refresh_rocksdb(&self, store: &Store) {
+    pub fn refresh_engine_stats(&self, store: &Store) {
         for name in ALL_CFS {
-            let Ok(cf) = store.cf(name) else { continue };
-            let prop = |p: &str| {
-                store
-                    .db()
-                    .property_int_value_cf(cf, p)
-                    .ok()
-                    .flatten()
-                    .unwrap_or(0) as i64
-            };
+            let prop = |p: &str| store.cf_property(name, p).unwrap_or(0) as i64;
             self.cf_keys
                 .with_label_values(&[name])
                 .set(prop("rocksdb.estimate-num-keys"));

@@ -18,7 +18,7 @@ use crate::format::{DictSet, ROOT_ID};
 use crate::index::IndexRead;
 use crate::path;
 use crate::readview::{Read, ReadAt};
-use crate::retention::{self, CursorInfo, RetentionPolicy, RetentionReport};
+use crate::retention::{CursorInfo, RetentionPolicy, RetentionReport};
 use crate::store::{Store, StoreOptions};
 use crate::stream::{SubscribeOptions, Subscription};
 use crate::types::{Inode, ListPage, DEFAULT_BLOCK_SIZE, DEFAULT_DIR_MODE, DEFAULT_FILE_MODE};
@@ -201,7 +201,7 @@ impl Treelog {
         if log_start > 1 {
             // A crash between persisting a new start and the range deletion
             // leaves records below it; remove them (idempotent).
-            retention::delete_log_below(&store, log_start)?;
+            store.delete_log_below(log_start)?;
         }
         let last_time = match last_seq {
             0 => 0,
@@ -583,13 +583,11 @@ impl Treelog {
                 crate::stream::StartFrom::Seq(n) => n.max(1) - 1,
                 _ => self.committed_seq(),
             };
-            let existed = self
-                .shared
-                .cursors
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .contains_key(name);
-            let acked = retention::open_cursor(&self.shared, name, default_acked)?;
+            let existed = self.shared.retention.cursor_acked(name).is_some();
+            let acked =
+                self.shared
+                    .retention
+                    .open_cursor(&self.shared.store, name, default_acked)?;
             if existed || from != crate::stream::StartFrom::Snapshot {
                 from = crate::stream::StartFrom::Seq(acked + 1);
             }
@@ -605,20 +603,22 @@ impl Treelog {
     /// Acknowledges that the consumer of cursor `name` processed every record
     /// up to `seq`.
     pub fn ack(&self, name: &str, seq: u64) -> Result<()> {
-        retention::ack(&self.shared, name, seq)
+        self.shared
+            .retention
+            .ack(&self.shared.store, self.committed_seq(), name, seq)
     }
 
     pub fn cursors(&self) -> Vec<CursorInfo> {
-        retention::list_cursors(&self.shared)
+        self.shared.retention.list_cursors(self.committed_seq())
     }
 
     pub fn drop_cursor(&self, name: &str) -> Result<()> {
-        retention::drop_cursor(&self.shared, name)
+        self.shared.retention.drop_cursor(&self.shared.store, name)
     }
 
     /// Runs one retention pass now.
     pub fn run_retention(&self, policy: &RetentionPolicy) -> Result<RetentionReport> {
-        retention::run(&self.shared, policy)
+        self.shared.run_retention(policy)
     }
 
     /// The metrics registry, when metrics are on.
@@ -632,7 +632,7 @@ impl Treelog {
         let Some(m) = &self.shared.metrics else {
             return String::new();
         };
-        m.refresh_rocksdb(&self.shared.store);
+        m.refresh_engine_stats(&self.shared.store);
         m.read_cache_entries
             .set(self.shared.read_cache.len() as i64);
         let last = self.committed_seq();
@@ -659,16 +659,12 @@ impl Treelog {
 
     /// First sequence still in the log.
     pub fn log_start(&self) -> u64 {
-        self.shared
-            .log_start
-            .load(std::sync::atomic::Ordering::Acquire)
+        self.shared.retention.log_start()
     }
 
     /// Bytes of record values in the log.
     pub fn log_bytes(&self) -> u64 {
-        self.shared
-            .log_bytes
-            .load(std::sync::atomic::Ordering::Acquire)
+        self.shared.retention.log_bytes()
     }
 
     /// Stops the writer after the commands already queued, flushes, and
@@ -749,7 +745,7 @@ fn spawn_retention(shared: Arc<Shared>, policy: RetentionPolicy) -> Result<Reten
                     return;
                 }
             }
-            if let Err(e) = retention::run(&shared, &policy) {
+            if let Err(e) = shared.run_retention(&policy) {
                 eprintln!("treelog: retention pass failed: {e}");
             }
         })?;

@@ -13,18 +13,23 @@
 //! `max_cursor_lag` records behind the log's end is *expired* instead, so
 //! that a dead consumer cannot fill the disk; its owner gets
 //! [`Error::CursorExpired`] on resume and recovers with a snapshot.
+//!
+//! [`LogRetention`] owns this state: the log's bounds as readers see them,
+//! the cursors, and the lock that serialises passes. It persists through
+//! named [`Store`] methods only.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
 use std::time::Duration;
 
-use rocksdb::{IteratorMode, WriteBatch, WriteOptions};
 use serde::{Deserialize, Serialize};
 
+use crate::clock::now_ms;
 use crate::error::{Error, Result};
-use crate::format::{self, meta};
-use crate::store::{Store, CF_LOG, CF_META};
-use crate::writer::{now_ms, Shared};
+use crate::metrics::Metrics;
+use crate::store::Store;
+use crate::stream::tail_cache::TailCache;
 
 pub use treelog_proto::cursor::{validate_cursor_name, CursorInfo, CursorState};
 
@@ -64,42 +69,18 @@ pub struct RetentionReport {
     pub held_by_cursor: Option<String>,
 }
 
-fn cursor_key(name: &str) -> Vec<u8> {
-    let mut k = meta::CURSOR_PREFIX.to_vec();
-    k.extend_from_slice(name.as_bytes());
-    k
-}
-
-/// Loads every cursor from `meta`.
-pub fn load_cursors(store: &Store) -> Result<BTreeMap<String, CursorState>> {
-    let mut out = BTreeMap::new();
-    let it = store.db().iterator_cf(
-        store.cf(CF_META)?,
-        IteratorMode::From(meta::CURSOR_PREFIX, rocksdb::Direction::Forward),
-    );
-    for item in it {
-        let (k, v) = item?;
-        let Some(name) = k.strip_prefix(meta::CURSOR_PREFIX) else {
-            break;
-        };
-        let name = String::from_utf8(name.to_vec())
-            .map_err(|_| Error::corrupt("cursor", "name is not UTF-8"))?;
-        let st = CursorState::decode(&name, &v)?;
-        out.insert(name, st);
-    }
-    Ok(out)
-}
-
-fn put_cursor(b: &mut WriteBatch, store: &Store, name: &str, st: &CursorState) -> Result<()> {
-    b.put_cf(store.cf(CF_META)?, cursor_key(name), st.encode()?);
-    Ok(())
-}
-
-fn write_meta(store: &Store, b: WriteBatch, sync: bool) -> Result<()> {
-    let mut wo = WriteOptions::default();
-    wo.set_sync(sync);
-    store.db().write_opt(b, &wo)?;
-    Ok(())
+/// The log's retention state: its first sequence and size as readers and
+/// the writer see them, and the durable named cursors (mirroring `meta`'s
+/// `cursor/*` keys).
+pub struct LogRetention {
+    /// First sequence still in the log (raised by a pass).
+    start: AtomicU64,
+    /// Bytes of record values in the log (approximate between a pass and
+    /// the next group, which persists it).
+    bytes: AtomicU64,
+    cursors: Mutex<BTreeMap<String, CursorState>>,
+    /// Serialises passes.
+    pass: Mutex<()>,
 }
 
 fn expired_error(name: &str, st: &CursorState) -> Error {
@@ -110,88 +91,255 @@ fn expired_error(name: &str, st: &CursorState) -> Error {
     }
 }
 
-/// Opens (or creates at `default_acked`) the named cursor; returns its
-/// acknowledged position. Fails if it expired.
-pub fn open_cursor(shared: &Shared, name: &str, default_acked: u64) -> Result<u64> {
-    validate_cursor_name(name)?;
-    let mut cursors = shared.cursors.lock().unwrap_or_else(|p| p.into_inner());
-    if let Some(st) = cursors.get(name) {
+impl LogRetention {
+    /// The state persisted in `store`.
+    pub fn load(store: &Store) -> Result<LogRetention> {
+        Ok(LogRetention {
+            start: AtomicU64::new(store.log_start()?),
+            bytes: AtomicU64::new(store.log_bytes()?),
+            cursors: Mutex::new(store.load_cursors()?),
+            pass: Mutex::new(()),
+        })
+    }
+
+    /// First sequence still in the log.
+    pub fn log_start(&self) -> u64 {
+        self.start.load(Ordering::Acquire)
+    }
+
+    /// Bytes of record values in the log.
+    pub fn log_bytes(&self) -> u64 {
+        self.bytes.load(Ordering::Acquire)
+    }
+
+    /// Counts `n` more bytes of records appended; returns the new total
+    /// (which the writer persists with the group's index batch).
+    pub fn add_log_bytes(&self, n: u64) -> u64 {
+        self.bytes.fetch_add(n, Ordering::AcqRel) + n
+    }
+
+    fn cursors(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, CursorState>> {
+        self.cursors.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Opens (or creates at `default_acked`) the named cursor; returns its
+    /// acknowledged position. Fails if it expired.
+    pub fn open_cursor(&self, store: &Store, name: &str, default_acked: u64) -> Result<u64> {
+        validate_cursor_name(name)?;
+        let mut cursors = self.cursors();
+        if let Some(st) = cursors.get(name) {
+            if st.expired.is_some() {
+                return Err(expired_error(name, st));
+            }
+            return Ok(st.acked);
+        }
+        let start = self.log_start();
+        if default_acked + 1 < start {
+            return Err(Error::Compacted {
+                requested: default_acked + 1,
+                first_available: start,
+            });
+        }
+        let now = now_ms();
+        let st = CursorState {
+            acked: default_acked,
+            created_ms: now,
+            updated_ms: now,
+            expired: None,
+        };
+        store.put_cursor(name, &st, true)?;
+        cursors.insert(name.to_owned(), st);
+        Ok(default_acked)
+    }
+
+    /// The acknowledged position of a live cursor, if it exists.
+    pub fn cursor_acked(&self, name: &str) -> Option<Result<u64>> {
+        self.cursors().get(name).map(|st| match st.expired {
+            Some(_) => Err(expired_error(name, st)),
+            None => Ok(st.acked),
+        })
+    }
+
+    /// Records that the consumer of `name` processed everything up to `seq`
+    /// (`committed` is the log's end). Acknowledgements only move forward.
+    /// Written through the WAL without an fsync: a crash can lose the
+    /// latest acks (the consumer then sees those records again), never
+    /// records themselves; a pass syncs before it removes anything a cursor
+    /// protected.
+    pub fn ack(&self, store: &Store, committed: u64, name: &str, seq: u64) -> Result<()> {
+        let mut cursors = self.cursors();
+        let st = cursors
+            .get_mut(name)
+            .ok_or_else(|| Error::NotFound(format!("cursor {name}")))?;
         if st.expired.is_some() {
             return Err(expired_error(name, st));
         }
-        return Ok(st.acked);
+        if seq > committed {
+            return Err(Error::InvalidArgument(format!(
+                "cannot acknowledge {seq}: the log ends at {committed}"
+            )));
+        }
+        if seq <= st.acked {
+            return Ok(());
+        }
+        st.acked = seq;
+        st.updated_ms = now_ms();
+        store.put_cursor(name, st, false)
     }
-    let start = shared.log_start.load(Ordering::Acquire);
-    if default_acked + 1 < start {
-        return Err(Error::Compacted {
-            requested: default_acked + 1,
-            first_available: start,
-        });
-    }
-    let now = now_ms();
-    let st = CursorState {
-        acked: default_acked,
-        created_ms: now,
-        updated_ms: now,
-        expired: None,
-    };
-    let mut b = WriteBatch::default();
-    put_cursor(&mut b, &shared.store, name, &st)?;
-    write_meta(&shared.store, b, true)?;
-    cursors.insert(name.to_owned(), st);
-    Ok(default_acked)
-}
 
-/// Records that the consumer of `name` processed everything up to `seq`.
-/// Acknowledgements only move forward. Written through the WAL without an
-/// fsync: a crash can lose the latest acks (the consumer then sees those
-/// records again), never records themselves; a retention pass syncs before
-/// it removes anything a cursor protected.
-pub fn ack(shared: &Shared, name: &str, seq: u64) -> Result<()> {
-    let mut cursors = shared.cursors.lock().unwrap_or_else(|p| p.into_inner());
-    let st = cursors
-        .get_mut(name)
-        .ok_or_else(|| Error::NotFound(format!("cursor {name}")))?;
-    if st.expired.is_some() {
-        return Err(expired_error(name, st));
+    pub fn drop_cursor(&self, store: &Store, name: &str) -> Result<()> {
+        let mut cursors = self.cursors();
+        if cursors.remove(name).is_none() {
+            return Err(Error::NotFound(format!("cursor {name}")));
+        }
+        store.delete_cursor(name)
     }
-    let committed = shared.committed.get();
-    if seq > committed {
-        return Err(Error::InvalidArgument(format!(
-            "cannot acknowledge {seq}: the log ends at {committed}"
-        )));
-    }
-    if seq <= st.acked {
-        return Ok(());
-    }
-    st.acked = seq;
-    st.updated_ms = now_ms();
-    let mut b = WriteBatch::default();
-    put_cursor(&mut b, &shared.store, name, st)?;
-    write_meta(&shared.store, b, false)
-}
 
-pub fn drop_cursor(shared: &Shared, name: &str) -> Result<()> {
-    let mut cursors = shared.cursors.lock().unwrap_or_else(|p| p.into_inner());
-    if cursors.remove(name).is_none() {
-        return Err(Error::NotFound(format!("cursor {name}")));
+    /// Every cursor, with its lag behind `committed`.
+    pub fn list_cursors(&self, committed: u64) -> Vec<CursorInfo> {
+        self.cursors()
+            .iter()
+            .map(|(n, st)| CursorInfo {
+                name: n.clone(),
+                state: st.clone(),
+                lag: committed.saturating_sub(st.acked),
+            })
+            .collect()
     }
-    let mut b = WriteBatch::default();
-    b.delete_cf(shared.store.cf(CF_META)?, cursor_key(name));
-    write_meta(&shared.store, b, true)
-}
 
-pub fn list_cursors(shared: &Shared) -> Vec<CursorInfo> {
-    let last = shared.committed.get();
-    let cursors = shared.cursors.lock().unwrap_or_else(|p| p.into_inner());
-    cursors
-        .iter()
-        .map(|(n, st)| CursorInfo {
-            name: n.clone(),
-            state: st.clone(),
-            lag: last.saturating_sub(st.acked),
-        })
-        .collect()
+    /// One retention pass over a log that ends at `last`; `tail` drops what
+    /// the pass removed.
+    pub fn run(
+        &self,
+        store: &Store,
+        last: u64,
+        tail: &TailCache,
+        metrics: Option<&Metrics>,
+        policy: &RetentionPolicy,
+    ) -> Result<RetentionReport> {
+        let _pass = self.pass.lock().unwrap_or_else(|p| p.into_inner());
+        let start = self.log_start();
+        let mut report = RetentionReport {
+            old_start: start,
+            new_start: start,
+            ..Default::default()
+        };
+        let mut target = start;
+        if let Some(n) = policy.max_records {
+            target = target.max((last + 1).saturating_sub(n));
+        }
+        if let Some(age) = policy.max_age {
+            let cutoff = now_ms().saturating_sub(age.as_millis() as u64);
+            // Times never decrease along the log: binary search the first
+            // record at or after the cutoff.
+            let (mut lo, mut hi) = (start, last + 1);
+            while lo < hi {
+                let mid = lo + (hi - lo) / 2;
+                if record_time(store, mid)? < cutoff {
+                    lo = mid + 1;
+                } else {
+                    hi = mid;
+                }
+            }
+            target = target.max(lo);
+        }
+        if let Some(max) = policy.max_bytes {
+            let total_bytes = self.log_bytes();
+            if total_bytes > max {
+                let mut excess = total_bytes - max;
+                let mut seq = start;
+                for item in store.log_sizes(start)? {
+                    let (s, len) = item?;
+                    seq = s + 1;
+                    excess = excess.saturating_sub(len as u64);
+                    if excess == 0 || seq > last {
+                        break;
+                    }
+                }
+                target = target.max(seq);
+            }
+        }
+        target = target.min(last + 1);
+
+        // Cursors: expire the ones lagging too far, then let the rest hold.
+        let mut expired = Vec::new();
+        {
+            let mut cursors = self.cursors();
+            if let Some(max_lag) = policy.max_cursor_lag {
+                for (name, st) in cursors.iter() {
+                    if st.expired.is_none() && last.saturating_sub(st.acked) > max_lag {
+                        report.expired_cursors.push(name.clone());
+                    }
+                }
+            }
+            for (name, st) in cursors.iter() {
+                let live = st.expired.is_none() && !report.expired_cursors.contains(name);
+                if live && st.acked + 1 < target {
+                    target = st.acked + 1;
+                    report.held_by_cursor = Some(name.clone());
+                }
+            }
+            target = target.max(start);
+            // The index is written without the WAL: what it holds past its
+            // last flush comes back after a crash only by replaying those
+            // records. So nothing the index on disk lacks may go (flushing
+            // it, once the cursors have had their say, if that lets the
+            // pass work).
+            if target > start {
+                let durable = store.durable_applied_seq(target - 1)?;
+                target = target.min(durable + 1);
+            }
+            // An expired cursor records the log start its owner will face.
+            for name in &report.expired_cursors {
+                if let Some(st) = cursors.get_mut(name) {
+                    st.expired = Some((now_ms(), target));
+                    expired.push((name.clone(), st.clone()));
+                }
+            }
+        }
+        target = target.max(start);
+        report.new_start = target;
+        if let Some(m) = metrics {
+            m.cursors_expired
+                .inc_by(report.expired_cursors.len() as u64);
+        }
+        if target == start {
+            if !expired.is_empty() {
+                store.retire_log_below(None, &expired)?;
+            }
+            return Ok(report);
+        }
+        // Count what goes (for the byte total) before it goes.
+        let mut removed_bytes = 0u64;
+        for item in store.log_sizes(start)? {
+            let (seq, len) = item?;
+            if seq >= target {
+                break;
+            }
+            removed_bytes += len as u64;
+        }
+        crate::failpoint::crash_point("retention::before_start");
+        // 1. Persist the new start (synced, which also syncs earlier cursor
+        //    acks) with the expired cursors.
+        store.retire_log_below(Some(target), &expired)?;
+        crate::failpoint::crash_point("retention::after_start");
+        // 2. From now on readers below `target` get Compacted.
+        self.start.store(target, Ordering::Release);
+        tail.truncate_below(target);
+        // 3. Remove the records and let compaction reclaim the space.
+        store.delete_log_below(target)?;
+        let _ = self
+            .bytes
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |b| {
+                Some(b.saturating_sub(removed_bytes))
+            });
+        report.removed_records = target - start;
+        if let Some(m) = metrics {
+            m.retention_removed.inc_by(report.removed_records);
+        }
+        report.removed_bytes = removed_bytes;
+        Ok(report)
+    }
 }
 
 /// The time of record `seq`.
@@ -200,158 +348,4 @@ fn record_time(store: &Store, seq: u64) -> Result<u64> {
         .read_record(seq)?
         .map(|r| r.time_ms)
         .ok_or_else(|| Error::corrupt("log", format!("record {seq} is missing")))
-}
-
-/// One retention pass.
-pub fn run(shared: &Shared, policy: &RetentionPolicy) -> Result<RetentionReport> {
-    let _pass = shared
-        .retention_lock
-        .lock()
-        .unwrap_or_else(|p| p.into_inner());
-    let store = &shared.store;
-    let last = shared.committed.get();
-    let start = shared.log_start.load(Ordering::Acquire);
-    let mut report = RetentionReport {
-        old_start: start,
-        new_start: start,
-        ..Default::default()
-    };
-    let mut target = start;
-    if let Some(n) = policy.max_records {
-        target = target.max((last + 1).saturating_sub(n));
-    }
-    if let Some(age) = policy.max_age {
-        let cutoff = now_ms().saturating_sub(age.as_millis() as u64);
-        // Times never decrease along the log: binary search the first
-        // record at or after the cutoff.
-        let (mut lo, mut hi) = (start, last + 1);
-        while lo < hi {
-            let mid = lo + (hi - lo) / 2;
-            if record_time(store, mid)? < cutoff {
-                lo = mid + 1;
-            } else {
-                hi = mid;
-            }
-        }
-        target = target.max(lo);
-    }
-    let total_bytes = shared.log_bytes.load(Ordering::Acquire);
-    if let Some(max) = policy.max_bytes {
-        if total_bytes > max {
-            let mut excess = total_bytes - max;
-            let mut seq = start;
-            let it = store.db().iterator_cf(
-                store.cf(CF_LOG)?,
-                IteratorMode::From(&format::log_key(start), rocksdb::Direction::Forward),
-            );
-            for item in it {
-                let (k, v) = item?;
-                seq = format::decode_log_key(&k)? + 1;
-                excess = excess.saturating_sub(v.len() as u64);
-                if excess == 0 || seq > last {
-                    break;
-                }
-            }
-            target = target.max(seq);
-        }
-    }
-    target = target.min(last + 1);
-
-    // Cursors: expire the ones lagging too far, then let the rest hold.
-    let mut b = WriteBatch::default();
-    {
-        let mut cursors = shared.cursors.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(max_lag) = policy.max_cursor_lag {
-            for (name, st) in cursors.iter() {
-                if st.expired.is_none() && last.saturating_sub(st.acked) > max_lag {
-                    report.expired_cursors.push(name.clone());
-                }
-            }
-        }
-        for (name, st) in cursors.iter() {
-            let live = st.expired.is_none() && !report.expired_cursors.contains(name);
-            if live && st.acked + 1 < target {
-                target = st.acked + 1;
-                report.held_by_cursor = Some(name.clone());
-            }
-        }
-        target = target.max(start);
-        // The index is written without the WAL: what it holds past its
-        // last flush comes back after a crash only by replaying those
-        // records. So nothing the index on disk lacks may go (flushing it,
-        // once the cursors have had their say, if that lets the pass work).
-        if target > start {
-            let durable = store.durable_applied_seq(target - 1)?;
-            target = target.min(durable + 1);
-        }
-        // An expired cursor records the log start its owner will face.
-        for name in &report.expired_cursors {
-            if let Some(st) = cursors.get_mut(name) {
-                st.expired = Some((now_ms(), target));
-                put_cursor(&mut b, store, name, st)?;
-            }
-        }
-    }
-    target = target.max(start);
-    report.new_start = target;
-    if let Some(m) = &shared.metrics {
-        m.cursors_expired
-            .inc_by(report.expired_cursors.len() as u64);
-    }
-    if target == start {
-        if !report.expired_cursors.is_empty() {
-            write_meta(store, b, true)?;
-        }
-        return Ok(report);
-    }
-    // Count what goes (for the byte total) before it goes.
-    let mut removed_bytes = 0u64;
-    let it = store.db().iterator_cf(
-        store.cf(CF_LOG)?,
-        IteratorMode::From(&format::log_key(start), rocksdb::Direction::Forward),
-    );
-    for item in it {
-        let (k, v) = item?;
-        if format::decode_log_key(&k)? >= target {
-            break;
-        }
-        removed_bytes += v.len() as u64;
-    }
-    crate::failpoint::crash_point("retention::before_start");
-    // 1. Persist the new start (synced, which also syncs earlier cursor acks).
-    b.put_cf(
-        store.cf(CF_META)?,
-        meta::LOG_START_KEY,
-        meta::encode_u64(target),
-    );
-    write_meta(store, b, true)?;
-    crate::failpoint::crash_point("retention::after_start");
-    // 2. From now on readers below `target` get Compacted.
-    shared.log_start.store(target, Ordering::Release);
-    shared.tail.truncate_below(target);
-    // 3. Remove the records and let compaction reclaim the space.
-    delete_log_below(store, target)?;
-    shared.log_bytes.fetch_sub(
-        removed_bytes.min(shared.log_bytes.load(Ordering::Acquire)),
-        Ordering::AcqRel,
-    );
-    report.removed_records = target - start;
-    if let Some(m) = &shared.metrics {
-        m.retention_removed.inc_by(report.removed_records);
-    }
-    report.removed_bytes = removed_bytes;
-    Ok(report)
-}
-
-/// Range-deletes every log record below `start` and compacts the range.
-pub fn delete_log_below(store: &Store, start: u64) -> Result<()> {
-    let cf = store.cf(CF_LOG)?;
-    let mut b = WriteBatch::default();
-    b.delete_range_cf(cf, format::log_key(0), format::log_key(start));
-    write_meta(store, b, false)?;
-    crate::failpoint::crash_point("retention::after_delete");
-    store
-        .db()
-        .compact_range_cf(cf, None::<&[u8]>, Some(&format::log_key(start)[..]));
-    Ok(())
 }

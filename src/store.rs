@@ -13,15 +13,17 @@ use std::sync::Arc;
 
 use rocksdb::{
     BlockBasedOptions, Cache, ColumnFamily, ColumnFamilyDescriptor, DBCompressionType,
-    DBRecoveryMode, Options, ReadOptions, SliceTransform, SnapshotWithThreadMode, WriteBatch,
-    WriteOptions, DB,
+    DBRecoveryMode, IteratorMode, Options, ReadOptions, SliceTransform, SnapshotWithThreadMode,
+    WriteBatch, WriteOptions, DB,
 };
 
+use crate::cursor::CursorState;
 use crate::engine::{self, EngineState};
 use crate::error::{Error, Result};
 use crate::event::{Record, RecordRef};
 use crate::format::{self, meta, record};
 use crate::index::{Cf, IndexRead, IndexWrite, Kv, Overlay, OverlayWrites};
+use std::collections::BTreeMap;
 
 pub const CF_LOG: &str = "log";
 pub const CF_INODES: &str = "inodes";
@@ -412,7 +414,7 @@ impl Store {
             self.db.put_cf_opt(
                 self.cf(CF_META)?,
                 meta::REBUILD_KEY,
-                meta::encode_u64(crate::writer::now_ms()),
+                meta::encode_u64(crate::clock::now_ms()),
                 &wo,
             )?;
         }
@@ -473,7 +475,7 @@ impl Store {
         let mut ov = Overlay::new(&empty);
         engine::initial_index_writes(&mut ov);
         let mut b = WriteBatch::default();
-        self.add_index_writes(&mut b, &ov.take_writes())?;
+        self.add_index_writes_raw(&mut b, &ov.take_writes())?;
         let m = self.cf(CF_META)?;
         b.put_cf(
             m,
@@ -625,7 +627,7 @@ impl Store {
     ) -> Result<impl Iterator<Item = Result<(u64, Box<[u8]>)>> + '_> {
         let it = self.db.iterator_cf(
             self.cf(CF_LOG)?,
-            rocksdb::IteratorMode::From(&format::log_key(from), rocksdb::Direction::Forward),
+            IteratorMode::From(&format::log_key(from), rocksdb::Direction::Forward),
         );
         Ok(it.map(|item| {
             let (k, v) = item?;
@@ -633,12 +635,133 @@ impl Store {
         }))
     }
 
-    /// Appends `batch` (log records) and writes it durably when `sync`.
-    pub fn write_log(&self, batch: WriteBatch, sync: bool) -> Result<()> {
+    /// The sequence and value size of each log record from `from`, in
+    /// order, without copying the values.
+    pub fn log_sizes(&self, from: u64) -> Result<LogSizes<'_>> {
+        let mut ro = ReadOptions::default();
+        ro.fill_cache(false);
+        let mut it = self.db.raw_iterator_cf_opt(self.cf(CF_LOG)?, ro);
+        it.seek(format::log_key(from));
+        Ok(LogSizes {
+            inner: it,
+            started: false,
+        })
+    }
+
+    /// Every entry of column family `name` in key order (the whole-CF
+    /// scans of `admin verify`, `dump` and the digest).
+    pub fn scan_cf(
+        &self,
+        name: &'static str,
+    ) -> Result<impl Iterator<Item = Result<(Box<[u8]>, Box<[u8]>)>> + '_> {
+        Ok(self
+            .db
+            .iterator_cf(self.cf(name)?, IteratorMode::Start)
+            .map(|item| item.map_err(Error::from)))
+    }
+
+    /// RocksDB's integer property `prop` of column family `name` (for the
+    /// metrics), if it has one.
+    pub fn cf_property(&self, name: &'static str, prop: &str) -> Option<u64> {
+        self.db
+            .property_int_value_cf(self.cf(name).ok()?, prop)
+            .ok()
+            .flatten()
+    }
+
+    /// Every durable cursor (`meta` `cursor/<name>`).
+    pub fn load_cursors(&self) -> Result<BTreeMap<String, CursorState>> {
+        let mut out = BTreeMap::new();
+        let it = self.db.iterator_cf(
+            self.cf(CF_META)?,
+            IteratorMode::From(meta::CURSOR_PREFIX, rocksdb::Direction::Forward),
+        );
+        for item in it {
+            let (k, v) = item?;
+            let Some(name) = k.strip_prefix(meta::CURSOR_PREFIX) else {
+                break;
+            };
+            let name = String::from_utf8(name.to_vec())
+                .map_err(|_| Error::corrupt("cursor", "name is not UTF-8"))?;
+            let st = CursorState::decode(&name, &v)?;
+            out.insert(name, st);
+        }
+        Ok(out)
+    }
+
+    /// Persists cursor `name` (synced when `sync`; an unsynced one reaches
+    /// the disk with the next synced write).
+    pub fn put_cursor(&self, name: &str, st: &CursorState, sync: bool) -> Result<()> {
+        let mut b = WriteBatch::default();
+        b.put_cf(self.cf(CF_META)?, meta::cursor_key(name), st.encode()?);
+        self.write_meta(b, sync)
+    }
+
+    /// Removes cursor `name` (synced).
+    pub fn delete_cursor(&self, name: &str) -> Result<()> {
+        let mut b = WriteBatch::default();
+        b.delete_cf(self.cf(CF_META)?, meta::cursor_key(name));
+        self.write_meta(b, true)
+    }
+
+    /// Retention's first step, one synced batch: the new log start (when
+    /// `start` is set: records below it are gone for every reader from now
+    /// on, whether or not they are deleted yet) and the cursors it expired.
+    pub fn retire_log_below(
+        &self,
+        start: Option<u64>,
+        cursors: &[(String, CursorState)],
+    ) -> Result<()> {
+        let mut b = WriteBatch::default();
+        let meta_cf = self.cf(CF_META)?;
+        for (name, st) in cursors {
+            b.put_cf(meta_cf, meta::cursor_key(name), st.encode()?);
+        }
+        if let Some(start) = start {
+            b.put_cf(meta_cf, meta::LOG_START_KEY, meta::encode_u64(start));
+        }
+        self.write_meta(b, true)
+    }
+
+    /// Range-deletes every log record below `start` and compacts the range
+    /// (retention's last step, after [`Store::retire_log_below`]).
+    pub fn delete_log_below(&self, start: u64) -> Result<()> {
+        let cf = self.cf(CF_LOG)?;
+        let mut b = WriteBatch::default();
+        b.delete_range_cf(cf, format::log_key(0), format::log_key(start));
+        self.write_meta(b, false)?;
+        crate::failpoint::crash_point("retention::after_delete");
+        self.db
+            .compact_range_cf(cf, None::<&[u8]>, Some(&format::log_key(start)[..]));
+        Ok(())
+    }
+
+    fn write_meta(&self, b: WriteBatch, sync: bool) -> Result<()> {
         let mut wo = WriteOptions::default();
         wo.set_sync(sync);
-        self.db.write_opt(batch, &wo)?;
+        self.db.write_opt(b, &wo)?;
         Ok(())
+    }
+
+    /// An empty batch of log records (see [`Store::write_log`]).
+    pub fn log_batch(&self) -> Result<LogBatch<'_>> {
+        Ok(LogBatch {
+            batch: WriteBatch::default(),
+            cf: self.cf(CF_LOG)?,
+        })
+    }
+
+    /// Appends `batch` (log records) and writes it durably when `sync`.
+    pub fn write_log(&self, batch: LogBatch<'_>, sync: bool) -> Result<()> {
+        let mut wo = WriteOptions::default();
+        wo.set_sync(sync);
+        self.db.write_opt(batch.batch, &wo)?;
+        Ok(())
+    }
+
+    /// An empty batch of index writes (see [`Store::write_index_batch`]).
+    pub fn index_batch(&self) -> IndexBatch {
+        IndexBatch(WriteBatch::default())
     }
 
     /// Makes every log write that has returned durable (fsyncs the WAL).
@@ -649,7 +772,11 @@ impl Store {
         Ok(())
     }
 
-    pub fn add_index_writes(&self, b: &mut WriteBatch, w: &OverlayWrites) -> Result<()> {
+    pub fn add_index_writes(&self, b: &mut IndexBatch, w: &OverlayWrites) -> Result<()> {
+        self.add_index_writes_raw(&mut b.0, w)
+    }
+
+    fn add_index_writes_raw(&self, b: &mut WriteBatch, w: &OverlayWrites) -> Result<()> {
         for (cf, m) in [(Cf::Inodes, &w.inodes), (Cf::Edges, &w.edges)] {
             let h = self.index_cf(cf)?;
             for (k, v) in m {
@@ -671,13 +798,22 @@ impl Store {
         log_bytes: Option<u64>,
     ) -> Result<()> {
         let mut b = WriteBatch::default();
-        self.add_index_writes(&mut b, w)?;
-        self.write_index_batch(b, applied_seq, log_bytes)
+        self.add_index_writes_raw(&mut b, w)?;
+        self.write_index_batch_raw(b, applied_seq, log_bytes)
     }
 
     /// Writes a batch of index changes together with the new `applied_seq`,
     /// without the WAL.
     pub fn write_index_batch(
+        &self,
+        b: IndexBatch,
+        applied_seq: u64,
+        log_bytes: Option<u64>,
+    ) -> Result<()> {
+        self.write_index_batch_raw(b.0, applied_seq, log_bytes)
+    }
+
+    fn write_index_batch_raw(
         &self,
         mut b: WriteBatch,
         applied_seq: u64,
@@ -852,7 +988,7 @@ impl Store {
                 let mut since_switch = 0usize;
                 for (b, seq, bytes) in rx {
                     since_switch += b.size_in_bytes();
-                    self.write_index_batch(b, seq, Some(bytes))?;
+                    self.write_index_batch_raw(b, seq, Some(bytes))?;
                     crate::failpoint::crash_point("replay::batch");
                     if std::mem::take(&mut first)
                         || (long && since_switch >= self.replay_memtable_bytes)
@@ -1138,6 +1274,43 @@ impl IndexWrite for SortedWrites {
 }
 
 /// Iterator over decoded log records.
+/// Log records to append in one write (see [`Store::log_batch`]).
+pub struct LogBatch<'a> {
+    batch: WriteBatch,
+    cf: &'a ColumnFamily,
+}
+
+impl LogBatch<'_> {
+    /// Adds record `seq`, already encoded.
+    pub fn put(&mut self, seq: u64, record: &[u8]) {
+        self.batch.put_cf(self.cf, format::log_key(seq), record);
+    }
+}
+
+/// Index writes to apply in one write (see [`Store::index_batch`]).
+pub struct IndexBatch(WriteBatch);
+
+/// See [`Store::log_sizes`].
+pub struct LogSizes<'a> {
+    inner: rocksdb::DBRawIteratorWithThreadMode<'a, DB>,
+    started: bool,
+}
+
+impl Iterator for LogSizes<'_> {
+    type Item = Result<(u64, usize)>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.started {
+            self.inner.next();
+        }
+        self.started = true;
+        match (self.inner.key(), self.inner.value()) {
+            (Some(k), Some(v)) => Some(format::decode_log_key(k).map(|seq| (seq, v.len()))),
+            _ => self.inner.status().err().map(|e| Err(e.into())),
+        }
+    }
+}
+
 pub struct LogIter<'a> {
     /// A raw iterator: records are decoded from its slices, without
     /// copying each key and value out first.

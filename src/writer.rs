@@ -36,20 +36,21 @@
 //! the log.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::sync::Arc;
+use std::time::Instant;
+
+use crate::clock::now_ms;
 
 use crossbeam_channel::Receiver;
-use rocksdb::WriteBatch;
 
 use crate::command::Command;
 use crate::engine::{Engine, EngineState, Outcome};
 use crate::error::{Error, Result};
 use crate::event::Record;
-use crate::format::{self, record, DictSet};
-use crate::index::{Cf, IndexRead, Kv, Overlay, OverlayWrites, Pending, PendingIndex};
-use crate::store::{Store, CF_LOG};
-use crate::watermark::Watermark;
+use crate::format::record;
+use crate::index::{Overlay, OverlayWrites, Pending, PendingIndex};
+
+pub use crate::shared::{Shared, WriterStats, WriterStatsSnapshot};
 
 /// Whether a group's log write is fsynced before it is acknowledged.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
@@ -94,220 +95,11 @@ impl Default for WriterConfig {
 }
 
 /// Counters of the writer, for tests, the CLI and metrics.
-#[derive(Debug, Default)]
-pub struct WriterStats {
-    pub groups: AtomicU64,
-    pub commands: AtomicU64,
-    pub records: AtomicU64,
-    pub max_group_commands: AtomicU64,
-    /// Groups the writer committed on its own thread (see `Writer::run`).
-    pub inline_groups: AtomicU64,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-pub struct WriterStatsSnapshot {
-    pub groups: u64,
-    pub commands: u64,
-    pub records: u64,
-    pub max_group_commands: u64,
-    pub inline_groups: u64,
-}
-
-impl WriterStats {
-    pub fn snapshot(&self) -> WriterStatsSnapshot {
-        WriterStatsSnapshot {
-            groups: self.groups.load(Ordering::Relaxed),
-            commands: self.commands.load(Ordering::Relaxed),
-            records: self.records.load(Ordering::Relaxed),
-            max_group_commands: self.max_group_commands.load(Ordering::Relaxed),
-            inline_groups: self.inline_groups.load(Ordering::Relaxed),
-        }
-    }
-}
-
-/// State shared by the writer and the readers.
-pub struct Shared {
-    pub store: Store,
-    /// The dictionaries readers decode with. The writer publishes a new
-    /// snapshot *before* it writes index entries that use a new id.
-    /// Readers load it without a shared lock (a read-write lock here was
-    /// the most contended cache line of stat-heavy loads).
-    pub dicts: arc_swap::ArcSwap<DictSet>,
-    /// Highest sequence whose record is durable and applied to the index.
-    pub committed: Watermark,
-    /// The index as of `committed`, with its sequence: readers read RocksDB
-    /// at this snapshot, because the applier writes a round's index changes
-    /// while its fsync runs, before they may be seen.
-    pub view: arc_swap::ArcSwap<crate::readview::PublishedView>,
-    /// States pinned for reads at an exact sequence.
-    pub retained: crate::readview::RetainedViews,
-    /// Why the writer stopped, once it has.
-    pub failure: Mutex<Option<String>>,
-    pub stats: WriterStats,
-    /// First sequence still in the log (raised by retention).
-    pub log_start: AtomicU64,
-    /// Bytes of record values in the log (approximate between a retention
-    /// pass and the next group, which persists it).
-    pub log_bytes: AtomicU64,
-    /// Durable named cursors (mirrors `meta` `cursor/*`).
-    pub cursors: Mutex<std::collections::BTreeMap<String, crate::retention::CursorState>>,
-    /// Serialises retention passes.
-    pub retention_lock: Mutex<()>,
-    /// The latest committed records, decoded, for caught-up subscribers.
-    pub tail: crate::stream::tail_cache::TailCache,
-    /// Prometheus metrics; `None` when disabled.
-    pub metrics: Option<Arc<crate::metrics::Metrics>>,
-    /// The readers' cache of index entries; the writer updates it after
-    /// each group's index write.
-    pub read_cache: crate::readcache::IndexCache,
-    /// Odd while the publisher publishes a round (its view, its keys in the
-    /// readers' cache, the tail cache and the watermark), even otherwise:
-    /// a read that saw the same even count before and after read one state
-    /// (see [`crate::readview`]).
-    pub publishing: AtomicU64,
-    /// Failures the unit tests inject into the commit pipeline.
-    #[cfg(test)]
-    inject: Inject,
-}
-
-/// Failpoints of the unit tests: while set, every fsync or index write
-/// fails as an I/O error would.
-#[cfg(test)]
-#[derive(Default)]
-struct Inject {
-    sync: std::sync::atomic::AtomicBool,
-    index_write: std::sync::atomic::AtomicBool,
-}
-
-impl Shared {
-    /// The shared state over a store whose index is up to date with its
-    /// log (replayed).
-    pub fn new(
-        store: Store,
-        dicts: DictSet,
-        tail_cache_records: usize,
-        read_cache_entries: usize,
-        metrics: Option<Arc<crate::metrics::Metrics>>,
-    ) -> Result<Shared> {
-        let retained =
-            crate::readview::RetainedViews::new(metrics.as_ref().map(|m| m.pinned_views.clone()));
-        Ok(Shared {
-            dicts: arc_swap::ArcSwap::from_pointee(dicts),
-            view: arc_swap::ArcSwap::from_pointee(crate::readview::PublishedView {
-                snap: store.snapshot(),
-                seq: store.last_log_seq()?,
-            }),
-            retained,
-            committed: Watermark::new(store.last_log_seq()?),
-            failure: Default::default(),
-            stats: Default::default(),
-            log_start: AtomicU64::new(store.log_start()?),
-            log_bytes: AtomicU64::new(store.log_bytes()?),
-            cursors: Mutex::new(crate::retention::load_cursors(&store)?),
-            retention_lock: Default::default(),
-            tail: crate::stream::tail_cache::TailCache::new(tail_cache_records),
-            read_cache: {
-                let c = crate::readcache::IndexCache::new(read_cache_entries);
-                match &metrics {
-                    Some(m) => c.with_miss_counters(m.read_cache_miss_counters()),
-                    None => c,
-                }
-            },
-            metrics,
-            store,
-            publishing: AtomicU64::new(0),
-            #[cfg(test)]
-            inject: Inject::default(),
-        })
-    }
-
-    /// Runs `read` against one committed state (see [`crate::readview`]);
-    /// returns its value and the state's sequence.
-    pub fn read<T>(
-        &self,
-        read: impl FnMut(&dyn IndexRead, &DictSet) -> Result<T>,
-    ) -> Result<(T, u64)> {
-        crate::readview::read_consistent(
-            &self.publishing,
-            &self.view,
-            &self.dicts,
-            &self.store,
-            || crate::readcache::CachedReads {
-                base: self.reader_index(),
-                cache: &self.read_cache,
-            },
-            read,
-        )
-    }
-
-    /// Runs `read` at the retained state `view` (no cache: the cache holds
-    /// the newest state).
-    pub fn read_at<T>(
-        &self,
-        view: &crate::readview::PublishedView,
-        mut read: impl FnMut(&dyn IndexRead, &DictSet) -> Result<T>,
-    ) -> Result<T> {
-        read(&self.store.index_at(&view.snap), &self.dicts())
-    }
-
-    /// The committed index, as readers see it.
-    pub fn reader_index(&self) -> PublishedIndex<'_> {
-        PublishedIndex(self)
-    }
-
-    /// The current dictionaries, without touching a shared reference count.
-    pub fn dicts(&self) -> arc_swap::Guard<Arc<DictSet>> {
-        self.dicts.load()
-    }
-
-    /// Records why the writer stopped (the first reason wins).
-    pub fn fail(&self, why: String) {
-        let mut f = self.failure.lock().unwrap_or_else(|p| p.into_inner());
-        if f.is_none() {
-            *f = Some(why);
-        }
-    }
-
-    pub fn failure(&self) -> Option<String> {
-        self.failure
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
-    }
-}
-
-/// [`IndexRead`] over the committed index: each read at the snapshot
-/// published last, loaded when the read starts. Not one snapshot for the
-/// view's life: the readers' cache notes a key's generation before it reads
-/// the key from here, and must then read at a snapshot at least as new as
-/// that generation (see `readcache`).
-pub struct PublishedIndex<'a>(&'a Shared);
-
-impl IndexRead for PublishedIndex<'_> {
-    fn get(&self, cf: Cf, key: &[u8]) -> Result<Option<Vec<u8>>> {
-        self.0.store.index_at(&self.0.view.load().snap).get(cf, key)
-    }
-
-    fn scan(&self, cf: Cf, prefix: &[u8], after: Option<&[u8]>, limit: usize) -> Result<Vec<Kv>> {
-        self.0
-            .store
-            .index_at(&self.0.view.load().snap)
-            .scan(cf, prefix, after, limit)
-    }
-}
-
 /// A command and where to send its result (the record's sequence number).
 pub struct Request {
     pub cmd: Command,
     pub reply: tokio::sync::oneshot::Sender<Result<u64>>,
     pub enqueued: Instant,
-}
-
-pub fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
 }
 
 pub struct Writer {
@@ -334,7 +126,7 @@ struct Appended {
     records: u64,
     bytes: u64,
     writes: Arc<OverlayWrites>,
-    decoded: Vec<Arc<crate::stream::SharedRecord>>,
+    decoded: Vec<Arc<crate::stream::memo::SharedRecord>>,
 }
 
 impl Writer {
@@ -491,14 +283,8 @@ impl Writer {
             cache: &self.cache,
         };
         let mut overlay = Overlay::new(&index);
-        let mut batch = WriteBatch::default();
-        let mut results: Vec<Result<u64>> = Vec::with_capacity(requests.len());
-        let mut seq = self.last_seq;
-        let mut bytes = 0u64;
-        let mut decoded: Vec<Arc<crate::stream::SharedRecord>> = Vec::new();
-        let mut fatal: Option<String> = None;
-        let log_cf = match self.shared.store.cf(CF_LOG) {
-            Ok(cf) => cf,
+        let mut batch = match self.shared.store.log_batch() {
+            Ok(b) => b,
             Err(e) => {
                 // Unreachable in practice: the CF is checked at open.
                 self.shared.fail(e.to_string());
@@ -506,6 +292,11 @@ impl Writer {
                 return None;
             }
         };
+        let mut results: Vec<Result<u64>> = Vec::with_capacity(requests.len());
+        let mut seq = self.last_seq;
+        let mut bytes = 0u64;
+        let mut decoded: Vec<Arc<crate::stream::memo::SharedRecord>> = Vec::new();
+        let mut fatal: Option<String> = None;
         for req in requests.iter() {
             match self.engine.execute(&req.cmd, &mut overlay, time_ms) {
                 Ok(Ok(Outcome::Events(events))) => {
@@ -518,7 +309,7 @@ impl Writer {
                     match record::encode_record(&rec) {
                         Ok(v) => {
                             bytes += v.len() as u64;
-                            batch.put_cf(log_cf, format::log_key(seq), v);
+                            batch.put(seq, &v);
                             results.push(Ok(seq));
                             decoded.push(Arc::new(rec.into()));
                         }
@@ -829,12 +620,12 @@ impl Committer {
         }
         let bytes: u64 = groups.iter().map(|g| g.bytes).sum();
         let store = &self.shared.store;
-        let mut b = WriteBatch::default();
+        let mut b = store.index_batch();
         let written = groups
             .iter()
             .try_for_each(|g| store.add_index_writes(&mut b, &g.writes))
             .and_then(|()| {
-                let log_bytes = self.shared.log_bytes.fetch_add(bytes, Ordering::AcqRel) + bytes;
+                let log_bytes = self.shared.retention.add_log_bytes(bytes);
                 store.write_index_batch(b, last.seq, Some(log_bytes))
             });
         match written {
@@ -911,9 +702,8 @@ impl Committer {
         if let Some(m) = &self.shared.metrics {
             m.last_seq.set(seq as i64);
             m.applied_seq.set(seq as i64);
-            m.log_bytes
-                .set(self.shared.log_bytes.load(Ordering::Relaxed) as i64);
-            let start = self.shared.log_start.load(Ordering::Relaxed);
+            m.log_bytes.set(self.shared.retention.log_bytes() as i64);
+            let start = self.shared.retention.log_start();
             m.log_records.set((seq + 1).saturating_sub(start) as i64);
         }
         // The groups are committed and published: nothing here can fail
@@ -966,7 +756,7 @@ mod tests {
     use crate::engine::resolve;
     use crate::error::ErrorKind;
     use crate::format::meta;
-    use crate::store::StoreOptions;
+    use crate::store::{Store, StoreOptions};
 
     fn mkdir(path: &str) -> Command {
         Command::Mkdir {

@@ -30,6 +30,13 @@ pub const WAL_LOSS_KEY: &[u8] = b"wal_loss_accepted";
 /// Prefix of durable named cursors: `cursor/<name>` -> postcard `CursorState`.
 pub const CURSOR_PREFIX: &[u8] = b"cursor/";
 
+/// The `meta` key of cursor `name`.
+pub fn cursor_key(name: &str) -> Vec<u8> {
+    let mut k = CURSOR_PREFIX.to_vec();
+    k.extend_from_slice(name.as_bytes());
+    k
+}
+
 pub fn encode_u64(v: u64) -> [u8; 8] {
     v.to_be_bytes()
 }

@@ -24,17 +24,16 @@
 //! your model"), followed by the records after it.
 
 use std::collections::VecDeque;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::engine;
 use crate::error::{Error, ErrorKind, Result};
 use crate::format::{self, record};
+use crate::shared::Shared;
 use crate::store::CF_LOG;
-use crate::writer::Shared;
 
-mod memo;
+pub(crate) mod memo;
 pub mod tail_cache;
 
 pub use memo::SharedRecord;
@@ -76,7 +75,7 @@ impl Subscription {
     ) -> Result<Subscription> {
         let filter = Arc::new(filter.canonical()?);
         let committed = shared.committed.get();
-        let log_start = shared.log_start.load(Ordering::Acquire);
+        let log_start = shared.retention.log_start();
         let mut s = Subscription {
             shared,
             filter,
@@ -217,7 +216,7 @@ impl Subscription {
     fn compacted(&self) -> Error {
         Error::Compacted {
             requested: self.next_seq,
-            first_available: self.shared.log_start.load(Ordering::Acquire),
+            first_available: self.shared.retention.log_start(),
         }
     }
 
@@ -228,7 +227,7 @@ impl Subscription {
         if self.next_seq > committed {
             return Ok(false);
         }
-        if self.next_seq < self.shared.log_start.load(Ordering::Acquire) {
+        if self.next_seq < self.shared.retention.log_start() {
             return Err(self.compacted());
         }
         let end = committed.min(self.next_seq + BATCH - 1);
@@ -264,14 +263,14 @@ impl Subscription {
                 _ => {
                     it.status()?;
                     // Retention may have removed what we were about to read.
-                    if seq < self.shared.log_start.load(Ordering::Acquire) {
+                    if seq < self.shared.retention.log_start() {
                         return Err(self.compacted());
                     }
                     return Err(Error::corrupt("log", format!("record {seq} is missing")));
                 }
             };
             if format::decode_log_key(k)? != seq {
-                if seq < self.shared.log_start.load(Ordering::Acquire) {
+                if seq < self.shared.retention.log_start() {
                     return Err(self.compacted());
                 }
                 return Err(Error::corrupt(

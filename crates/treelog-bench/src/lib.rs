@@ -697,3 +697,11 @@ pub fn run(args: &BenchArgs) -> Result<u8> {
         }
     }
 }
+
+/// Milliseconds since the Unix epoch, as the peers' rows carry times.
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}

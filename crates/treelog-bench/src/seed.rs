@@ -166,7 +166,7 @@ impl SeedStore {
             return Err(Error::AlreadyExists(p.to_owned()));
         }
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let now = crate::writer::now_ms();
+        let now = crate::now_ms();
         let e = InodeEntry {
             parent_id: cur,
             size: 0,

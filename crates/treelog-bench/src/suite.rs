@@ -168,7 +168,7 @@ impl SqliteStore {
         if Self::lookup(c, cur, last)?.is_some() {
             return Err(Error::AlreadyExists(p.to_owned()));
         }
-        let now = crate::writer::now_ms() as i64;
+        let now = crate::now_ms() as i64;
         let ty = if dir { SQL_DIR } else { 1 };
         c.prepare_cached(
             "INSERT INTO node (type, mode, uid, gid, mtime, ctime, length, parent) VALUES (?1, ?2, 0, 0, ?3, ?3, 0, ?4)",
@@ -310,7 +310,7 @@ impl BenchNamespace for SqliteStore {
             .map_err(sql)?;
         tx.prepare_cached("UPDATE node SET parent = ?1, ctime = ?2 WHERE inode = ?3")
             .map_err(sql)?
-            .execute(rusqlite::params![dp, crate::writer::now_ms() as i64, id])
+            .execute(rusqlite::params![dp, crate::now_ms() as i64, id])
             .map_err(sql)?;
         tx.commit().map_err(sql)
     }
@@ -401,7 +401,7 @@ fn raw_rocksdb(dir: &Path, ops: usize, group: usize) -> Result<Figure> {
             .ok_or_else(|| Error::corrupt("bench", "missing cf"))
     };
     // Pre-encode every operation's bytes.
-    let now = crate::writer::now_ms();
+    let now = crate::now_ms();
     let attrs = Attrs {
         kind: FileType::File,
         size: 0,
