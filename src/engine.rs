@@ -250,13 +250,52 @@ fn has_children(view: &(impl IndexRead + ?Sized), dir: u64) -> Result<bool> {
 // Commands to events
 // ---------------------------------------------------------------------------
 
-/// What a command decided.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Outcome {
+/// What [`Engine::execute`] made of one command. Exactly one of four
+/// things happened, and each tells the caller what to do next:
+///
+/// | Variant | Overlay and state | The caller |
+/// |---|---|---|
+/// | `Applied(events)` | the events are applied | logs them as one record |
+/// | `NoOp` | unchanged | replies with the sequence already committed |
+/// | `Refused(error)` | unchanged | replies with the error; the group goes on |
+/// | `Fault(error)` | part of a command may be applied | discards the whole group and stops |
+///
+/// `Refused` is an answer to the caller: a rule refused the command
+/// (`NotFound`, `AlreadyExists`, `NotADirectory`, `IsADirectory`,
+/// `NotEmpty`, `InvalidName`, `InvalidPath`, `InvalidArgument` for a bad
+/// mode, the root, a move under itself, a path that would grow too long, a
+/// limit of inodes or record bytes, `DictionaryFull`), or the index could
+/// not be read or decoded while the command was validated (`Io`,
+/// `Corruption`): validation writes nothing, so that too refuses only the
+/// one command. `Fault` is not an answer: the engine failed at its own work
+/// and nothing of the group may be logged.
+#[must_use]
+#[derive(Debug)]
+pub enum Executed {
+    /// The command changed the namespace: its events (never empty), in
+    /// record order, already applied to the overlay and the engine state.
+    Applied(Vec<Event>),
+    /// Nothing to change (`mkdir -p` of an existing directory, a rename onto
+    /// itself, completing a complete file with its size, a `set_attr` that
+    /// changes nothing): no record.
+    NoOp,
+    /// The command was refused and wrote nothing. (A `mkdir -p` or
+    /// `create` refused for the size of its record has used up the ids it
+    /// was given: ids are not dense.)
+    Refused(Error),
+    /// The engine failed at its own work once the command was accepted
+    /// (measuring or applying its events): the overlay and the engine
+    /// state may hold part of this command, so the caller must discard the
+    /// overlay with its whole group, and stop (recovery replays the log).
+    Fault(Error),
+}
+
+/// What a command's rules decided, before it is applied.
+#[derive(Debug)]
+enum Plan {
     /// Events to log (never empty).
     Events(Vec<Event>),
-    /// Nothing to change (`mkdir -p` of an existing directory, a rename onto
-    /// itself, completing a complete file with its size, ...).
+    /// Nothing to change.
     NoOp,
 }
 
@@ -319,37 +358,37 @@ impl Engine {
     }
 
     /// Validates `cmd` against `view`, decides its events, and applies them to
-    /// `view` (so later commands of the group see them).
-    #[allow(clippy::type_complexity)]
+    /// `view` (so later commands of the group see them). See [`Executed`].
     pub fn execute<R: IndexRead + ?Sized>(
         &mut self,
         cmd: &Command,
         view: &mut Overlay<'_, R>,
         time_ms: u64,
-    ) -> Result<Result<Outcome>> {
-        // Inner error: the command is refused, nothing changed. Outer error:
-        // applying failed half-way and the overlay must be discarded.
-        let outcome = match self.plan(cmd, view, time_ms) {
-            Ok(o) => o,
-            Err(e) => return Ok(Err(e)),
+    ) -> Executed {
+        let events = match self.plan(cmd, view, time_ms) {
+            Ok(Plan::Events(events)) => events,
+            Ok(Plan::NoOp) => return Executed::NoOp,
+            Err(e) => return Executed::Refused(e),
         };
-        if let Outcome::Events(events) = &outcome {
-            // One event is bounded by the path and name limits; only a
-            // command with several can grow past the bound.
-            if events.len() > 1 {
-                let size =
-                    postcard::serialize_with_flavor(events, postcard::ser_flavors::Size::default())
-                        .map_err(|e| Error::corrupt("event", e.to_string()))?;
-                if size > self.max_record_bytes {
-                    return Ok(Err(record_too_big(size, self.max_record_bytes)));
-                }
+        debug_assert!(!events.is_empty());
+        // One event is bounded by the path and name limits; only a
+        // command with several can grow past the bound.
+        if events.len() > 1 {
+            let size = match postcard::serialize_with_flavor(
+                &events,
+                postcard::ser_flavors::Size::default(),
+            ) {
+                Ok(size) => size,
+                Err(e) => return Executed::Fault(Error::corrupt("event", e.to_string())),
+            };
+            if size > self.max_record_bytes {
+                return Executed::Refused(record_too_big(size, self.max_record_bytes));
             }
         }
-        if let Outcome::Events(events) = &outcome {
-            debug_assert!(!events.is_empty());
-            apply_events(events.iter().map(Event::borrowed), view, &mut self.state)?;
+        match apply_events(events.iter().map(Event::borrowed), view, &mut self.state) {
+            Ok(()) => Executed::Applied(events),
+            Err(e) => Executed::Fault(e),
         }
-        Ok(Ok(outcome))
     }
 
     /// Decides the events of `cmd` against `view` without writing to it:
@@ -359,7 +398,7 @@ impl Engine {
         cmd: &Command,
         view: &Overlay<'_, R>,
         now: u64,
-    ) -> Result<Outcome> {
+    ) -> Result<Plan> {
         match cmd {
             Command::Mkdir {
                 path,
@@ -416,12 +455,12 @@ impl Engine {
         parents: bool,
         perms: Perms<'_>,
         now: u64,
-    ) -> Result<Outcome> {
+    ) -> Result<Plan> {
         check_mode(perms.mode)?;
         let comps = path::components(p)?;
         if comps.is_empty() {
             return if parents {
-                Ok(Outcome::NoOp)
+                Ok(Plan::NoOp)
             } else {
                 Err(Error::AlreadyExists("/".into()))
             };
@@ -429,7 +468,7 @@ impl Engine {
         let (dir, is_dir, existing) = walk_existing(view, &comps)?;
         if existing == comps.len() {
             return if parents && is_dir {
-                Ok(Outcome::NoOp)
+                Ok(Plan::NoOp)
             } else {
                 Err(Error::AlreadyExists(path::join_all(&comps)))
             };
@@ -450,7 +489,7 @@ impl Engine {
             group: perms.group.to_owned(),
         };
         let events = self.create_chain(&comps, existing, dir, &attrs, &attrs)?;
-        Ok(Outcome::Events(events))
+        Ok(Plan::Events(events))
     }
 
     /// `create P` (with parents: missing directories first).
@@ -462,7 +501,7 @@ impl Engine {
         perms: Perms<'_>,
         block_size: u64,
         now: u64,
-    ) -> Result<Outcome> {
+    ) -> Result<Plan> {
         check_mode(perms.mode)?;
         let comps = path::components(p)?;
         if comps.is_empty() {
@@ -499,7 +538,7 @@ impl Engine {
             group: perms.group.to_owned(),
         };
         let events = self.create_chain(&comps, existing, dir, &dir_attrs, &file_attrs)?;
-        Ok(Outcome::Events(events))
+        Ok(Plan::Events(events))
     }
 
     /// `complete P size`.
@@ -509,14 +548,14 @@ impl Engine {
         p: &str,
         size: u64,
         now: u64,
-    ) -> Result<Outcome> {
+    ) -> Result<Plan> {
         let (ino, canon) = resolve_canon(view, &self.state.dicts, p)?;
         if ino.attrs.kind.is_dir() {
             return Err(Error::IsADirectory(canon));
         }
         if ino.attrs.complete {
             return if ino.attrs.size == size {
-                Ok(Outcome::NoOp)
+                Ok(Plan::NoOp)
             } else {
                 Err(Error::InvalidArgument(format!(
                     "{canon} is already complete with size {}, not {size}",
@@ -528,9 +567,7 @@ impl Engine {
         new.size = size;
         new.complete = true;
         new.mtime_ms = now;
-        Ok(Outcome::Events(vec![Event::Complete(update(
-            ino, canon, new,
-        ))]))
+        Ok(Plan::Events(vec![Event::Complete(update(ino, canon, new))]))
     }
 
     /// `set_size P size`.
@@ -540,7 +577,7 @@ impl Engine {
         p: &str,
         size: u64,
         now: u64,
-    ) -> Result<Outcome> {
+    ) -> Result<Plan> {
         let (ino, canon) = resolve_canon(view, &self.state.dicts, p)?;
         if ino.attrs.kind.is_dir() {
             return Err(Error::IsADirectory(canon));
@@ -548,9 +585,7 @@ impl Engine {
         let mut new = ino.attrs.clone();
         new.size = size;
         new.mtime_ms = now;
-        Ok(Outcome::Events(vec![Event::SetSize(update(
-            ino, canon, new,
-        ))]))
+        Ok(Plan::Events(vec![Event::SetSize(update(ino, canon, new))]))
     }
 
     /// `set_attr P [mode] [owner] [group] [mtime]`.
@@ -562,7 +597,7 @@ impl Engine {
         owner: Option<&str>,
         group: Option<&str>,
         mtime_ms: Option<u64>,
-    ) -> Result<Outcome> {
+    ) -> Result<Plan> {
         let dicts = &self.state.dicts;
         let (ino, canon) = resolve_canon(view, dicts, p)?;
         let mut new = ino.attrs.clone();
@@ -582,11 +617,9 @@ impl Engine {
             new.mtime_ms = t;
         }
         if new == ino.attrs {
-            return Ok(Outcome::NoOp);
+            return Ok(Plan::NoOp);
         }
-        Ok(Outcome::Events(vec![Event::SetAttr(update(
-            ino, canon, new,
-        ))]))
+        Ok(Plan::Events(vec![Event::SetAttr(update(ino, canon, new))]))
     }
 
     /// `delete P` / `delete -r P`.
@@ -595,7 +628,7 @@ impl Engine {
         view: &Overlay<'_, R>,
         p: &str,
         recursive: bool,
-    ) -> Result<Outcome> {
+    ) -> Result<Plan> {
         let dicts = &self.state.dicts;
         let (ino, canon) = resolve_canon(view, dicts, p)?;
         if ino.id == ROOT_ID {
@@ -607,7 +640,7 @@ impl Engine {
         let mut events = Vec::new();
         let limits = (self.max_delete_inodes, self.max_record_bytes);
         delete_subtree(view, dicts, ino, canon, limits, &mut events)?;
-        Ok(Outcome::Events(events))
+        Ok(Plan::Events(events))
     }
 
     /// `rename S D` (with overwrite: replacing `D`).
@@ -617,7 +650,7 @@ impl Engine {
         src: &str,
         dst: &str,
         overwrite: bool,
-    ) -> Result<Outcome> {
+    ) -> Result<Plan> {
         let dicts = &self.state.dicts;
         let src_comps = path::components(src)?;
         let dst_comps = path::components(dst)?;
@@ -635,7 +668,7 @@ impl Engine {
             return Err(Error::NotADirectory(dst_parent_path));
         }
         if src_path == dst_path {
-            return Ok(Outcome::NoOp);
+            return Ok(Plan::NoOp);
         }
         if ino.attrs.kind.is_dir() && path::is_within(&dst_path, &src_path) {
             return Err(Error::InvalidArgument(format!(
@@ -682,7 +715,7 @@ impl Engine {
             new_path: dst_path,
             attrs: ino.attrs,
         });
-        Ok(Outcome::Events(events))
+        Ok(Plan::Events(events))
     }
 
     /// Create events for `comps[existing..]` under `parent`: directories with
