@@ -1084,3 +1084,7 @@ pub fn apply_events<'e, W: IndexWrite + ?Sized>(
     }
     Ok(())
 }
+
+#[cfg(test)]
+#[path = "engine_tests.rs"]
+mod tests;
