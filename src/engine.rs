@@ -250,13 +250,52 @@ fn has_children(view: &(impl IndexRead + ?Sized), dir: u64) -> Result<bool> {
 // Commands to events
 // ---------------------------------------------------------------------------
 
-/// What a command decided.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Outcome {
+/// What [`Engine::execute`] made of one command. Exactly one of four
+/// things happened, and each tells the caller what to do next:
+///
+/// | Variant | Overlay and state | The caller |
+/// |---|---|---|
+/// | `Applied(events)` | the events are applied | logs them as one record |
+/// | `NoOp` | unchanged | replies with the sequence already committed |
+/// | `Refused(error)` | unchanged | replies with the error; the group goes on |
+/// | `Fault(error)` | part of a command may be applied | discards the whole group and stops |
+///
+/// `Refused` is an answer to the caller: a rule refused the command
+/// (`NotFound`, `AlreadyExists`, `NotADirectory`, `IsADirectory`,
+/// `NotEmpty`, `InvalidName`, `InvalidPath`, `InvalidArgument` for a bad
+/// mode, the root, a move under itself, a path that would grow too long, a
+/// limit of inodes or record bytes, `DictionaryFull`), or the index could
+/// not be read or decoded while the command was validated (`Io`,
+/// `Corruption`): validation writes nothing, so that too refuses only the
+/// one command. `Fault` is not an answer: the engine failed at its own work
+/// and nothing of the group may be logged.
+#[must_use]
+#[derive(Debug)]
+pub enum Executed {
+    /// The command changed the namespace: its events (never empty), in
+    /// record order, already applied to the overlay and the engine state.
+    Applied(Vec<Event>),
+    /// Nothing to change (`mkdir -p` of an existing directory, a rename onto
+    /// itself, completing a complete file with its size, a `set_attr` that
+    /// changes nothing): no record.
+    NoOp,
+    /// The command was refused and wrote nothing. (A `mkdir -p` or
+    /// `create` refused for the size of its record has used up the ids it
+    /// was given: ids are not dense.)
+    Refused(Error),
+    /// The engine failed at its own work once the command was accepted
+    /// (measuring or applying its events): the overlay and the engine
+    /// state may hold part of this command, so the caller must discard the
+    /// overlay with its whole group, and stop (recovery replays the log).
+    Fault(Error),
+}
+
+/// What a command's rules decided, before it is applied.
+#[derive(Debug)]
+enum Plan {
     /// Events to log (never empty).
     Events(Vec<Event>),
-    /// Nothing to change (`mkdir -p` of an existing directory, a rename onto
-    /// itself, completing a complete file with its size, ...).
+    /// Nothing to change.
     NoOp,
 }
 
@@ -278,6 +317,21 @@ fn check_mode(mode: u32) -> Result<()> {
         )));
     }
     Ok(())
+}
+
+/// The mode, owner and group a `mkdir` or `create` gives the inodes it
+/// creates.
+#[derive(Clone, Copy)]
+struct Perms<'c> {
+    mode: u32,
+    owner: &'c str,
+    group: &'c str,
+}
+
+impl<'c> Perms<'c> {
+    fn new(mode: u32, owner: &'c str, group: &'c str) -> Perms<'c> {
+        Perms { mode, owner, group }
+    }
 }
 
 impl Engine {
@@ -304,287 +358,364 @@ impl Engine {
     }
 
     /// Validates `cmd` against `view`, decides its events, and applies them to
-    /// `view` (so later commands of the group see them).
-    #[allow(clippy::type_complexity)]
+    /// `view` (so later commands of the group see them). See [`Executed`].
     pub fn execute<R: IndexRead + ?Sized>(
         &mut self,
         cmd: &Command,
         view: &mut Overlay<'_, R>,
         time_ms: u64,
-    ) -> Result<Result<Outcome>> {
-        // Inner error: the command is refused, nothing changed. Outer error:
-        // applying failed half-way and the overlay must be discarded.
-        let outcome = match self.plan(cmd, view, time_ms) {
-            Ok(o) => o,
-            Err(e) => return Ok(Err(e)),
+    ) -> Executed {
+        let events = match self.plan(cmd, view, time_ms) {
+            Ok(Plan::Events(events)) => events,
+            Ok(Plan::NoOp) => return Executed::NoOp,
+            Err(e) => return Executed::Refused(e),
         };
-        if let Outcome::Events(events) = &outcome {
-            // One event is bounded by the path and name limits; only a
-            // command with several can grow past the bound.
-            if events.len() > 1 {
-                let size =
-                    postcard::serialize_with_flavor(events, postcard::ser_flavors::Size::default())
-                        .map_err(|e| Error::corrupt("event", e.to_string()))?;
-                if size > self.max_record_bytes {
-                    return Ok(Err(record_too_big(size, self.max_record_bytes)));
-                }
+        debug_assert!(!events.is_empty());
+        // One event is bounded by the path and name limits; only a
+        // command with several can grow past the bound.
+        if events.len() > 1 {
+            let size = match postcard::serialize_with_flavor(
+                &events,
+                postcard::ser_flavors::Size::default(),
+            ) {
+                Ok(size) => size,
+                Err(e) => return Executed::Fault(Error::corrupt("event", e.to_string())),
+            };
+            if size > self.max_record_bytes {
+                return Executed::Refused(record_too_big(size, self.max_record_bytes));
             }
         }
-        if let Outcome::Events(events) = &outcome {
-            debug_assert!(!events.is_empty());
-            apply_events(events.iter().map(Event::borrowed), view, &mut self.state)?;
+        match apply_events(events.iter().map(Event::borrowed), view, &mut self.state) {
+            Ok(()) => Executed::Applied(events),
+            Err(e) => Executed::Fault(e),
         }
-        Ok(Ok(outcome))
     }
 
+    /// Decides the events of `cmd` against `view` without writing to it:
+    /// one function per command.
     fn plan<R: IndexRead + ?Sized>(
         &mut self,
         cmd: &Command,
         view: &Overlay<'_, R>,
         now: u64,
-    ) -> Result<Outcome> {
-        let dicts = &self.state.dicts;
+    ) -> Result<Plan> {
         match cmd {
             Command::Mkdir {
-                path: p,
+                path,
                 parents,
                 mode,
                 owner,
                 group,
-            } => {
-                check_mode(*mode)?;
-                let comps = path::components(p)?;
-                if comps.is_empty() {
-                    return if *parents {
-                        Ok(Outcome::NoOp)
-                    } else {
-                        Err(Error::AlreadyExists("/".into()))
-                    };
-                }
-                let (dir, is_dir, existing) = walk_existing(view, &comps)?;
-                if existing == comps.len() {
-                    return if *parents && is_dir {
-                        Ok(Outcome::NoOp)
-                    } else {
-                        Err(Error::AlreadyExists(path::join_all(&comps)))
-                    };
-                }
-                if !*parents && existing + 1 < comps.len() {
-                    return Err(Error::NotFound(path::join_all(&comps[..=existing])));
-                }
-                self.check_owner_group(owner, group)?;
-                let attrs = Attrs {
-                    kind: FileType::Directory,
-                    size: 0,
-                    block_size: 0,
-                    ctime_ms: now,
-                    mtime_ms: now,
-                    mode: *mode,
-                    complete: true,
-                    owner: owner.clone(),
-                    group: group.clone(),
-                };
-                let events = self.create_chain(&comps, existing, dir, &attrs, &attrs)?;
-                Ok(Outcome::Events(events))
-            }
+            } => self.plan_mkdir(view, path, *parents, Perms::new(*mode, owner, group), now),
             Command::Create {
-                path: p,
+                path,
                 parents,
                 mode,
                 owner,
                 group,
                 block_size,
-            } => {
-                check_mode(*mode)?;
-                let comps = path::components(p)?;
-                if comps.is_empty() {
-                    return Err(Error::AlreadyExists("/".into()));
-                }
-                let (dir, _, existing) = walk_existing(view, &comps)?;
-                if existing == comps.len() {
-                    return Err(Error::AlreadyExists(path::join_all(&comps)));
-                }
-                if !*parents && existing + 1 < comps.len() {
-                    return Err(Error::NotFound(path::join_all(&comps[..=existing])));
-                }
-                self.check_owner_group(owner, group)?;
-                let dir_attrs = Attrs {
-                    kind: FileType::Directory,
-                    size: 0,
-                    block_size: 0,
-                    ctime_ms: now,
-                    mtime_ms: now,
-                    mode: DEFAULT_DIR_MODE,
-                    complete: true,
-                    owner: owner.clone(),
-                    group: group.clone(),
-                };
-                let file_attrs = Attrs {
-                    kind: FileType::File,
-                    size: 0,
-                    block_size: *block_size,
-                    ctime_ms: now,
-                    mtime_ms: now,
-                    mode: *mode,
-                    complete: false,
-                    owner: owner.clone(),
-                    group: group.clone(),
-                };
-                let events = self.create_chain(&comps, existing, dir, &dir_attrs, &file_attrs)?;
-                Ok(Outcome::Events(events))
-            }
-            Command::Complete { path: p, size } => {
-                let (ino, canon) = resolve_canon(view, dicts, p)?;
-                if ino.attrs.kind.is_dir() {
-                    return Err(Error::IsADirectory(canon));
-                }
-                if ino.attrs.complete {
-                    return if ino.attrs.size == *size {
-                        Ok(Outcome::NoOp)
-                    } else {
-                        Err(Error::InvalidArgument(format!(
-                            "{canon} is already complete with size {}, not {size}",
-                            ino.attrs.size
-                        )))
-                    };
-                }
-                let mut new = ino.attrs.clone();
-                new.size = *size;
-                new.complete = true;
-                new.mtime_ms = now;
-                Ok(Outcome::Events(vec![Event::Complete(update(
-                    ino, canon, new,
-                ))]))
-            }
-            Command::SetSize { path: p, size } => {
-                let (ino, canon) = resolve_canon(view, dicts, p)?;
-                if ino.attrs.kind.is_dir() {
-                    return Err(Error::IsADirectory(canon));
-                }
-                let mut new = ino.attrs.clone();
-                new.size = *size;
-                new.mtime_ms = now;
-                Ok(Outcome::Events(vec![Event::SetSize(update(
-                    ino, canon, new,
-                ))]))
-            }
+            } => self.plan_create(
+                view,
+                path,
+                *parents,
+                Perms::new(*mode, owner, group),
+                *block_size,
+                now,
+            ),
+            Command::Complete { path, size } => self.plan_complete(view, path, *size, now),
+            Command::SetSize { path, size } => self.plan_set_size(view, path, *size, now),
             Command::SetAttr {
-                path: p,
+                path,
                 mode,
                 owner,
                 group,
                 mtime_ms,
-            } => {
-                let (ino, canon) = resolve_canon(view, dicts, p)?;
-                let mut new = ino.attrs.clone();
-                if let Some(m) = mode {
-                    check_mode(*m)?;
-                    new.mode = *m;
-                }
-                if let Some(o) = owner {
-                    dicts.owners.check(DictKind::Owner, o)?;
-                    new.owner = o.clone();
-                }
-                if let Some(g) = group {
-                    dicts.groups.check(DictKind::Group, g)?;
-                    new.group = g.clone();
-                }
-                if let Some(t) = mtime_ms {
-                    new.mtime_ms = *t;
-                }
-                if new == ino.attrs {
-                    return Ok(Outcome::NoOp);
-                }
-                Ok(Outcome::Events(vec![Event::SetAttr(update(
-                    ino, canon, new,
-                ))]))
-            }
-            Command::Delete { path: p, recursive } => {
-                let (ino, canon) = resolve_canon(view, dicts, p)?;
-                if ino.id == ROOT_ID {
-                    return Err(Error::InvalidArgument("the root cannot be deleted".into()));
-                }
-                if ino.attrs.kind.is_dir() && !*recursive && has_children(view, ino.id)? {
-                    return Err(Error::NotEmpty(canon));
-                }
-                let mut events = Vec::new();
-                let limits = (self.max_delete_inodes, self.max_record_bytes);
-                delete_subtree(view, dicts, ino, canon, limits, &mut events)?;
-                Ok(Outcome::Events(events))
-            }
+            } => self.plan_set_attr(
+                view,
+                path,
+                *mode,
+                owner.as_deref(),
+                group.as_deref(),
+                *mtime_ms,
+            ),
+            Command::Delete { path, recursive } => self.plan_delete(view, path, *recursive),
             Command::Rename {
                 src,
                 dst,
                 overwrite,
-            } => {
-                let src_comps = path::components(src)?;
-                let dst_comps = path::components(dst)?;
-                if src_comps.is_empty() || dst_comps.is_empty() {
-                    return Err(Error::InvalidArgument(
-                        "the root cannot be renamed or replaced".into(),
-                    ));
-                }
-                let src_path = path::join_all(&src_comps);
-                let dst_path = path::join_all(&dst_comps);
-                let ino = resolve(view, dicts, &src_path)?;
-                let dst_parent_path = path::join_all(&dst_comps[..dst_comps.len() - 1]);
-                let dst_parent = resolve(view, dicts, &dst_parent_path)?;
-                if !dst_parent.attrs.kind.is_dir() {
-                    return Err(Error::NotADirectory(dst_parent_path));
-                }
-                if src_path == dst_path {
-                    return Ok(Outcome::NoOp);
-                }
-                if ino.attrs.kind.is_dir() && path::is_within(&dst_path, &src_path) {
-                    return Err(Error::InvalidArgument(format!(
-                        "cannot move directory {src_path} under itself ({dst_path})"
-                    )));
-                }
-                if ino.attrs.kind.is_dir() && dst_path.len() > src_path.len() {
-                    check_subtree_paths(view, ino.id, &dst_path, self.max_delete_inodes)?;
-                }
-                let new_name = dst_comps[dst_comps.len() - 1];
-                let mut events = Vec::new();
-                if let Some(existing) = get_child(view, dst_parent.id, new_name)? {
-                    let victim = must_inode(view, dicts, existing)?;
-                    if !*overwrite {
-                        return Err(Error::AlreadyExists(dst_path));
-                    }
-                    match (ino.attrs.kind, victim.attrs.kind) {
-                        (FileType::File, FileType::File) => {}
-                        (FileType::Directory, FileType::Directory) => {
-                            if has_children(view, victim.id)? {
-                                return Err(Error::NotEmpty(dst_path));
-                            }
-                        }
-                        (FileType::File, FileType::Directory) => {
-                            return Err(Error::IsADirectory(dst_path))
-                        }
-                        (FileType::Directory, FileType::File) => {
-                            return Err(Error::NotADirectory(dst_path))
-                        }
-                    }
-                    events.push(Event::Delete {
-                        id: victim.id,
-                        parent: victim.parent,
-                        name: victim.name,
-                        path: dst_path.clone(),
-                        attrs: victim.attrs,
-                    });
-                }
-                events.push(Event::Rename {
-                    id: ino.id,
-                    old_parent: ino.parent,
-                    old_name: ino.name,
-                    old_path: src_path,
-                    new_parent: dst_parent.id,
-                    new_name: new_name.to_owned(),
-                    new_path: dst_path,
-                    attrs: ino.attrs,
-                });
-                Ok(Outcome::Events(events))
-            }
+            } => self.plan_rename(view, src, dst, *overwrite),
         }
+    }
+
+    /// `mkdir P` / `mkdir -p P`.
+    fn plan_mkdir<R: IndexRead + ?Sized>(
+        &mut self,
+        view: &Overlay<'_, R>,
+        p: &str,
+        parents: bool,
+        perms: Perms<'_>,
+        now: u64,
+    ) -> Result<Plan> {
+        check_mode(perms.mode)?;
+        let comps = path::components(p)?;
+        if comps.is_empty() {
+            return if parents {
+                Ok(Plan::NoOp)
+            } else {
+                Err(Error::AlreadyExists("/".into()))
+            };
+        }
+        let (dir, is_dir, existing) = walk_existing(view, &comps)?;
+        if existing == comps.len() {
+            return if parents && is_dir {
+                Ok(Plan::NoOp)
+            } else {
+                Err(Error::AlreadyExists(path::join_all(&comps)))
+            };
+        }
+        if !parents && existing + 1 < comps.len() {
+            return Err(Error::NotFound(path::join_all(&comps[..=existing])));
+        }
+        self.check_owner_group(perms.owner, perms.group)?;
+        let attrs = Attrs {
+            kind: FileType::Directory,
+            size: 0,
+            block_size: 0,
+            ctime_ms: now,
+            mtime_ms: now,
+            mode: perms.mode,
+            complete: true,
+            owner: perms.owner.to_owned(),
+            group: perms.group.to_owned(),
+        };
+        let events = self.create_chain(&comps, existing, dir, &attrs, &attrs)?;
+        Ok(Plan::Events(events))
+    }
+
+    /// `create P` (with parents: missing directories first).
+    fn plan_create<R: IndexRead + ?Sized>(
+        &mut self,
+        view: &Overlay<'_, R>,
+        p: &str,
+        parents: bool,
+        perms: Perms<'_>,
+        block_size: u64,
+        now: u64,
+    ) -> Result<Plan> {
+        check_mode(perms.mode)?;
+        let comps = path::components(p)?;
+        if comps.is_empty() {
+            return Err(Error::AlreadyExists("/".into()));
+        }
+        let (dir, _, existing) = walk_existing(view, &comps)?;
+        if existing == comps.len() {
+            return Err(Error::AlreadyExists(path::join_all(&comps)));
+        }
+        if !parents && existing + 1 < comps.len() {
+            return Err(Error::NotFound(path::join_all(&comps[..=existing])));
+        }
+        self.check_owner_group(perms.owner, perms.group)?;
+        let dir_attrs = Attrs {
+            kind: FileType::Directory,
+            size: 0,
+            block_size: 0,
+            ctime_ms: now,
+            mtime_ms: now,
+            mode: DEFAULT_DIR_MODE,
+            complete: true,
+            owner: perms.owner.to_owned(),
+            group: perms.group.to_owned(),
+        };
+        let file_attrs = Attrs {
+            kind: FileType::File,
+            size: 0,
+            block_size,
+            ctime_ms: now,
+            mtime_ms: now,
+            mode: perms.mode,
+            complete: false,
+            owner: perms.owner.to_owned(),
+            group: perms.group.to_owned(),
+        };
+        let events = self.create_chain(&comps, existing, dir, &dir_attrs, &file_attrs)?;
+        Ok(Plan::Events(events))
+    }
+
+    /// `complete P size`.
+    fn plan_complete<R: IndexRead + ?Sized>(
+        &self,
+        view: &Overlay<'_, R>,
+        p: &str,
+        size: u64,
+        now: u64,
+    ) -> Result<Plan> {
+        let (ino, canon) = resolve_canon(view, &self.state.dicts, p)?;
+        if ino.attrs.kind.is_dir() {
+            return Err(Error::IsADirectory(canon));
+        }
+        if ino.attrs.complete {
+            return if ino.attrs.size == size {
+                Ok(Plan::NoOp)
+            } else {
+                Err(Error::InvalidArgument(format!(
+                    "{canon} is already complete with size {}, not {size}",
+                    ino.attrs.size
+                )))
+            };
+        }
+        let mut new = ino.attrs.clone();
+        new.size = size;
+        new.complete = true;
+        new.mtime_ms = now;
+        Ok(Plan::Events(vec![Event::Complete(update(ino, canon, new))]))
+    }
+
+    /// `set_size P size`.
+    fn plan_set_size<R: IndexRead + ?Sized>(
+        &self,
+        view: &Overlay<'_, R>,
+        p: &str,
+        size: u64,
+        now: u64,
+    ) -> Result<Plan> {
+        let (ino, canon) = resolve_canon(view, &self.state.dicts, p)?;
+        if ino.attrs.kind.is_dir() {
+            return Err(Error::IsADirectory(canon));
+        }
+        let mut new = ino.attrs.clone();
+        new.size = size;
+        new.mtime_ms = now;
+        Ok(Plan::Events(vec![Event::SetSize(update(ino, canon, new))]))
+    }
+
+    /// `set_attr P [mode] [owner] [group] [mtime]`.
+    fn plan_set_attr<R: IndexRead + ?Sized>(
+        &self,
+        view: &Overlay<'_, R>,
+        p: &str,
+        mode: Option<u32>,
+        owner: Option<&str>,
+        group: Option<&str>,
+        mtime_ms: Option<u64>,
+    ) -> Result<Plan> {
+        let dicts = &self.state.dicts;
+        let (ino, canon) = resolve_canon(view, dicts, p)?;
+        let mut new = ino.attrs.clone();
+        if let Some(m) = mode {
+            check_mode(m)?;
+            new.mode = m;
+        }
+        if let Some(o) = owner {
+            dicts.owners.check(DictKind::Owner, o)?;
+            new.owner = o.to_owned();
+        }
+        if let Some(g) = group {
+            dicts.groups.check(DictKind::Group, g)?;
+            new.group = g.to_owned();
+        }
+        if let Some(t) = mtime_ms {
+            new.mtime_ms = t;
+        }
+        if new == ino.attrs {
+            return Ok(Plan::NoOp);
+        }
+        Ok(Plan::Events(vec![Event::SetAttr(update(ino, canon, new))]))
+    }
+
+    /// `delete P` / `delete -r P`.
+    fn plan_delete<R: IndexRead + ?Sized>(
+        &self,
+        view: &Overlay<'_, R>,
+        p: &str,
+        recursive: bool,
+    ) -> Result<Plan> {
+        let dicts = &self.state.dicts;
+        let (ino, canon) = resolve_canon(view, dicts, p)?;
+        if ino.id == ROOT_ID {
+            return Err(Error::InvalidArgument("the root cannot be deleted".into()));
+        }
+        if ino.attrs.kind.is_dir() && !recursive && has_children(view, ino.id)? {
+            return Err(Error::NotEmpty(canon));
+        }
+        let mut events = Vec::new();
+        let limits = (self.max_delete_inodes, self.max_record_bytes);
+        delete_subtree(view, dicts, ino, canon, limits, &mut events)?;
+        Ok(Plan::Events(events))
+    }
+
+    /// `rename S D` (with overwrite: replacing `D`).
+    fn plan_rename<R: IndexRead + ?Sized>(
+        &self,
+        view: &Overlay<'_, R>,
+        src: &str,
+        dst: &str,
+        overwrite: bool,
+    ) -> Result<Plan> {
+        let dicts = &self.state.dicts;
+        let src_comps = path::components(src)?;
+        let dst_comps = path::components(dst)?;
+        if src_comps.is_empty() || dst_comps.is_empty() {
+            return Err(Error::InvalidArgument(
+                "the root cannot be renamed or replaced".into(),
+            ));
+        }
+        let src_path = path::join_all(&src_comps);
+        let dst_path = path::join_all(&dst_comps);
+        let ino = resolve(view, dicts, &src_path)?;
+        let dst_parent_path = path::join_all(&dst_comps[..dst_comps.len() - 1]);
+        let dst_parent = resolve(view, dicts, &dst_parent_path)?;
+        if !dst_parent.attrs.kind.is_dir() {
+            return Err(Error::NotADirectory(dst_parent_path));
+        }
+        if src_path == dst_path {
+            return Ok(Plan::NoOp);
+        }
+        if ino.attrs.kind.is_dir() && path::is_within(&dst_path, &src_path) {
+            return Err(Error::InvalidArgument(format!(
+                "cannot move directory {src_path} under itself ({dst_path})"
+            )));
+        }
+        if ino.attrs.kind.is_dir() && dst_path.len() > src_path.len() {
+            check_subtree_paths(view, ino.id, &dst_path, self.max_delete_inodes)?;
+        }
+        let new_name = dst_comps[dst_comps.len() - 1];
+        let mut events = Vec::new();
+        if let Some(existing) = get_child(view, dst_parent.id, new_name)? {
+            let victim = must_inode(view, dicts, existing)?;
+            if !overwrite {
+                return Err(Error::AlreadyExists(dst_path));
+            }
+            match (ino.attrs.kind, victim.attrs.kind) {
+                (FileType::File, FileType::File) => {}
+                (FileType::Directory, FileType::Directory) => {
+                    if has_children(view, victim.id)? {
+                        return Err(Error::NotEmpty(dst_path));
+                    }
+                }
+                (FileType::File, FileType::Directory) => return Err(Error::IsADirectory(dst_path)),
+                (FileType::Directory, FileType::File) => {
+                    return Err(Error::NotADirectory(dst_path))
+                }
+            }
+            events.push(Event::Delete {
+                id: victim.id,
+                parent: victim.parent,
+                name: victim.name,
+                path: dst_path.clone(),
+                attrs: victim.attrs,
+            });
+        }
+        events.push(Event::Rename {
+            id: ino.id,
+            old_parent: ino.parent,
+            old_name: ino.name,
+            old_path: src_path,
+            new_parent: dst_parent.id,
+            new_name: new_name.to_owned(),
+            new_path: dst_path,
+            attrs: ino.attrs,
+        });
+        Ok(Plan::Events(events))
     }
 
     /// Create events for `comps[existing..]` under `parent`: directories with
@@ -953,3 +1084,7 @@ pub fn apply_events<'e, W: IndexWrite + ?Sized>(
     }
     Ok(())
 }
+
+#[cfg(test)]
+#[path = "engine_tests.rs"]
+mod tests;

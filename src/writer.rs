@@ -44,7 +44,7 @@ use crate::clock::now_ms;
 use crossbeam_channel::Receiver;
 
 use crate::command::Command;
-use crate::engine::{Engine, EngineState, Outcome};
+use crate::engine::{Engine, EngineState, Executed};
 use crate::error::{Error, Result};
 use crate::event::Record;
 use crate::format::record;
@@ -299,7 +299,7 @@ impl Writer {
         let mut fatal: Option<String> = None;
         for req in requests.iter() {
             match self.engine.execute(&req.cmd, &mut overlay, time_ms) {
-                Ok(Ok(Outcome::Events(events))) => {
+                Executed::Applied(events) => {
                     seq += 1;
                     let rec = Record {
                         seq,
@@ -321,9 +321,9 @@ impl Writer {
                 }
                 // A no-op changes nothing; its token is the state it saw
                 // (replied only once that state is committed).
-                Ok(Ok(Outcome::NoOp)) => results.push(Ok(seq)),
-                Ok(Err(e)) => results.push(Err(e)),
-                Err(e) => {
+                Executed::NoOp => results.push(Ok(seq)),
+                Executed::Refused(e) => results.push(Err(e)),
+                Executed::Fault(e) => {
                     // The overlay may hold half a command: nothing of this
                     // group may be written.
                     fatal = Some(format!("applying events: {e}"));

@@ -1,0 +1,1629 @@
+//! The engine's rules, run over the in-memory index: no RocksDB, no
+//! threads, no clock.
+//!
+//! A [`Harness`] plays the writer: it executes commands against an overlay
+//! of a [`MemIndex`], folds the overlay into the index, and counts records.
+//! After every group it also replays the group's records, encoded and
+//! decoded as the log holds them, into a second index with
+//! [`apply_events`] alone (as recovery and followers do), and checks that
+//! the two indexes are byte-identical and that the index is a tree.
+//! Refused commands and no-ops are checked to have written nothing.
+
+use super::*;
+use crate::error::ErrorKind;
+use crate::event::Record;
+use crate::format::record::{decode_record_ref, encode_record};
+use crate::index::{Kv, MemIndex};
+use crate::types::DEFAULT_BLOCK_SIZE;
+
+/// The time of the first group; each group runs 1000 ms after the last.
+const T0: u64 = 1_700_000_000_000;
+
+/// What one command came to.
+#[derive(Debug)]
+enum Ran {
+    Applied(Vec<Event>),
+    NoOp,
+    Refused(Error),
+}
+
+struct Harness {
+    index: MemIndex,
+    engine: Engine,
+    /// Records committed so far.
+    seq: u64,
+    /// The time the next group runs at.
+    now: u64,
+    /// The same log, replayed.
+    replica: MemIndex,
+    replica_state: EngineState,
+}
+
+impl Harness {
+    /// An empty namespace: the root alone.
+    fn new() -> Harness {
+        let mut index = MemIndex::default();
+        let writes = {
+            let mut ov = Overlay::new(&index);
+            initial_index_writes(&mut ov);
+            ov.take_writes()
+        };
+        index.absorb(writes);
+        let state = EngineState::load(&index).unwrap();
+        Harness {
+            replica: index.clone(),
+            replica_state: state.clone(),
+            engine: Engine::new(state),
+            index,
+            seq: 0,
+            now: T0,
+        }
+    }
+
+    /// Runs one command as a group of its own.
+    fn run(&mut self, cmd: Command) -> Ran {
+        self.run_group(vec![cmd]).pop().unwrap()
+    }
+
+    /// Runs commands as one group: one overlay, one time.
+    fn run_group(&mut self, cmds: Vec<Command>) -> Vec<Ran> {
+        let now = self.now;
+        self.now += 1000;
+        let mut ov = Overlay::new(&self.index);
+        let mut out = Vec::new();
+        let mut records = Vec::new();
+        for cmd in &cmds {
+            let before = (ov.writes().clone(), self.engine.state.clone());
+            let ran = match self.engine.execute(cmd, &mut ov, now) {
+                Executed::Applied(events) => {
+                    assert!(!events.is_empty(), "{cmd:?}: applied without events");
+                    records.push(events.clone());
+                    Ran::Applied(events)
+                }
+                Executed::NoOp => Ran::NoOp,
+                Executed::Refused(e) => Ran::Refused(e),
+                Executed::Fault(e) => panic!("{cmd:?}: fault: {e}"),
+            };
+            if !matches!(ran, Ran::Applied(_)) {
+                assert_eq!(ov.writes().inodes, before.0.inodes, "{cmd:?}: {ran:?}");
+                assert_eq!(ov.writes().edges, before.0.edges, "{cmd:?}: {ran:?}");
+                assert_eq!(self.engine.state, before.1, "{cmd:?}: {ran:?}");
+            }
+            out.push(ran);
+        }
+        let writes = ov.take_writes();
+        drop(ov);
+        self.index.absorb(writes);
+        for events in records {
+            self.seq += 1;
+            self.replay(Record {
+                seq: self.seq,
+                time_ms: now,
+                events,
+            });
+        }
+        self.check();
+        out
+    }
+
+    /// Applies a record to the replica the way recovery does: from its
+    /// log bytes, decoded without copying.
+    fn replay(&mut self, rec: Record) {
+        let bytes = encode_record(&rec).unwrap();
+        let decoded = decode_record_ref(&bytes, Some(rec.seq)).unwrap();
+        let writes = {
+            let mut ov = Overlay::new(&self.replica);
+            apply_events(decoded.events, &mut ov, &mut self.replica_state).unwrap();
+            ov.take_writes()
+        };
+        self.replica.absorb(writes);
+    }
+
+    /// The index equals its replay, its `next_id` follows the ids, and it
+    /// is a tree: every inode but the root has exactly the edge its entry
+    /// names, under a directory.
+    fn check(&self) {
+        assert!(self.replica == self.index, "the replayed index differs");
+        assert_eq!(self.replica_state.dicts, self.engine.state.dicts);
+        assert_eq!(self.replica_state.id_bound, self.engine.state.id_bound);
+        let stored = &self.index.inodes[&inode_key(NEXT_ID_KEY)[..]];
+        assert_eq!(
+            format::decode_next_id_value(stored).unwrap(),
+            self.engine.state.id_bound
+        );
+        let mut inodes = 0;
+        for (k, v) in &self.index.inodes {
+            let id = format::decode_inode_key(k).unwrap();
+            if id > MAX_INODE_ID {
+                continue;
+            }
+            inodes += 1;
+            assert!(id < self.engine.state.next_id && id < self.engine.state.id_bound);
+            if id == ROOT_ID {
+                continue;
+            }
+            let e = InodeEntry::decode_ref(v).unwrap();
+            let edge = self.index.edges.get(&edge_key(e.parent_id, e.name)[..]);
+            assert_eq!(
+                edge.map(|v| format::decode_edge_value(v).unwrap()),
+                Some(id),
+                "the edge of inode {id}"
+            );
+            assert!(stored_is_dir(&self.index, e.parent_id).unwrap());
+        }
+        assert_eq!(inodes, self.index.edges.len() + 1);
+    }
+
+    /// Restarts the writer: the state is loaded from the index.
+    fn restart(&mut self) {
+        let state = EngineState::load(&self.index).unwrap();
+        self.engine.state = state;
+    }
+
+    /// The command's events; panics unless it applied.
+    #[track_caller]
+    fn ok(&mut self, cmd: Command) -> Vec<Event> {
+        let seq = self.seq;
+        match self.run(cmd.clone()) {
+            Ran::Applied(events) => {
+                assert_eq!(self.seq, seq + 1);
+                events
+            }
+            other => panic!("{cmd:?}: {other:?}"),
+        }
+    }
+
+    /// Panics unless the command is a no-op.
+    #[track_caller]
+    fn noop(&mut self, cmd: Command) {
+        let index = self.index.clone();
+        match self.run(cmd.clone()) {
+            Ran::NoOp => {}
+            other => panic!("{cmd:?}: {other:?}"),
+        }
+        assert!(self.index == index);
+    }
+
+    /// The command's error; panics unless it was refused.
+    #[track_caller]
+    fn refused(&mut self, cmd: Command) -> Error {
+        let (index, seq) = (self.index.clone(), self.seq);
+        let e = match self.run(cmd.clone()) {
+            Ran::Refused(e) => e,
+            other => panic!("{cmd:?}: {other:?}"),
+        };
+        assert!(self.index == index);
+        assert_eq!(self.seq, seq);
+        e
+    }
+
+    /// The kind of the command's error.
+    #[track_caller]
+    fn kind(&mut self, cmd: Command) -> ErrorKind {
+        self.refused(cmd).kind()
+    }
+
+    /// The kind of the command's error and the path it names.
+    #[track_caller]
+    fn refused_at(&mut self, cmd: Command) -> (ErrorKind, String) {
+        let e = self.refused(cmd);
+        let p = match &e {
+            Error::NotFound(p)
+            | Error::AlreadyExists(p)
+            | Error::NotADirectory(p)
+            | Error::IsADirectory(p)
+            | Error::NotEmpty(p) => p.clone(),
+            other => panic!("{other:?} names no path"),
+        };
+        (e.kind(), p)
+    }
+
+    fn stat(&self, p: &str) -> Result<Inode> {
+        resolve(&self.index, &self.engine.state.dicts, p)
+    }
+
+    #[track_caller]
+    fn ino(&self, p: &str) -> Inode {
+        self.stat(p).unwrap()
+    }
+
+    #[track_caller]
+    fn id(&self, p: &str) -> u64 {
+        self.ino(p).id
+    }
+
+    #[track_caller]
+    fn missing(&self, p: &str) -> bool {
+        matches!(self.stat(p), Err(Error::NotFound(_)))
+    }
+
+    /// The names in a directory.
+    fn ls(&self, p: &str) -> Vec<String> {
+        let (entries, more) = list_children(
+            &self.index,
+            &self.engine.state.dicts,
+            self.id(p),
+            None,
+            1 << 20,
+        )
+        .unwrap();
+        assert!(!more);
+        entries.into_iter().map(|e| e.name).collect()
+    }
+
+    /// Every path but the root, sorted.
+    fn tree(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        let mut todo = vec![(ROOT_ID, "/".to_owned())];
+        while let Some((id, p)) = todo.pop() {
+            let (kids, _) =
+                list_children(&self.index, &self.engine.state.dicts, id, None, 1 << 20).unwrap();
+            for k in kids {
+                let cp = path::join(&p, &k.name);
+                if k.inode.attrs.kind.is_dir() {
+                    todo.push((k.inode.id, cp.clone()));
+                }
+                out.push(cp);
+            }
+        }
+        out.sort();
+        out
+    }
+}
+
+// Commands as the CLI's defaults give them.
+
+fn mkdir(p: &str) -> Command {
+    mkdir_as(p, false, 0o755, "", "")
+}
+
+fn mkdir_p(p: &str) -> Command {
+    mkdir_as(p, true, 0o755, "", "")
+}
+
+fn mkdir_as(p: &str, parents: bool, mode: u32, owner: &str, group: &str) -> Command {
+    Command::Mkdir {
+        path: p.into(),
+        parents,
+        mode,
+        owner: owner.into(),
+        group: group.into(),
+    }
+}
+
+fn create(p: &str) -> Command {
+    create_as(p, false, 0o644, "", "")
+}
+
+fn create_p(p: &str) -> Command {
+    create_as(p, true, 0o644, "", "")
+}
+
+fn create_as(p: &str, parents: bool, mode: u32, owner: &str, group: &str) -> Command {
+    Command::Create {
+        path: p.into(),
+        parents,
+        mode,
+        owner: owner.into(),
+        group: group.into(),
+        block_size: DEFAULT_BLOCK_SIZE,
+    }
+}
+
+fn complete(p: &str, size: u64) -> Command {
+    Command::Complete {
+        path: p.into(),
+        size,
+    }
+}
+
+fn set_size(p: &str, size: u64) -> Command {
+    Command::SetSize {
+        path: p.into(),
+        size,
+    }
+}
+
+fn chmod(p: &str, mode: u32) -> Command {
+    Command::SetAttr {
+        path: p.into(),
+        mode: Some(mode),
+        owner: None,
+        group: None,
+        mtime_ms: None,
+    }
+}
+
+fn chown(p: &str, owner: Option<&str>, group: Option<&str>) -> Command {
+    Command::SetAttr {
+        path: p.into(),
+        mode: None,
+        owner: owner.map(Into::into),
+        group: group.map(Into::into),
+        mtime_ms: None,
+    }
+}
+
+fn touch(p: &str, mtime_ms: u64) -> Command {
+    Command::SetAttr {
+        path: p.into(),
+        mode: None,
+        owner: None,
+        group: None,
+        mtime_ms: Some(mtime_ms),
+    }
+}
+
+fn rm(p: &str) -> Command {
+    Command::Delete {
+        path: p.into(),
+        recursive: false,
+    }
+}
+
+fn rm_r(p: &str) -> Command {
+    Command::Delete {
+        path: p.into(),
+        recursive: true,
+    }
+}
+
+fn mv(src: &str, dst: &str) -> Command {
+    Command::Rename {
+        src: src.into(),
+        dst: dst.into(),
+        overwrite: false,
+    }
+}
+
+fn mv_over(src: &str, dst: &str) -> Command {
+    Command::Rename {
+        src: src.into(),
+        dst: dst.into(),
+        overwrite: true,
+    }
+}
+
+// Expected events and attributes.
+
+fn dir_attrs(now: u64, mode: u32, owner: &str, group: &str) -> Attrs {
+    Attrs {
+        kind: FileType::Directory,
+        size: 0,
+        block_size: 0,
+        ctime_ms: now,
+        mtime_ms: now,
+        mode,
+        complete: true,
+        owner: owner.into(),
+        group: group.into(),
+    }
+}
+
+fn file_attrs(now: u64, mode: u32, owner: &str, group: &str) -> Attrs {
+    Attrs {
+        kind: FileType::File,
+        size: 0,
+        block_size: DEFAULT_BLOCK_SIZE,
+        ctime_ms: now,
+        mtime_ms: now,
+        mode,
+        complete: false,
+        owner: owner.into(),
+        group: group.into(),
+    }
+}
+
+fn created(id: u64, parent: u64, p: &str, attrs: Attrs) -> Event {
+    Event::Create {
+        id,
+        parent,
+        name: p.rsplit('/').next().unwrap().into(),
+        path: p.into(),
+        attrs,
+    }
+}
+
+/// The `Delete` of an inode as it is now, at path `p`.
+fn deleted(ino: &Inode, p: &str) -> Event {
+    Event::Delete {
+        id: ino.id,
+        parent: ino.parent,
+        name: ino.name.clone(),
+        path: p.into(),
+        attrs: ino.attrs.clone(),
+    }
+}
+
+fn renamed(ino: &Inode, from: &str, new_parent: u64, to: &str) -> Event {
+    Event::Rename {
+        id: ino.id,
+        old_parent: ino.parent,
+        old_name: ino.name.clone(),
+        old_path: from.into(),
+        new_parent,
+        new_name: to.rsplit('/').next().unwrap().into(),
+        new_path: to.into(),
+        attrs: ino.attrs.clone(),
+    }
+}
+
+fn update(ino: &Inode, p: &str, new: Attrs) -> Update {
+    Update {
+        id: ino.id,
+        parent: ino.parent,
+        name: ino.name.clone(),
+        path: p.into(),
+        old: ino.attrs.clone(),
+        new,
+    }
+}
+
+use ErrorKind::*;
+
+// ---------------------------------------------------------------------------
+// mkdir
+// ---------------------------------------------------------------------------
+
+#[test]
+fn mkdir_creates_one_directory_with_the_commands_attributes() {
+    let mut h = Harness::new();
+    let ev = h.ok(mkdir_as("/data", false, 0o700, "alice", "staff"));
+    let attrs = dir_attrs(T0, 0o700, "alice", "staff");
+    assert_eq!(ev, vec![created(2, ROOT_ID, "/data", attrs.clone())]);
+    let ino = h.ino("/data");
+    assert_eq!(
+        (ino.id, ino.parent, ino.name.as_str()),
+        (2, ROOT_ID, "data")
+    );
+    assert_eq!(ino.attrs, attrs);
+    assert_eq!(h.ls("/"), ["data"]);
+}
+
+#[test]
+fn mkdir_logs_the_canonical_path() {
+    let mut h = Harness::new();
+    let ev = h.ok(mkdir("/a/"));
+    assert_eq!(
+        ev,
+        vec![created(2, ROOT_ID, "/a", dir_attrs(T0, 0o755, "", ""))]
+    );
+    assert_eq!(h.tree(), ["/a"]);
+}
+
+#[test]
+fn mkdir_of_a_taken_name_is_already_exists() {
+    let mut h = Harness::new();
+    h.ok(mkdir("/a"));
+    h.ok(create("/f"));
+    assert_eq!(h.refused_at(mkdir("/a")), (AlreadyExists, "/a".into()));
+    assert_eq!(h.refused_at(mkdir("/f")), (AlreadyExists, "/f".into()));
+    assert_eq!(h.refused_at(mkdir("/a/")), (AlreadyExists, "/a".into()));
+    // -p tolerates an existing directory, not a file.
+    assert_eq!(h.refused_at(mkdir_p("/f")), (AlreadyExists, "/f".into()));
+}
+
+#[test]
+fn mkdir_of_the_root_is_already_exists_and_with_parents_a_noop() {
+    let mut h = Harness::new();
+    assert_eq!(h.refused_at(mkdir("/")), (AlreadyExists, "/".into()));
+    h.noop(mkdir_p("/"));
+    assert_eq!(h.seq, 0);
+}
+
+#[test]
+fn mkdir_without_parents_names_the_first_missing_component() {
+    let mut h = Harness::new();
+    h.ok(mkdir("/a"));
+    assert_eq!(h.refused_at(mkdir("/a/b/c/d")), (NotFound, "/a/b".into()));
+    assert_eq!(h.refused_at(mkdir("/x/y")), (NotFound, "/x".into()));
+    assert_eq!(h.tree(), ["/a"]);
+}
+
+#[test]
+fn mkdir_p_creates_the_missing_components_top_down_with_consecutive_ids() {
+    let mut h = Harness::new();
+    h.ok(mkdir("/a"));
+    let ev = h.ok(mkdir_as("/a/b/c/d", true, 0o750, "bob", "ml"));
+    let t = T0 + 1000;
+    let attrs = dir_attrs(t, 0o750, "bob", "ml");
+    assert_eq!(
+        ev,
+        vec![
+            created(3, 2, "/a/b", attrs.clone()),
+            created(4, 3, "/a/b/c", attrs.clone()),
+            created(5, 4, "/a/b/c/d", attrs.clone()),
+        ]
+    );
+    assert_eq!(h.tree(), ["/a", "/a/b", "/a/b/c", "/a/b/c/d"]);
+    assert_eq!(h.ino("/a/b/c/d").attrs, attrs);
+    // The existing ancestor is untouched.
+    assert_eq!(h.ino("/a").attrs, dir_attrs(T0, 0o755, "", ""));
+}
+
+#[test]
+fn mkdir_p_of_an_existing_directory_is_a_noop_whatever_its_attributes() {
+    let mut h = Harness::new();
+    h.ok(mkdir_p("/a/b"));
+    h.noop(mkdir_p("/a/b"));
+    h.noop(mkdir_as("/a/b/", true, 0o700, "other", "other"));
+    assert_eq!(h.seq, 1);
+    assert_eq!(h.ino("/a/b").attrs.mode, 0o755);
+}
+
+#[test]
+fn mkdir_under_a_file_is_not_a_directory() {
+    let mut h = Harness::new();
+    h.ok(mkdir("/a"));
+    h.ok(create("/a/f"));
+    assert_eq!(
+        h.refused_at(mkdir("/a/f/x")),
+        (NotADirectory, "/a/f".into())
+    );
+    assert_eq!(
+        h.refused_at(mkdir("/a/f/x/y")),
+        (NotADirectory, "/a/f".into())
+    );
+    assert_eq!(
+        h.refused_at(mkdir_p("/a/f/x/y")),
+        (NotADirectory, "/a/f".into())
+    );
+}
+
+#[test]
+fn mkdir_refuses_a_mode_outside_0o7777() {
+    let mut h = Harness::new();
+    assert_eq!(
+        h.kind(mkdir_as("/a", false, 0o10000, "", "")),
+        InvalidArgument
+    );
+    assert_eq!(
+        h.kind(mkdir_as("/a", true, 0o10755, "", "")),
+        InvalidArgument
+    );
+    h.ok(mkdir_as("/a", false, 0o7777, "", ""));
+    assert_eq!(h.ino("/a").attrs.mode, 0o7777);
+}
+
+#[test]
+fn mkdir_refuses_an_owner_or_group_longer_than_255_bytes() {
+    let mut h = Harness::new();
+    let long = "o".repeat(256);
+    assert_eq!(
+        h.kind(mkdir_as("/a", false, 0o755, &long, "")),
+        InvalidArgument
+    );
+    assert_eq!(
+        h.kind(mkdir_as("/a", true, 0o755, "", &long)),
+        InvalidArgument
+    );
+    h.ok(mkdir_as("/a", false, 0o755, &long[1..], &long[1..]));
+    assert_eq!(h.ino("/a").attrs.owner.len(), 255);
+}
+
+// ---------------------------------------------------------------------------
+// create
+// ---------------------------------------------------------------------------
+
+#[test]
+fn create_makes_an_empty_incomplete_file_and_leaves_its_parent_alone() {
+    let mut h = Harness::new();
+    h.ok(mkdir("/d"));
+    let parent = h.ino("/d");
+    let cmd = Command::Create {
+        path: "/d/f".into(),
+        parents: false,
+        mode: 0o600,
+        owner: "alice".into(),
+        group: "staff".into(),
+        block_size: 4096,
+    };
+    let ev = h.ok(cmd);
+    let t = T0 + 1000;
+    let mut attrs = file_attrs(t, 0o600, "alice", "staff");
+    attrs.block_size = 4096;
+    assert_eq!(ev, vec![created(3, parent.id, "/d/f", attrs.clone())]);
+    assert_eq!(h.ino("/d/f").attrs, attrs);
+    assert_eq!(h.ino("/d"), parent);
+}
+
+#[test]
+fn create_of_a_taken_name_is_already_exists() {
+    let mut h = Harness::new();
+    h.ok(mkdir("/a"));
+    h.ok(create("/f"));
+    assert_eq!(h.refused_at(create("/f")), (AlreadyExists, "/f".into()));
+    assert_eq!(h.refused_at(create_p("/f")), (AlreadyExists, "/f".into()));
+    assert_eq!(h.refused_at(create("/a")), (AlreadyExists, "/a".into()));
+    assert_eq!(h.refused_at(create("/")), (AlreadyExists, "/".into()));
+    assert_eq!(h.refused_at(create_p("/")), (AlreadyExists, "/".into()));
+}
+
+#[test]
+fn create_without_parents_needs_the_parent() {
+    let mut h = Harness::new();
+    assert_eq!(h.refused_at(create("/a/b/f")), (NotFound, "/a".into()));
+    h.ok(mkdir("/a"));
+    assert_eq!(h.refused_at(create("/a/b/f")), (NotFound, "/a/b".into()));
+}
+
+#[test]
+fn create_with_parents_makes_the_missing_directories_0o755_then_the_file() {
+    let mut h = Harness::new();
+    h.ok(mkdir("/a"));
+    let ev = h.ok(create_as("/a/b/c/f", true, 0o640, "alice", "staff"));
+    let t = T0 + 1000;
+    let dirs = dir_attrs(t, 0o755, "alice", "staff");
+    assert_eq!(
+        ev,
+        vec![
+            created(3, 2, "/a/b", dirs.clone()),
+            created(4, 3, "/a/b/c", dirs),
+            created(5, 4, "/a/b/c/f", file_attrs(t, 0o640, "alice", "staff")),
+        ]
+    );
+    // With every directory there, only the file.
+    let ev = h.ok(create_p("/a/b/g"));
+    assert_eq!(
+        ev,
+        vec![created(
+            6,
+            3,
+            "/a/b/g",
+            file_attrs(T0 + 2000, 0o644, "", "")
+        )]
+    );
+}
+
+#[test]
+fn create_under_a_file_is_not_a_directory() {
+    let mut h = Harness::new();
+    h.ok(create("/f"));
+    assert_eq!(h.refused_at(create("/f/g")), (NotADirectory, "/f".into()));
+    assert_eq!(
+        h.refused_at(create_p("/f/x/g")),
+        (NotADirectory, "/f".into())
+    );
+}
+
+#[test]
+fn create_refuses_a_bad_mode_or_owner() {
+    let mut h = Harness::new();
+    assert_eq!(
+        h.kind(create_as("/f", false, 0o20644, "", "")),
+        InvalidArgument
+    );
+    let long = "g".repeat(256);
+    assert_eq!(
+        h.kind(create_as("/f", true, 0o644, "", &long)),
+        InvalidArgument
+    );
+    assert_eq!(h.tree(), Vec::<String>::new());
+}
+
+// ---------------------------------------------------------------------------
+// complete
+// ---------------------------------------------------------------------------
+
+#[test]
+fn complete_sets_the_size_the_flag_and_the_mtime() {
+    let mut h = Harness::new();
+    h.ok(create("/f"));
+    let f = h.ino("/f");
+    let ev = h.ok(complete("/f/", 4096));
+    let mut new = f.attrs.clone();
+    new.size = 4096;
+    new.complete = true;
+    new.mtime_ms = T0 + 1000;
+    assert_eq!(ev, vec![Event::Complete(update(&f, "/f", new.clone()))]);
+    assert_eq!(h.ino("/f").attrs, new);
+    assert_eq!(h.ino("/f").attrs.ctime_ms, T0);
+}
+
+#[test]
+fn complete_again_with_the_same_size_is_a_noop_and_with_another_refused() {
+    let mut h = Harness::new();
+    h.ok(create("/f"));
+    h.ok(complete("/f", 10));
+    h.noop(complete("/f", 10));
+    assert_eq!(h.kind(complete("/f", 11)), InvalidArgument);
+    // After a set_size the size to repeat is the new one.
+    h.ok(set_size("/f", 20));
+    h.noop(complete("/f", 20));
+    assert_eq!(h.kind(complete("/f", 10)), InvalidArgument);
+    assert_eq!(h.seq, 3);
+}
+
+#[test]
+fn complete_of_a_directory_is_is_a_directory() {
+    let mut h = Harness::new();
+    h.ok(mkdir("/d"));
+    assert_eq!(h.refused_at(complete("/d", 0)), (IsADirectory, "/d".into()));
+    assert_eq!(h.refused_at(complete("/", 0)), (IsADirectory, "/".into()));
+}
+
+#[test]
+fn complete_of_a_missing_path_is_not_found_and_under_a_file_not_a_directory() {
+    let mut h = Harness::new();
+    h.ok(create("/f"));
+    assert_eq!(h.refused_at(complete("/g", 1)), (NotFound, "/g".into()));
+    assert_eq!(
+        h.refused_at(complete("/f/g", 1)),
+        (NotADirectory, "/f".into())
+    );
+    assert_eq!(h.refused_at(complete("/d/e/g", 1)), (NotFound, "/d".into()));
+}
+
+// ---------------------------------------------------------------------------
+// set_size
+// ---------------------------------------------------------------------------
+
+#[test]
+fn set_size_changes_the_size_and_mtime_and_keeps_the_completeness() {
+    let mut h = Harness::new();
+    h.ok(create("/f"));
+    let f = h.ino("/f");
+    let ev = h.ok(set_size("/f", 7));
+    let mut new = f.attrs.clone();
+    new.size = 7;
+    new.mtime_ms = T0 + 1000;
+    assert_eq!(ev, vec![Event::SetSize(update(&f, "/f", new.clone()))]);
+    assert!(!h.ino("/f").attrs.complete);
+
+    h.ok(complete("/f", 7));
+    let ev = h.ok(set_size("/f", 3));
+    let Event::SetSize(u) = &ev[0] else {
+        panic!("{ev:?}")
+    };
+    assert!(u.new.complete && u.old.complete);
+    assert_eq!((u.old.size, u.new.size), (7, 3));
+}
+
+#[test]
+fn set_size_to_the_same_size_still_logs_a_new_mtime() {
+    let mut h = Harness::new();
+    h.ok(create("/f"));
+    let f = h.ino("/f");
+    let ev = h.ok(set_size("/f", 0));
+    let mut new = f.attrs.clone();
+    new.mtime_ms = T0 + 1000;
+    assert_eq!(ev, vec![Event::SetSize(update(&f, "/f", new))]);
+}
+
+#[test]
+fn set_size_of_a_directory_is_is_a_directory() {
+    let mut h = Harness::new();
+    h.ok(mkdir("/d"));
+    assert_eq!(h.refused_at(set_size("/d", 1)), (IsADirectory, "/d".into()));
+    assert_eq!(h.refused_at(set_size("/", 1)), (IsADirectory, "/".into()));
+    assert_eq!(h.refused_at(set_size("/e", 1)), (NotFound, "/e".into()));
+}
+
+// ---------------------------------------------------------------------------
+// set_attr
+// ---------------------------------------------------------------------------
+
+#[test]
+fn set_attr_changes_only_what_is_given_and_not_the_mtime() {
+    let mut h = Harness::new();
+    h.ok(create_as("/f", false, 0o644, "alice", "staff"));
+    let f = h.ino("/f");
+    let ev = h.ok(chmod("/f", 0o600));
+    let mut new = f.attrs.clone();
+    new.mode = 0o600;
+    assert_eq!(ev, vec![Event::SetAttr(update(&f, "/f", new.clone()))]);
+    assert_eq!(h.ino("/f").attrs.mtime_ms, T0);
+
+    let f = h.ino("/f");
+    let ev = h.ok(chown("/f", None, Some("ml")));
+    new.group = "ml".into();
+    assert_eq!(ev, vec![Event::SetAttr(update(&f, "/f", new.clone()))]);
+    assert_eq!(h.ino("/f").attrs, new);
+}
+
+#[test]
+fn set_attr_mtime_takes_the_callers_value_even_an_earlier_one() {
+    let mut h = Harness::new();
+    h.ok(mkdir("/d"));
+    let d = h.ino("/d");
+    let ev = h.ok(touch("/d", 5));
+    let mut new = d.attrs.clone();
+    new.mtime_ms = 5;
+    assert_eq!(ev, vec![Event::SetAttr(update(&d, "/d", new))]);
+    assert_eq!(h.ino("/d").attrs.mtime_ms, 5);
+    assert_eq!(h.ino("/d").attrs.ctime_ms, T0);
+}
+
+#[test]
+fn set_attr_that_changes_nothing_is_a_noop() {
+    let mut h = Harness::new();
+    h.ok(create_as("/f", false, 0o644, "alice", "staff"));
+    h.noop(chmod("/f", 0o644));
+    h.noop(chown("/f", Some("alice"), Some("staff")));
+    h.noop(chown("/f", None, None));
+    h.noop(touch("/f", T0));
+    assert_eq!(h.seq, 1);
+}
+
+#[test]
+fn set_attr_of_the_root_is_allowed() {
+    let mut h = Harness::new();
+    let root = h.ino("/");
+    let ev = h.ok(chmod("/", 0o700));
+    let mut new = root.attrs.clone();
+    new.mode = 0o700;
+    assert_eq!(
+        ev,
+        vec![Event::SetAttr(Update {
+            id: ROOT_ID,
+            parent: 0,
+            name: String::new(),
+            path: "/".into(),
+            old: root.attrs,
+            new,
+        })]
+    );
+    assert_eq!(h.ino("/").attrs.mode, 0o700);
+}
+
+#[test]
+fn set_attr_to_the_empty_owner_clears_it() {
+    let mut h = Harness::new();
+    h.ok(create_as("/f", false, 0o644, "alice", "staff"));
+    h.ok(chown("/f", Some(""), Some("")));
+    let a = h.ino("/f").attrs;
+    assert_eq!((a.owner.as_str(), a.group.as_str()), ("", ""));
+}
+
+#[test]
+fn set_attr_refuses_a_bad_mode_a_long_owner_and_a_missing_path() {
+    let mut h = Harness::new();
+    h.ok(create("/f"));
+    assert_eq!(h.kind(chmod("/f", 0o17777)), InvalidArgument);
+    let long = "x".repeat(256);
+    assert_eq!(h.kind(chown("/f", Some(&long), None)), InvalidArgument);
+    assert_eq!(h.kind(chown("/f", None, Some(&long))), InvalidArgument);
+    assert_eq!(h.refused_at(chmod("/g", 0o600)), (NotFound, "/g".into()));
+    assert_eq!(
+        h.refused_at(chmod("/f/g", 0o600)),
+        (NotADirectory, "/f".into())
+    );
+}
+
+// ---------------------------------------------------------------------------
+// Owner and group dictionaries
+// ---------------------------------------------------------------------------
+
+#[test]
+fn owners_and_groups_are_interned_in_event_order_and_stored() {
+    let mut h = Harness::new();
+    h.ok(mkdir_as("/a", false, 0o755, "alice", "staff"));
+    h.ok(create_as("/a/f", false, 0o644, "bob", "staff"));
+    let dict = |key| Dict::decode(&h.index.inodes[&inode_key(key)[..]]).unwrap();
+    let (owners, groups) = (dict(OWNER_DICT_KEY), dict(GROUP_DICT_KEY));
+    assert_eq!(
+        (owners.id_of("alice"), owners.id_of("bob")),
+        (Some(1), Some(2))
+    );
+    assert_eq!((groups.len(), groups.id_of("staff")), (1, Some(1)));
+    let e = InodeEntry::decode(&h.index.inodes[&inode_key(h.id("/a/f"))[..]]).unwrap();
+    assert_eq!((e.owner_id, e.group_id), (2, 1));
+    assert_eq!(h.engine.state.dicts.owners, owners);
+}
+
+#[test]
+fn a_full_owner_dictionary_refuses_new_owners_only() {
+    let mut h = Harness::new();
+    // 255 distinct owners fill it.
+    for i in 0..255 {
+        h.ok(mkdir_as(
+            &format!("/d{i}"),
+            false,
+            0o755,
+            &format!("u{i}"),
+            "",
+        ));
+    }
+    let e = h.refused(mkdir_as("/x", false, 0o755, "new", ""));
+    assert!(matches!(e, Error::DictionaryFull(DictKind::Owner)), "{e:?}");
+    let e = h.refused(create_as("/x", true, 0o644, "new", ""));
+    assert!(matches!(e, Error::DictionaryFull(DictKind::Owner)), "{e:?}");
+    assert_eq!(h.kind(chown("/d0", Some("new"), None)), DictionaryFull);
+    // Known owners, the empty one and the other dictionary still work.
+    h.ok(mkdir_as("/x", false, 0o755, "u7", "g"));
+    h.ok(create_as("/y", false, 0o644, "", "h"));
+    h.ok(chown("/d0", Some("u1"), None));
+}
+
+#[test]
+fn a_group_sees_the_dictionary_entries_of_its_earlier_commands() {
+    let mut h = Harness::new();
+    for i in 0..254 {
+        h.ok(mkdir_as(
+            &format!("/d{i}"),
+            false,
+            0o755,
+            "",
+            &format!("g{i}"),
+        ));
+    }
+    let ran = h.run_group(vec![
+        mkdir_as("/x", false, 0o755, "", "last"),
+        mkdir_as("/y", false, 0o755, "", "one-too-many"),
+        mkdir_as("/z", false, 0o755, "", "last"),
+    ]);
+    assert!(matches!(ran[0], Ran::Applied(_)));
+    assert!(
+        matches!(ran[1], Ran::Refused(Error::DictionaryFull(DictKind::Group))),
+        "{ran:?}"
+    );
+    assert!(matches!(ran[2], Ran::Applied(_)));
+    assert_eq!(h.engine.state.dicts.groups.len(), 255);
+}
+
+// ---------------------------------------------------------------------------
+// delete
+// ---------------------------------------------------------------------------
+
+#[test]
+fn delete_of_a_file_logs_its_attributes() {
+    let mut h = Harness::new();
+    h.ok(mkdir("/d"));
+    h.ok(create_as("/d/f", false, 0o600, "alice", "ml"));
+    h.ok(complete("/d/f", 99));
+    let f = h.ino("/d/f");
+    let ev = h.ok(rm("/d/f/"));
+    assert_eq!(ev, vec![deleted(&f, "/d/f")]);
+    assert!(h.missing("/d/f"));
+    assert_eq!(h.ls("/d"), Vec::<String>::new());
+}
+
+#[test]
+fn delete_of_an_empty_directory() {
+    let mut h = Harness::new();
+    h.ok(mkdir_p("/a/b"));
+    let b = h.ino("/a/b");
+    assert_eq!(h.ok(rm("/a/b")), vec![deleted(&b, "/a/b")]);
+    assert_eq!(h.tree(), ["/a"]);
+}
+
+#[test]
+fn delete_of_a_non_empty_directory_needs_recursive() {
+    let mut h = Harness::new();
+    h.ok(create_p("/a/b/f"));
+    assert_eq!(h.refused_at(rm("/a")), (NotEmpty, "/a".into()));
+    assert_eq!(h.refused_at(rm("/a/b/")), (NotEmpty, "/a/b".into()));
+    h.ok(rm_r("/a"));
+    assert_eq!(h.tree(), Vec::<String>::new());
+}
+
+#[test]
+fn delete_recursive_is_post_order_with_siblings_in_byte_order() {
+    let mut h = Harness::new();
+    for c in [
+        mkdir("/d"),
+        mkdir("/d/b"),
+        mkdir("/d/a"),
+        create("/d/a/y"),
+        create("/d/a/x"),
+        create("/d/c"),
+        create("/d/B"),
+        create("/e"),
+    ] {
+        h.ok(c);
+    }
+    let order = ["/d/B", "/d/a/x", "/d/a/y", "/d/a", "/d/b", "/d/c", "/d"];
+    let expected: Vec<Event> = order.iter().map(|p| deleted(&h.ino(p), p)).collect();
+    assert_eq!(h.ok(rm_r("/d")), expected);
+    assert_eq!(h.tree(), ["/e"]);
+}
+
+#[test]
+fn delete_recursive_of_a_file_or_an_empty_directory_is_one_event() {
+    let mut h = Harness::new();
+    h.ok(create("/f"));
+    h.ok(mkdir("/d"));
+    let (f, d) = (h.ino("/f"), h.ino("/d"));
+    assert_eq!(h.ok(rm_r("/f")), vec![deleted(&f, "/f")]);
+    assert_eq!(h.ok(rm_r("/d")), vec![deleted(&d, "/d")]);
+}
+
+#[test]
+fn delete_of_the_root_is_invalid() {
+    let mut h = Harness::new();
+    h.ok(mkdir("/a"));
+    assert_eq!(h.kind(rm("/")), InvalidArgument);
+    assert_eq!(h.kind(rm_r("/")), InvalidArgument);
+    assert_eq!(h.tree(), ["/a"]);
+}
+
+#[test]
+fn delete_of_a_missing_path_is_not_found_and_under_a_file_not_a_directory() {
+    let mut h = Harness::new();
+    h.ok(create("/f"));
+    assert_eq!(h.refused_at(rm("/g")), (NotFound, "/g".into()));
+    assert_eq!(h.refused_at(rm_r("/g/h")), (NotFound, "/g".into()));
+    assert_eq!(h.refused_at(rm("/f/h")), (NotADirectory, "/f".into()));
+}
+
+#[test]
+fn delete_recursive_removes_at_most_max_delete_inodes() {
+    let mut h = Harness::new();
+    h.engine.max_delete_inodes = 3;
+    for c in [
+        create_p("/ok/a"),
+        create_p("/ok/b"),
+        create_p("/big/a/x"),
+        create_p("/big/b"),
+    ] {
+        h.ok(c);
+    }
+    // /big holds 4 inodes, one of them under a subdirectory.
+    let e = h.refused(rm_r("/big"));
+    assert_eq!(e.kind(), InvalidArgument);
+    assert!(e.to_string().contains("more than 3 inodes"), "{e}");
+    // 3 inodes: exactly the limit.
+    assert_eq!(h.ok(rm_r("/ok")).len(), 3);
+    h.ok(rm_r("/big/a"));
+    assert_eq!(h.ok(rm_r("/big")).len(), 2);
+
+    h.engine.max_delete_inodes = 1;
+    h.ok(create_p("/d/f"));
+    assert_eq!(h.kind(rm_r("/d")), InvalidArgument);
+    h.ok(rm("/d/f"));
+    h.ok(rm_r("/d"));
+}
+
+#[test]
+fn delete_recursive_is_refused_when_its_record_would_pass_max_record_bytes() {
+    let name = "n".repeat(200);
+    let build = |h: &mut Harness| {
+        h.ok(mkdir("/d"));
+        for i in 0..4 {
+            h.ok(create(&format!("/d/{i}{name}")));
+        }
+    };
+    // The engine's bound on the record: each event's strings plus 96.
+    let mut probe = Harness::new();
+    build(&mut probe);
+    let mut bound = "/d".len() + "d".len() + EVENT_FIXED_BYTES;
+    for i in 0..4 {
+        let n = format!("{i}{name}");
+        bound += "/d/".len() + 2 * n.len() + EVENT_FIXED_BYTES;
+    }
+    // The bound holds the exact size.
+    let exact = postcard::to_allocvec(&probe.ok(rm_r("/d"))).unwrap().len();
+    assert!(exact <= bound, "{exact} > {bound}");
+
+    let mut h = Harness::new();
+    build(&mut h);
+    h.engine.max_record_bytes = bound - 1;
+    let e = h.refused(rm_r("/d"));
+    assert_eq!(e.kind(), InvalidArgument);
+    assert!(e.to_string().contains("log record"), "{e}");
+    h.engine.max_record_bytes = bound;
+    assert_eq!(h.ok(rm_r("/d")).len(), 5);
+}
+
+// ---------------------------------------------------------------------------
+// rename
+// ---------------------------------------------------------------------------
+
+#[test]
+fn rename_of_a_file_to_another_directory_keeps_its_id_and_attributes() {
+    let mut h = Harness::new();
+    h.ok(mkdir("/a"));
+    h.ok(mkdir("/b"));
+    h.ok(create("/a/f"));
+    let (f, b) = (h.ino("/a/f"), h.id("/b"));
+    let ev = h.ok(mv("/a/f", "/b/g/"));
+    assert_eq!(ev, vec![renamed(&f, "/a/f", b, "/b/g")]);
+    assert!(h.missing("/a/f"));
+    let g = h.ino("/b/g");
+    assert_eq!((g.id, g.parent, g.name.as_str()), (f.id, b, "g"));
+    // Times are not touched, neither the file's nor its directories'.
+    assert_eq!(g.attrs, f.attrs);
+    assert_eq!(h.ino("/a").attrs.mtime_ms, T0);
+}
+
+#[test]
+fn rename_within_a_directory() {
+    let mut h = Harness::new();
+    h.ok(create("/f"));
+    let f = h.ino("/f");
+    assert_eq!(h.ok(mv("/f", "/g")), vec![renamed(&f, "/f", ROOT_ID, "/g")]);
+    assert_eq!(h.tree(), ["/g"]);
+}
+
+#[test]
+fn rename_of_a_directory_moves_its_subtree_with_one_event() {
+    let mut h = Harness::new();
+    h.ok(create_p("/a/b/c/f"));
+    h.ok(mkdir("/z"));
+    let ids: Vec<u64> = ["/a/b", "/a/b/c", "/a/b/c/f"]
+        .iter()
+        .map(|p| h.id(p))
+        .collect();
+    let b = h.ino("/a/b");
+    let ev = h.ok(mv("/a/b", "/z/y"));
+    assert_eq!(ev, vec![renamed(&b, "/a/b", h.id("/z"), "/z/y")]);
+    assert_eq!(h.tree(), ["/a", "/z", "/z/y", "/z/y/c", "/z/y/c/f"]);
+    let moved: Vec<u64> = ["/z/y", "/z/y/c", "/z/y/c/f"]
+        .iter()
+        .map(|p| h.id(p))
+        .collect();
+    assert_eq!(moved, ids);
+    assert_eq!(
+        path_of(&h.index, &h.engine.state.dicts, ids[2]).unwrap(),
+        "/z/y/c/f"
+    );
+}
+
+#[test]
+fn rename_onto_itself_is_a_noop_once_the_source_exists() {
+    let mut h = Harness::new();
+    h.ok(create_p("/a/f"));
+    h.noop(mv("/a/f", "/a/f"));
+    h.noop(mv("/a", "/a/"));
+    h.noop(mv_over("/a/f/", "/a/f"));
+    assert_eq!(h.refused_at(mv("/a/g", "/a/g")), (NotFound, "/a/g".into()));
+    assert_eq!(h.seq, 1);
+}
+
+#[test]
+fn rename_needs_the_source_and_the_destination_directory() {
+    let mut h = Harness::new();
+    h.ok(mkdir("/a"));
+    h.ok(create("/f"));
+    assert_eq!(h.refused_at(mv("/x", "/y")), (NotFound, "/x".into()));
+    assert_eq!(h.refused_at(mv("/a", "/x/y")), (NotFound, "/x".into()));
+    assert_eq!(h.refused_at(mv("/a", "/f/y")), (NotADirectory, "/f".into()));
+    assert_eq!(
+        h.refused_at(mv("/a", "/f/y/z")),
+        (NotADirectory, "/f".into())
+    );
+    // A file cannot go under itself either: it is no directory.
+    assert_eq!(h.refused_at(mv("/f", "/f/g")), (NotADirectory, "/f".into()));
+}
+
+#[test]
+fn rename_of_or_onto_the_root_is_invalid() {
+    let mut h = Harness::new();
+    h.ok(mkdir("/a"));
+    assert_eq!(h.kind(mv("/", "/b")), InvalidArgument);
+    assert_eq!(h.kind(mv("/a", "/")), InvalidArgument);
+    assert_eq!(h.kind(mv_over("/a", "/")), InvalidArgument);
+    assert_eq!(h.kind(mv("/", "/")), InvalidArgument);
+}
+
+#[test]
+fn rename_of_a_directory_under_itself_is_invalid() {
+    let mut h = Harness::new();
+    h.ok(mkdir_p("/a/b"));
+    assert_eq!(h.kind(mv("/a", "/a/c")), InvalidArgument);
+    assert_eq!(h.kind(mv("/a", "/a/b/c")), InvalidArgument);
+    assert_eq!(h.kind(mv_over("/a", "/a/b")), InvalidArgument);
+    // A sibling sharing its prefix is not under it.
+    h.ok(mkdir("/ab"));
+    h.ok(mv("/a", "/ab/a"));
+    assert_eq!(h.tree(), ["/ab", "/ab/a", "/ab/a/b"]);
+}
+
+#[test]
+fn rename_onto_an_existing_name_needs_overwrite() {
+    let mut h = Harness::new();
+    for c in [create("/f"), create("/g"), mkdir("/d"), mkdir("/e")] {
+        h.ok(c);
+    }
+    assert_eq!(h.refused_at(mv("/f", "/g")), (AlreadyExists, "/g".into()));
+    assert_eq!(h.refused_at(mv("/d", "/e")), (AlreadyExists, "/e".into()));
+    assert_eq!(h.refused_at(mv("/f", "/e")), (AlreadyExists, "/e".into()));
+    assert_eq!(h.refused_at(mv("/d", "/g")), (AlreadyExists, "/g".into()));
+}
+
+#[test]
+fn rename_overwrite_of_a_file_deletes_it_then_renames() {
+    let mut h = Harness::new();
+    h.ok(create("/f"));
+    h.ok(mkdir("/d"));
+    h.ok(create("/d/g"));
+    h.ok(complete("/d/g", 5));
+    let (f, g, d) = (h.ino("/f"), h.ino("/d/g"), h.id("/d"));
+    let ev = h.ok(mv_over("/f", "/d/g"));
+    assert_eq!(ev, vec![deleted(&g, "/d/g"), renamed(&f, "/f", d, "/d/g")]);
+    assert_eq!(h.id("/d/g"), f.id);
+    assert_eq!(h.tree(), ["/d", "/d/g"]);
+    assert_eq!(
+        get_inode(&h.index, &h.engine.state.dicts, g.id).unwrap(),
+        None
+    );
+}
+
+#[test]
+fn rename_overwrite_of_an_empty_directory_deletes_it_then_renames() {
+    let mut h = Harness::new();
+    h.ok(create_p("/a/f"));
+    h.ok(mkdir("/b"));
+    let (a, b) = (h.ino("/a"), h.ino("/b"));
+    let ev = h.ok(mv_over("/a", "/b"));
+    assert_eq!(
+        ev,
+        vec![deleted(&b, "/b"), renamed(&a, "/a", ROOT_ID, "/b")]
+    );
+    assert_eq!(h.tree(), ["/b", "/b/f"]);
+}
+
+#[test]
+fn rename_overwrite_with_nothing_to_replace_is_a_plain_rename() {
+    let mut h = Harness::new();
+    h.ok(create("/f"));
+    let f = h.ino("/f");
+    assert_eq!(
+        h.ok(mv_over("/f", "/g")),
+        vec![renamed(&f, "/f", ROOT_ID, "/g")]
+    );
+}
+
+#[test]
+fn rename_overwrite_refuses_other_kinds_and_non_empty_directories() {
+    let mut h = Harness::new();
+    for c in [create("/f"), mkdir("/d"), mkdir("/full"), create("/full/x")] {
+        h.ok(c);
+    }
+    assert_eq!(
+        h.refused_at(mv_over("/f", "/d")),
+        (IsADirectory, "/d".into())
+    );
+    assert_eq!(
+        h.refused_at(mv_over("/d", "/f")),
+        (NotADirectory, "/f".into())
+    );
+    assert_eq!(
+        h.refused_at(mv_over("/d", "/full")),
+        (NotEmpty, "/full".into())
+    );
+    // Replacing one's own parent: it is not empty (or not a file).
+    assert_eq!(
+        h.refused_at(mv_over("/full/x", "/full")),
+        (IsADirectory, "/full".into())
+    );
+    h.ok(mkdir("/full/sub"));
+    h.ok(rm("/full/x"));
+    assert_eq!(
+        h.refused_at(mv_over("/full/sub", "/full")),
+        (NotEmpty, "/full".into())
+    );
+}
+
+#[test]
+fn moving_a_directory_is_refused_when_a_path_under_it_would_pass_4096_bytes() {
+    let mut h = Harness::new();
+    let long = "x".repeat(255);
+    // 15 components of 256 bytes each: 3840 bytes.
+    let base: String = (0..15).map(|_| format!("/{long}")).collect();
+    h.ok(mkdir_p(&base));
+    // The deepest path under /s is 200 bytes below it.
+    let deep = format!("/d/{}", "c".repeat(197));
+    h.ok(create_p(&format!("/s{deep}")));
+    // 3840 + 57 + 200 = 4096 + 1.
+    let too_far = format!("{base}/{}", "m".repeat(56));
+    let e = h.refused(mv("/s", &too_far));
+    assert_eq!(e.kind(), InvalidArgument);
+    assert!(e.to_string().contains("4097 bytes"), "{e}");
+    // 4096 exactly: allowed, and the deepest path still resolves.
+    let just = format!("{base}/{}", "m".repeat(55));
+    h.ok(mv("/s", &just));
+    assert_eq!(format!("{just}{deep}").len(), path::MAX_PATH_LEN);
+    assert!(h.stat(&format!("{just}{deep}")).is_ok());
+}
+
+#[test]
+fn a_move_that_lengthens_paths_walks_at_most_max_delete_inodes() {
+    let mut h = Harness::new();
+    h.engine.max_delete_inodes = 2;
+    for c in [
+        create_p("/s/1"),
+        create_p("/s/2"),
+        create_p("/t/1"),
+        create_p("/t/2"),
+    ] {
+        h.ok(c);
+    }
+    h.ok(create("/t/3"));
+    // Two inodes under /s: walked. Three under /t: refused...
+    h.ok(mv("/s", "/ss"));
+    let e = h.refused(mv("/t", "/tt"));
+    assert_eq!(e.kind(), InvalidArgument);
+    assert!(e.to_string().contains("more than 2 inodes"), "{e}");
+    // ... unless its paths do not grow.
+    h.ok(mv("/t", "/u"));
+    h.ok(mv("/u", "/t"));
+    assert_eq!(
+        h.tree(),
+        ["/ss", "/ss/1", "/ss/2", "/t", "/t/1", "/t/2", "/t/3"]
+    );
+}
+
+// ---------------------------------------------------------------------------
+// Names and paths, for every command
+// ---------------------------------------------------------------------------
+
+#[test]
+fn every_command_refuses_bad_paths_and_names() {
+    let long_name = format!("/{}", "x".repeat(256));
+    let long_path: String = (0..17).map(|_| format!("/{}", "y".repeat(240))).collect();
+    assert_eq!(long_path.len(), path::MAX_PATH_LEN + 1);
+    let bad = [
+        ("", InvalidPath),
+        ("a/b", InvalidPath),
+        ("/a//b", InvalidPath),
+        ("/a/b//", InvalidPath),
+        (long_path.as_str(), InvalidPath),
+        ("/a/./b", InvalidName),
+        ("/..", InvalidName),
+        ("/a\0b", InvalidName),
+        (long_name.as_str(), InvalidName),
+    ];
+    let mut h = Harness::new();
+    h.ok(mkdir("/a"));
+    for (p, kind) in bad {
+        for cmd in [
+            mkdir(p),
+            mkdir_p(p),
+            create(p),
+            create_p(p),
+            complete(p, 1),
+            set_size(p, 1),
+            chmod(p, 0o600),
+            rm(p),
+            rm_r(p),
+            mv(p, "/z"),
+            mv("/a", p),
+            mv_over(p, p),
+        ] {
+            assert_eq!(h.kind(cmd.clone()), kind, "{cmd:?}");
+        }
+    }
+    assert_eq!(h.tree(), ["/a"]);
+}
+
+#[test]
+fn names_and_paths_at_their_limits_are_accepted() {
+    let mut h = Harness::new();
+    let name = "é".repeat(127); // 254 bytes
+    h.ok(mkdir(&format!("/{name}x")));
+    let long: String = (0..16).map(|_| format!("/{}", "y".repeat(255))).collect();
+    assert_eq!(long.len(), path::MAX_PATH_LEN);
+    assert_eq!(h.ok(create_p(&long)).len(), 16);
+    assert!(h.stat(&long).is_ok());
+}
+
+// ---------------------------------------------------------------------------
+// Groups, ids, records
+// ---------------------------------------------------------------------------
+
+#[test]
+fn a_group_sees_its_earlier_commands() {
+    let mut h = Harness::new();
+    let ran = h.run_group(vec![
+        mkdir("/a"),
+        create("/a/f"),
+        rm("/a"),
+        mv("/a/f", "/a/g"),
+        complete("/a/g", 10),
+        mkdir_p("/a"),
+    ]);
+    let kinds: Vec<&str> = ran
+        .iter()
+        .map(|r| match r {
+            Ran::Applied(_) => "applied",
+            Ran::NoOp => "noop",
+            Ran::Refused(e) => e.kind().as_str(),
+        })
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "applied",
+            "applied",
+            "not_empty",
+            "applied",
+            "applied",
+            "noop"
+        ]
+    );
+    assert_eq!(h.seq, 4);
+    let g = h.ino("/a/g");
+    assert_eq!((g.id, g.attrs.size, g.attrs.complete), (3, 10, true));
+}
+
+#[test]
+fn a_refused_command_takes_no_id_from_its_group() {
+    let mut h = Harness::new();
+    let ran = h.run_group(vec![mkdir("/a"), mkdir("/a"), create("/x/y"), mkdir("/b")]);
+    assert!(matches!(&ran[1], Ran::Refused(Error::AlreadyExists(_))));
+    assert!(matches!(&ran[2], Ran::Refused(Error::NotFound(_))));
+    assert_eq!((h.id("/a"), h.id("/b")), (2, 3));
+    assert_eq!(h.seq, 2);
+}
+
+#[test]
+fn all_events_of_a_group_take_its_time() {
+    let mut h = Harness::new();
+    let ran = h.run_group(vec![create("/f"), set_size("/f", 1), chmod("/f", 0o600)]);
+    let mut times = Vec::new();
+    for r in &ran {
+        match r {
+            Ran::Applied(ev) => match &ev[0] {
+                Event::Create { attrs, .. } => times.push(attrs.mtime_ms),
+                Event::SetSize(u) | Event::SetAttr(u) => times.push(u.new.mtime_ms),
+                other => panic!("{other:?}"),
+            },
+            other => panic!("{other:?}"),
+        }
+    }
+    assert_eq!(times, [T0, T0, T0]);
+    h.ok(set_size("/f", 2));
+    assert_eq!(h.ino("/f").attrs.mtime_ms, T0 + 1000);
+}
+
+#[test]
+fn ids_reserve_blocks_of_1000_and_a_restart_skips_the_rest() {
+    let mut h = Harness::new();
+    h.ok(mkdir("/a"));
+    // Id 2 crossed the initial bound: the next block is reserved.
+    assert_eq!(h.engine.state.id_bound, 2 + ID_BLOCK);
+    h.ok(mkdir("/b"));
+    assert_eq!(h.id("/b"), 3);
+    h.restart();
+    let ev = h.ok(mkdir("/c"));
+    assert_eq!(
+        ev,
+        vec![created(
+            1002,
+            ROOT_ID,
+            "/c",
+            dir_attrs(T0 + 2000, 0o755, "", "")
+        )]
+    );
+    assert_eq!(h.engine.state.id_bound, 1002 + ID_BLOCK);
+    h.ok(mkdir("/d"));
+    assert_eq!(h.id("/d"), 1003);
+}
+
+#[test]
+fn ids_are_refused_once_exhausted() {
+    let mut h = Harness::new();
+    h.engine.state.next_id = MAX_INODE_ID;
+    assert_eq!(h.kind(mkdir("/a")), InvalidArgument);
+    h.engine.state.next_id = MAX_INODE_ID - 1;
+    // Two ids do not fit.
+    assert_eq!(h.kind(mkdir_p("/a/b")), InvalidArgument);
+    assert_eq!(h.kind(create_p("/a/f")), InvalidArgument);
+    assert_eq!(h.tree(), Vec::<String>::new());
+}
+
+#[test]
+fn a_multi_event_command_is_refused_when_its_record_passes_max_record_bytes() {
+    let cmd = mkdir_p("/a/b/c");
+    let events = Harness::new().ok(cmd.clone());
+    let size = postcard::to_allocvec(&events).unwrap().len();
+
+    let mut h = Harness::new();
+    h.engine.max_record_bytes = size - 1;
+    // Run by hand: the refused chain may have used up its ids.
+    let mut ov = Overlay::new(&h.index);
+    match h.engine.execute(&cmd, &mut ov, h.now) {
+        Executed::Refused(e) => {
+            assert_eq!(e.kind(), InvalidArgument);
+            assert!(e.to_string().contains(&format!("{size} bytes")), "{e}");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(ov.writes().is_empty());
+    drop(ov);
+    assert_eq!(
+        h.engine.state.dicts,
+        EngineState::load(&h.index).unwrap().dicts
+    );
+    h.engine.max_record_bytes = size;
+    assert_eq!(h.ok(cmd).len(), 3);
+    assert_eq!(h.tree(), ["/a", "/a/b", "/a/b/c"]);
+}
+
+#[test]
+fn a_single_event_is_never_refused_for_its_size() {
+    let mut h = Harness::new();
+    h.engine.max_record_bytes = 1;
+    h.ok(mkdir("/a"));
+    h.ok(create("/a/f"));
+    h.ok(set_size("/a/f", 3));
+    h.ok(chmod("/a/f", 0o600));
+    h.ok(complete("/a/f", 3));
+    h.ok(mv("/a/f", "/g"));
+    // Two events are measured.
+    h.ok(create("/h"));
+    assert_eq!(h.kind(mv_over("/g", "/h")), InvalidArgument);
+}
+
+// ---------------------------------------------------------------------------
+// Reads the engine offers, and failures of the index
+// ---------------------------------------------------------------------------
+
+#[test]
+fn list_children_pages_in_byte_order() {
+    let mut h = Harness::new();
+    for p in ["/d/c", "/d/a", "/d/B", "/d/b"] {
+        h.ok(create_p(p));
+    }
+    let dicts = &h.engine.state.dicts;
+    let d = h.id("/d");
+    let names = |(v, more): (Vec<DirEntry>, bool)| {
+        (v.into_iter().map(|e| e.name).collect::<Vec<_>>(), more)
+    };
+    let page = list_children(&h.index, dicts, d, None, 2).unwrap();
+    assert_eq!(names(page), (vec!["B".to_owned(), "a".into()], true));
+    let page = list_children(&h.index, dicts, d, Some("a"), 2).unwrap();
+    assert_eq!(names(page), (vec!["b".to_owned(), "c".into()], false));
+    let page = list_children(&h.index, dicts, d, Some("c"), 2).unwrap();
+    assert_eq!(names(page), (vec![], false));
+}
+
+#[test]
+fn path_of_follows_renames_and_knows_missing_ids() {
+    let mut h = Harness::new();
+    h.ok(create_p("/a/b/f"));
+    let f = h.id("/a/b/f");
+    h.ok(mv("/a", "/z"));
+    let dicts = &h.engine.state.dicts;
+    assert_eq!(path_of(&h.index, dicts, f).unwrap(), "/z/b/f");
+    assert_eq!(path_of(&h.index, dicts, ROOT_ID).unwrap(), "/");
+    assert!(matches!(
+        path_of(&h.index, dicts, 999),
+        Err(Error::InodeNotFound(999))
+    ));
+}
+
+/// An index whose reads fail, as a failing disk would.
+struct Unreadable;
+
+impl IndexRead for Unreadable {
+    fn get(&self, _: Cf, _: &[u8]) -> Result<Option<Vec<u8>>> {
+        Err(Error::Io(std::io::Error::other("disk gone")))
+    }
+
+    fn scan(&self, _: Cf, _: &[u8], _: Option<&[u8]>, _: usize) -> Result<Vec<Kv>> {
+        Err(Error::Io(std::io::Error::other("disk gone")))
+    }
+}
+
+#[test]
+fn a_failed_index_read_refuses_the_command_and_writes_nothing() {
+    let h = Harness::new();
+    let mut engine = Engine::new(h.engine.state.clone());
+    let mut ov = Overlay::new(&Unreadable);
+    for cmd in [mkdir("/a"), rm_r("/a"), mv("/a", "/b"), chmod("/", 0o700)] {
+        match engine.execute(&cmd, &mut ov, T0) {
+            Executed::Refused(e) => assert_eq!(e.kind(), Io, "{cmd:?}"),
+            other => panic!("{cmd:?}: {other:?}"),
+        }
+    }
+    assert!(ov.writes().is_empty());
+    assert_eq!(engine.state, h.engine.state);
+}
+
+#[test]
+fn an_edge_to_a_missing_inode_refuses_the_command_as_corruption() {
+    let mut h = Harness::new();
+    h.ok(create_p("/a/f"));
+    let mut broken = h.index.clone();
+    broken.inodes.remove(&inode_key(h.id("/a/f"))[..]);
+    let mut ov = Overlay::new(&broken);
+    for cmd in [complete("/a/f", 1), rm_r("/a"), mv("/a/f", "/g")] {
+        match h.engine.execute(&cmd, &mut ov, T0) {
+            Executed::Refused(e) => assert_eq!(e.kind(), Corruption, "{cmd:?}"),
+            other => panic!("{cmd:?}: {other:?}"),
+        }
+    }
+    assert!(ov.writes().is_empty());
+}
