@@ -1017,8 +1017,10 @@ pub fn apply_events<'e, W: IndexWrite + ?Sized>(
                     &edge_value(id),
                 );
                 if id >= state.id_bound {
-                    // Crossing the reserved block: reserve the next one.
-                    state.id_bound = id + ID_BLOCK;
+                    // Crossing the reserved block: reserve the next one
+                    // (never past the last id: the keys above it are the
+                    // special keys, and the sum must not wrap).
+                    state.id_bound = id.saturating_add(ID_BLOCK).min(MAX_INODE_ID + 1);
                     ov.put(
                         Cf::Inodes,
                         &inode_key(NEXT_ID_KEY),

@@ -1504,6 +1504,21 @@ fn ids_are_refused_once_exhausted() {
 }
 
 #[test]
+fn the_last_ids_reserve_no_block_past_the_end() {
+    let mut h = Harness::new();
+    h.engine.state.next_id = MAX_INODE_ID - 1;
+    h.engine.state.id_bound = MAX_INODE_ID - 1;
+    // Used to overflow (`id + ID_BLOCK`): a panic in debug, a wrapped,
+    // tiny `next_id` on disk in release.
+    h.ok(mkdir("/a"));
+    assert_eq!(h.id("/a"), MAX_INODE_ID - 1);
+    assert_eq!(h.engine.state.id_bound, MAX_INODE_ID + 1);
+    h.restart();
+    assert!(h.engine.state.next_id > MAX_INODE_ID - 1);
+    assert_eq!(h.kind(mkdir("/b")), InvalidArgument);
+}
+
+#[test]
 fn a_multi_event_command_is_refused_when_its_record_passes_max_record_bytes() {
     let cmd = mkdir_p("/a/b/c");
     let events = Harness::new().ok(cmd.clone());
