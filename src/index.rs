@@ -43,6 +43,7 @@ impl MemIndex {
     }
 
     /// Applies an overlay's writes.
+    #[cfg(test)]
     pub fn absorb(&mut self, writes: OverlayWrites) {
         for (cf, m) in [(Cf::Inodes, writes.inodes), (Cf::Edges, writes.edges)] {
             let target = match cf {
@@ -210,6 +211,7 @@ impl<'a, R: IndexRead + ?Sized> Overlay<'a, R> {
         self.writes.map_mut(cf).insert(key, None);
     }
 
+    #[cfg(test)]
     pub fn writes(&self) -> &OverlayWrites {
         &self.writes
     }
@@ -305,11 +307,11 @@ fn merge_scan<R: IndexRead + ?Sized>(
 /// Groups are kept whole, oldest first, and dropped once the committed
 /// watermark covers them (their changes are in the index by then).
 #[derive(Default)]
-pub struct Pending {
+pub struct PendingWrites {
     groups: std::collections::VecDeque<(u64, std::sync::Arc<OverlayWrites>, KeyFilter)>,
 }
 
-impl Pending {
+impl PendingWrites {
     /// Adds the changes of the group whose last record is `seq`.
     pub fn push(&mut self, seq: u64, writes: std::sync::Arc<OverlayWrites>) {
         if !writes.is_empty() {
@@ -329,10 +331,12 @@ impl Pending {
     }
 
     /// Groups still pending.
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.groups.len()
     }
 
+    #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         self.groups.is_empty()
     }
@@ -347,9 +351,9 @@ impl Pending {
     }
 }
 
-/// An index with [`Pending`] changes laid over it.
+/// An index with [`PendingWrites`] changes laid over it.
 pub struct PendingIndex<'a, R: IndexRead + ?Sized> {
-    pub pending: &'a Pending,
+    pub pending: &'a PendingWrites,
     pub base: &'a R,
 }
 
@@ -389,12 +393,12 @@ impl<R: IndexRead + ?Sized> IndexRead for PendingIndex<'_, R> {
 ///
 /// The writer is the only mutator of the index, so it can keep an exact
 /// copy of the entries it read: as it appends each group it updates the
-/// entries the group wrote ([`ReadCache::absorb`]). So an entry holds the
+/// entries the group wrote ([`WriterCache::absorb`]). So an entry holds the
 /// newest value of its key, committed or still pending, and the cache sits
 /// above [`PendingIndex`]: only its misses search the pending groups, then
 /// RocksDB. Path resolution during validation then mostly stops here.
 /// Bounded: when full it is cleared.
-pub struct ReadCache {
+pub struct WriterCache {
     /// Per column family (`Cf as usize`), so lookups borrow the key.
     maps: [std::collections::HashMap<Vec<u8>, Option<Vec<u8>>, ahash::RandomState>; 2],
     capacity: usize,
@@ -405,9 +409,9 @@ pub struct ReadCache {
     skipped: u64,
 }
 
-impl ReadCache {
-    pub fn new(capacity: usize) -> ReadCache {
-        ReadCache {
+impl WriterCache {
+    pub fn new(capacity: usize) -> WriterCache {
+        WriterCache {
             maps: Default::default(),
             capacity,
             hits: 0,
@@ -476,10 +480,10 @@ impl ReadCache {
     }
 }
 
-/// [`IndexRead`] through a [`ReadCache`]. Scans are not cached.
+/// [`IndexRead`] through a [`WriterCache`]. Scans are not cached.
 pub struct CachedIndex<'a, R: IndexRead + ?Sized> {
     pub base: &'a R,
-    pub cache: &'a std::cell::RefCell<ReadCache>,
+    pub cache: &'a std::cell::RefCell<WriterCache>,
 }
 
 impl<R: IndexRead + ?Sized> IndexRead for CachedIndex<'_, R> {
@@ -531,7 +535,7 @@ mod tests {
         ) {
             let base = MemIndex { inodes: BTreeMap::new(), edges: base };
             let mut expected = base.clone();
-            let mut pending = Pending::default();
+            let mut pending = PendingWrites::default();
             for (i, g) in groups.into_iter().enumerate() {
                 let w = OverlayWrites { inodes: BTreeMap::new(), edges: g };
                 expected.absorb(w.clone());
@@ -560,7 +564,7 @@ mod tests {
     fn the_writer_cache_updates_cached_keys_and_skips_others() {
         let mut base = MemIndex::default();
         base.edges.insert(b"old".to_vec(), b"1".to_vec());
-        let cache = std::cell::RefCell::new(ReadCache::new(1024));
+        let cache = std::cell::RefCell::new(WriterCache::new(1024));
         cache.borrow_mut().grow();
         let cached = CachedIndex {
             base: &base,
@@ -583,7 +587,7 @@ mod tests {
     #[test]
     fn the_writer_cache_grows_between_groups_not_on_a_load() {
         let base = MemIndex::default();
-        let cache = std::cell::RefCell::new(ReadCache::new(1024));
+        let cache = std::cell::RefCell::new(WriterCache::new(1024));
         let cached = CachedIndex {
             base: &base,
             cache: &cache,

@@ -12,29 +12,39 @@
 // `treelog-proto`), under the names the library has always used.
 pub use treelog_proto::{command, cursor, error, event, path, read, types};
 
+// The API: the namespace ([`Treelog`]), change streams, retention and
+// cursors, metrics, offline administration (verify, rebuild, dump), and the
+// on-disk format's codecs (docs/FORMAT.md).
 pub mod admin;
-mod clock;
-pub mod engine;
-mod failpoint;
 pub mod format;
-pub mod index;
 pub mod metrics;
-pub mod namespace;
-pub mod readcache;
-pub mod readview;
 pub mod retention;
-pub mod sched;
-pub mod shared;
 pub mod store;
 pub mod stream;
-pub mod watermark;
-pub mod writer;
 
+// The machinery behind it.
+mod clock;
+mod engine;
+mod failpoint;
+mod index;
+mod reader_cache;
+mod readview;
+mod shared;
+mod treelog;
+mod watermark;
+mod writer;
+
+/// Thread scheduling classes, shared with the server's request workers.
+#[doc(hidden)]
+pub mod sched;
+
+pub use crate::treelog::{
+    CreateOptions, MkdirOptions, OpenReport, Options, PendingCommit, SetAttrs, Treelog,
+};
 pub use command::Command;
+pub use engine::{DEFAULT_MAX_DELETE_INODES, DEFAULT_MAX_RECORD_BYTES};
 pub use error::{Error, ErrorKind, Result};
 pub use event::{Event, EventKind, Record};
-pub use namespace::{
-    CreateOptions, Durability, MkdirOptions, OpenReport, Options, SetAttrs, Treelog,
-};
 pub use readview::{Read, ReadAt};
 pub use types::{Attrs, DirEntry, FileType, Inode, ListPage};
+pub use writer::{Durability, WriterConfig, WriterStatsSnapshot};

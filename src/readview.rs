@@ -188,15 +188,6 @@ impl RetainedViews {
         r.used_at = now;
         Some(r.view.clone())
     }
-
-    /// States pinned now.
-    pub fn len(&self) -> usize {
-        self.lock().len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
 }
 
 /// The error of a read at a state that is neither the newest nor retained.

@@ -73,7 +73,7 @@ pub struct Shared {
     pub metrics: Option<Arc<crate::metrics::Metrics>>,
     /// The readers' cache of index entries; the writer updates it after
     /// each group's index write.
-    pub read_cache: crate::readcache::IndexCache,
+    pub reader_cache: crate::reader_cache::ReaderCache,
     /// Odd while the publisher publishes a round (its view, its keys in the
     /// readers' cache, the tail cache and the watermark), even otherwise:
     /// a read that saw the same even count before and after read one state
@@ -117,8 +117,8 @@ impl Shared {
             stats: Default::default(),
             retention: crate::retention::LogRetention::load(&store)?,
             tail: crate::stream::tail_cache::TailCache::new(tail_cache_records),
-            read_cache: {
-                let c = crate::readcache::IndexCache::new(read_cache_entries);
+            reader_cache: {
+                let c = crate::reader_cache::ReaderCache::new(read_cache_entries);
                 match &metrics {
                     Some(m) => c.with_miss_counters(m.read_cache_miss_counters()),
                     None => c,
@@ -143,9 +143,9 @@ impl Shared {
             &self.view,
             &self.dicts,
             &self.store,
-            || crate::readcache::CachedReads {
+            || crate::reader_cache::CachedReads {
                 base: self.reader_index(),
-                cache: &self.read_cache,
+                cache: &self.reader_cache,
             },
             read,
         )
@@ -205,7 +205,7 @@ impl Shared {
 /// published last, loaded when the read starts. Not one snapshot for the
 /// view's life: the readers' cache notes a key's generation before it reads
 /// the key from here, and must then read at a snapshot at least as new as
-/// that generation (see `readcache`).
+/// that generation (see `reader_cache`).
 pub struct PublishedIndex<'a>(&'a Shared);
 
 impl IndexRead for PublishedIndex<'_> {

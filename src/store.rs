@@ -452,7 +452,7 @@ impl Store {
         &self.path
     }
 
-    pub fn db(&self) -> &DB {
+    pub(crate) fn db(&self) -> &DB {
         &self.db
     }
 
@@ -658,6 +658,14 @@ impl Store {
             .db
             .iterator_cf(self.cf(name)?, IteratorMode::Start)
             .map(|item| item.map_err(Error::from)))
+    }
+
+    /// Compacts column family `name` fully (blocking): for benchmarks and
+    /// operators that want the on-disk size of a settled index.
+    pub fn compact_cf(&self, name: &'static str) -> Result<()> {
+        self.db
+            .compact_range_cf(self.cf(name)?, None::<&[u8]>, None::<&[u8]>);
+        Ok(())
     }
 
     /// RocksDB's integer property `prop` of column family `name` (for the

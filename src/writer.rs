@@ -48,9 +48,9 @@ use crate::engine::{Engine, EngineState, Executed};
 use crate::error::{Error, Result};
 use crate::event::Record;
 use crate::format::record;
-use crate::index::{Overlay, OverlayWrites, Pending, PendingIndex};
+use crate::index::{Overlay, OverlayWrites, PendingIndex, PendingWrites};
 
-pub use crate::shared::{Shared, WriterStats, WriterStatsSnapshot};
+pub use crate::shared::{Shared, WriterStatsSnapshot};
 
 /// Whether a group's log write is fsynced before it is acknowledged.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
@@ -108,9 +108,9 @@ pub struct Writer {
     cfg: WriterConfig,
     last_seq: u64,
     last_time_ms: u64,
-    cache: std::cell::RefCell<crate::index::ReadCache>,
+    cache: std::cell::RefCell<crate::index::WriterCache>,
     /// Index changes of groups handed to the syncer and not yet committed.
-    pending: Pending,
+    pending: PendingWrites,
 }
 
 /// A group the writer has appended to the WAL (not yet synced), on its way
@@ -147,8 +147,8 @@ impl Writer {
             cfg,
             last_seq,
             last_time_ms,
-            cache: std::cell::RefCell::new(crate::index::ReadCache::new(1 << 20)),
-            pending: Pending::default(),
+            cache: std::cell::RefCell::new(crate::index::WriterCache::new(1 << 20)),
+            pending: PendingWrites::default(),
         }
     }
 
@@ -272,7 +272,7 @@ impl Writer {
         );
         let db_index = self.shared.store.index();
         // The cache first: it holds the newest value, pending or committed,
-        // of every key it holds (see `ReadCache`), so most lookups stop
+        // of every key it holds (see `WriterCache`), so most lookups stop
         // there without searching every pending group.
         let pending = PendingIndex {
             pending: &self.pending,
@@ -485,7 +485,7 @@ impl Committer {
             .name("treelog-cache".into())
             .spawn(move || {
                 for () in grow_rx {
-                    cache.read_cache.grow();
+                    cache.reader_cache.grow();
                 }
             });
         let mut syncer = Committer::new(shared.clone(), durability);
@@ -676,12 +676,12 @@ impl Committer {
             // reader can observe is older than a state it read (see
             // `readview`).
             self.shared.publishing.fetch_add(1, Ordering::SeqCst);
-            // The snapshot before the cache (see `readcache` on why): a
+            // The snapshot before the cache (see `reader_cache` on why): a
             // reader that sees the cache's new generation reads RocksDB at
             // this snapshot or a later one.
             self.shared.view.store(view);
             for g in &groups {
-                self.shared.read_cache.apply(&g.writes);
+                self.shared.reader_cache.apply(&g.writes);
             }
             // Subscribers woken by the watermark find the records in memory.
             evicted = Some(self.shared.tail.extend(decoded));
@@ -740,11 +740,11 @@ impl Committer {
         drop(evicted);
         // Room for the next groups' entries, made beside this thread (or
         // here, now that nobody waits on us, if that thread is missing).
-        if self.shared.read_cache.wants_growth() {
+        if self.shared.reader_cache.wants_growth() {
             match self.grower.as_ref().map(|g| g.try_send(())) {
                 // Woken, or already going to wake.
                 Some(Ok(()) | Err(crossbeam_channel::TrySendError::Full(()))) => {}
-                _ => self.shared.read_cache.grow(),
+                _ => self.shared.reader_cache.grow(),
             }
         }
     }

@@ -144,7 +144,7 @@ fn async_callers_do_not_block_the_runtime() {
     assert_eq!(t.stat("/async/d7").unwrap().attrs.owner, "svc");
 }
 
-/// Readers go through the shared read cache (`treelog::readcache`): every
+/// Readers go through the shared read cache (`treelog::reader_cache`): every
 /// acknowledged create, rename and delete is visible to the next stat, from
 /// any thread, while other threads keep the cache busy with the same paths.
 #[test]

@@ -22,14 +22,12 @@ use std::time::{Duration, Instant};
 use clap::{Args, Subcommand};
 
 // The library's modules under the names the benchmarks use.
-use treelog::{
-    command, error, event, format, metrics, namespace, path, store, stream, types, writer,
-};
+use treelog::{command, error, event, format, metrics, path, store, stream, types};
 use treelog_client as client;
 use treelog_server as server;
 
 use crate::error::{Error, Result};
-use crate::namespace::{CreateOptions, Options, Treelog};
+use treelog::{CreateOptions, Options, Treelog};
 
 #[derive(Args, Debug)]
 pub struct BenchArgs {

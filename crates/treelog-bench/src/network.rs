@@ -14,8 +14,8 @@ use std::time::Instant;
 use crate::client::{Client, ClientOptions};
 use crate::command::Command;
 use crate::error::{Error, Result};
-use crate::namespace::{Options, Treelog};
 use crate::server::{start, ServerConfig};
+use treelog::{Options, Treelog};
 
 fn create_cmd(p: String) -> Command {
     Command::Create {

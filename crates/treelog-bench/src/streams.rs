@@ -13,9 +13,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::error::Result;
-use crate::namespace::{Options, Treelog};
 use crate::stream::{DeliveryPriority, StartFrom, StreamItem, SubscribeOptions};
-use crate::writer::Durability;
+use treelog::Durability;
+use treelog::{Options, Treelog};
 
 use super::{median, percentile, run_creates, Creator, Figure};
 

@@ -29,9 +29,9 @@ use rocksdb::{ColumnFamilyDescriptor, WriteBatch, WriteOptions, DB};
 use crate::error::{Error, Result};
 use crate::event::{Event, Record};
 use crate::format::{self, record, InodeEntry};
-use crate::namespace::{Options, Treelog};
 use crate::types::{Attrs, FileType};
-use crate::writer::Durability;
+use treelog::Durability;
+use treelog::{Options, Treelog};
 
 use super::{
     median, run_creates, run_creates_async, seed::SeedStore, BenchNamespace, Creator, Figure,
@@ -1072,9 +1072,7 @@ fn rss_bytes() -> u64 {
 fn compact_index(t: &Treelog) -> Result<()> {
     let store = t.store();
     for cf in [crate::store::CF_INODES, crate::store::CF_EDGES] {
-        store
-            .db()
-            .compact_range_cf(store.cf(cf)?, None::<&[u8]>, None::<&[u8]>);
+        store.compact_cf(cf)?;
     }
     Ok(())
 }
@@ -1165,7 +1163,7 @@ pub fn scale(base: &Path, target: u64) -> Result<Vec<ScalePoint>> {
             par(64, n, |i| {
                 t.create(
                     &format!("/m{checkpoint}{tag}/d{}/f{i}", i % 1000),
-                    crate::namespace::CreateOptions {
+                    treelog::CreateOptions {
                         parents: true,
                         ..Default::default()
                     },
@@ -1192,8 +1190,7 @@ pub fn scale(base: &Path, target: u64) -> Result<Vec<ScalePoint>> {
         let store = t.store();
         let prop = |cf: &'static str| -> Result<u64> {
             Ok(store
-                .db()
-                .property_int_value_cf(store.cf(cf)?, "rocksdb.live-sst-files-size")?
+                .cf_property(cf, "rocksdb.live-sst-files-size")
                 .unwrap_or(0))
         };
         let index = prop(crate::store::CF_INODES)? + prop(crate::store::CF_EDGES)?;

@@ -7,11 +7,11 @@ use crate::client::{Client, ClientOptions, RemoteSubscription};
 use crate::command::Command;
 use crate::error::{Error, Result};
 use crate::format::ROOT_ID;
-use crate::namespace::{Options, Treelog};
-use crate::readview::ReadAt;
 use crate::retention::CursorInfo;
 use crate::stream::{StreamItem, SubscribeOptions, Subscription};
 use crate::types::{DirEntry, Inode, ListPage};
+use treelog::ReadAt;
+use treelog::{Options, Treelog};
 
 pub enum Backend {
     Local(Treelog),

@@ -11,11 +11,11 @@ use crate::admin;
 use crate::command::Command;
 use crate::error::{Error, ErrorKind, Result};
 use crate::format::record;
-use crate::namespace::{Options, Treelog};
-use crate::readview::ReadAt;
 use crate::store::{Store, StoreOptions};
 use crate::types::{Inode, DEFAULT_BLOCK_SIZE, DEFAULT_DIR_MODE, DEFAULT_FILE_MODE};
-use crate::writer::Durability;
+use treelog::Durability;
+use treelog::ReadAt;
+use treelog::{Options, Treelog};
 
 /// Default data directory when `--data` is not given.
 pub const DEFAULT_DATA_DIR: &str = "treelog-data";
@@ -259,11 +259,11 @@ pub struct ServeArgs {
     /// Most inodes one recursive delete removes (a bigger subtree is
     /// refused with InvalidArgument, to be deleted in parts): its record
     /// holds an event per inode.
-    #[arg(long, default_value_t = crate::engine::DEFAULT_MAX_DELETE_INODES)]
+    #[arg(long, default_value_t = treelog::DEFAULT_MAX_DELETE_INODES)]
     pub max_delete_inodes: usize,
     /// Most bytes of one command's log record (a recursive delete of many
     /// long paths beyond it is refused with InvalidArgument).
-    #[arg(long, default_value_t = crate::engine::DEFAULT_MAX_RECORD_BYTES)]
+    #[arg(long, default_value_t = treelog::DEFAULT_MAX_RECORD_BYTES)]
     pub max_record_bytes: usize,
     /// Token file (also accepted as the global --token-file).
     #[arg(long = "require-token-file")]

@@ -6,7 +6,7 @@ use std::path::Path;
 use crate::admin;
 use crate::cli::{describe_event, long_line, EXIT_VERIFY_MISMATCH};
 use crate::error::{ErrorKind, Result};
-use crate::namespace::{CreateOptions, MkdirOptions, Options, SetAttrs, Treelog};
+use treelog::{CreateOptions, MkdirOptions, Options, SetAttrs, Treelog};
 
 fn print_tree(t: &Treelog, dir: &str, depth: usize) -> Result<()> {
     for e in t.list_all(dir)? {

@@ -10,10 +10,7 @@ mod output;
 mod tail;
 
 // The library's modules under the names the commands use.
-use treelog::{
-    admin, command, engine, error, event, format, namespace, path, readview, retention, store,
-    stream, types, writer,
-};
+use treelog::{admin, command, error, event, format, path, retention, store, stream, types};
 use treelog_client as client;
 use treelog_proto::protocol;
 use treelog_server as server;

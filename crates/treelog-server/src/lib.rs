@@ -26,14 +26,14 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, oneshot, watch, Notify, OwnedSemaphorePermit, Semaphore};
 
-use treelog::{error, metrics, namespace, readview, sched, stream};
+use treelog::{error, metrics, sched, stream};
 use treelog_proto::protocol;
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::metrics::Metrics;
-use crate::namespace::{Options, Treelog};
 use crate::protocol::{ClientMsg, Hello, RequestBody, ResponseBody, ServerMsg};
-use crate::readview::ReadAt;
+use treelog::ReadAt;
+use treelog::{Options, Treelog};
 
 /// Server settings.
 #[derive(Debug, Clone)]

@@ -46,7 +46,7 @@ pub struct Options {
     /// every group).
     pub wake_interval: Duration,
     /// Index entries (inodes and edges) kept in memory for readers (see
-    /// [`crate::readcache`]); about 130 bytes each. Zero disables it.
+    /// [`crate::reader_cache`]); about 130 bytes each. Zero disables it.
     pub read_cache_entries: usize,
 }
 
@@ -133,11 +133,11 @@ pub struct SetAttrs {
 }
 
 /// The reply of a pipelined command.
-pub struct Pending {
+pub struct PendingCommit {
     rx: tokio::sync::oneshot::Receiver<Result<u64>>,
 }
 
-impl Pending {
+impl PendingCommit {
     /// Blocks until the command is committed or refused.
     pub fn wait(self) -> Result<u64> {
         self.rx.blocking_recv().map_err(|_| reply_lost())?
@@ -298,7 +298,7 @@ impl Treelog {
     /// Queues a command without waiting for it (pipelining); commands from
     /// one thread are executed in the order they were queued. Blocks only
     /// while the queue is full.
-    pub fn submit_pipelined(&self, cmd: Command) -> Result<Pending> {
+    pub fn submit_pipelined(&self, cmd: Command) -> Result<PendingCommit> {
         let (reply, rx) = tokio::sync::oneshot::channel();
         self.sender()?
             .send(Request {
@@ -307,7 +307,7 @@ impl Treelog {
                 enqueued: Instant::now(),
             })
             .map_err(|_| Error::ShuttingDown)?;
-        Ok(Pending { rx })
+        Ok(PendingCommit { rx })
     }
 
     /// Submits a command from async code without blocking the runtime.
@@ -634,7 +634,7 @@ impl Treelog {
         };
         m.refresh_engine_stats(&self.shared.store);
         m.read_cache_entries
-            .set(self.shared.read_cache.len() as i64);
+            .set(self.shared.reader_cache.len() as i64);
         let last = self.committed_seq();
         m.last_seq.set(last as i64);
         m.applied_seq.set(last as i64);

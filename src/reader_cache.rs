@@ -9,7 +9,7 @@
 //!
 //! Exactness. The writer is the only mutator of the index, and readers read
 //! RocksDB at the snapshot it publishes once a round is durable. After it
-//! publishes a round's snapshot it calls [`IndexCache::apply`], which, per
+//! publishes a round's snapshot it calls [`ReaderCache::apply`], which, per
 //! key and under the shard's write lock, bumps the shard's generation and
 //! stores the new value. A reader that misses notes the shard's generation
 //! *before* reading RocksDB and inserts what it read only if the generation
@@ -35,7 +35,7 @@
 //! read path, which stays a shared lock and a hash lookup). Shards grow by
 //! doubling, but never inside `apply`: a write that would grow its shard is
 //! left uncached (absent, so nothing is stale) and a thread beside the
-//! publisher grows the shard ([`IndexCache::grow`]).
+//! publisher grows the shard ([`ReaderCache::grow`]).
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -117,7 +117,7 @@ static NEXT_OWNER: AtomicU64 = AtomicU64::new(1);
 /// shared write (hot entries such as the edges of top-level directories are
 /// read by every stat; a shared lock on them would bounce its cache line
 /// between cores on every lookup), then sharded maps under read-write locks.
-pub struct IndexCache {
+pub struct ReaderCache {
     /// Tells this cache's entries apart in the thread-local caches.
     owner: u64,
     generations: Box<[AtomicU64]>,
@@ -126,7 +126,7 @@ pub struct IndexCache {
     /// Most entries per shard before the shard is cleared; 0 disables.
     per_shard: usize,
     /// Shards (`cf * SHARDS + shard`) that dropped a write for want of
-    /// room, to be grown by [`IndexCache::grow`] off the commit path.
+    /// room, to be grown by [`ReaderCache::grow`] off the commit path.
     full: Box<[AtomicBool]>,
     /// Lookups that went to the base, per column family (`Cf as usize`).
     /// Only misses are counted: they read RocksDB anyway, while a shared
@@ -136,10 +136,10 @@ pub struct IndexCache {
     misses: Option<[prometheus::IntCounter; 2]>,
 }
 
-impl IndexCache {
+impl ReaderCache {
     /// A cache of about `capacity` entries (0: disabled).
-    pub fn new(capacity: usize) -> IndexCache {
-        IndexCache {
+    pub fn new(capacity: usize) -> ReaderCache {
+        ReaderCache {
             owner: NEXT_OWNER.fetch_add(1, Ordering::Relaxed),
             generations: (0..SLOTS).map(|_| AtomicU64::new(0)).collect(),
             shards: [(); 2].map(|_| (0..SHARDS).map(|_| RwLock::default()).collect()),
@@ -150,7 +150,7 @@ impl IndexCache {
     }
 
     /// Counts misses into these counters (`[inodes, edges]`).
-    pub fn with_miss_counters(mut self, misses: [prometheus::IntCounter; 2]) -> IndexCache {
+    pub fn with_miss_counters(mut self, misses: [prometheus::IntCounter; 2]) -> ReaderCache {
         self.misses = Some(misses);
         self
     }
@@ -287,7 +287,7 @@ impl IndexCache {
 
     /// Whether `apply` found a shard full since the last [`grow`].
     ///
-    /// [`grow`]: IndexCache::grow
+    /// [`grow`]: ReaderCache::grow
     pub fn wants_growth(&self) -> bool {
         // Plain loads: this runs every round, and most rounds have nothing
         // to grow.
@@ -329,15 +329,16 @@ impl IndexCache {
         self.shards.iter().flatten().map(|l| read(l).len()).sum()
     }
 
+    #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
 }
 
-/// [`IndexRead`] through an [`IndexCache`]. Scans go to the base.
+/// [`IndexRead`] through an [`ReaderCache`]. Scans go to the base.
 pub struct CachedReads<'a, R: IndexRead> {
     pub base: R,
-    pub cache: &'a IndexCache,
+    pub cache: &'a ReaderCache,
 }
 
 impl<R: IndexRead> IndexRead for CachedReads<'_, R> {
@@ -356,7 +357,7 @@ mod tests {
 
     #[test]
     fn caches_and_applies_writes() {
-        let c = IndexCache::new(1024);
+        let c = ReaderCache::new(1024);
         let mut loads = 0;
         let v = c
             .get_or_load(Cf::Edges, b"k", || {
@@ -385,8 +386,8 @@ mod tests {
     }
 
     /// A cache whose shards have room for their share of `capacity`.
-    fn grown(capacity: usize) -> IndexCache {
-        let c = IndexCache::new(capacity);
+    fn grown(capacity: usize) -> ReaderCache {
+        let c = ReaderCache::new(capacity);
         for l in c.shards.iter().flatten() {
             write(l).reserve(c.per_shard);
         }
@@ -395,7 +396,7 @@ mod tests {
 
     #[test]
     fn writes_into_a_full_shard_are_cached_after_grow() {
-        let c = IndexCache::new(1 << 16);
+        let c = ReaderCache::new(1 << 16);
         let mut w = OverlayWrites::default();
         w.inodes.insert(b"x".to_vec(), Some(b"new".to_vec()));
         c.apply(&w);
@@ -416,7 +417,7 @@ mod tests {
     /// memory are gone.
     #[test]
     fn grow_keeps_every_entry() {
-        let c = IndexCache::new(1 << 20);
+        let c = ReaderCache::new(1 << 20);
         let mut written = Vec::new();
         for round in 0..12u32 {
             let mut w = OverlayWrites::default();
@@ -478,7 +479,7 @@ mod tests {
         let db: Mutex<HashMap<Vec<u8>, u64>> = Mutex::default();
         // Far more keys than capacity: shards are cleared all the time, so
         // readers keep missing and loading while the writer writes.
-        let c = IndexCache::new(2 * SHARDS);
+        let c = ReaderCache::new(2 * SHARDS);
         let applied = AtomicU64::new(0);
         let keys: Vec<Vec<u8>> = (0..=255u8).map(|i| vec![i]).collect();
         std::thread::scope(|s| {
@@ -520,13 +521,13 @@ mod tests {
 
     #[test]
     fn bounded() {
-        let c = IndexCache::new(SHARDS * 4);
+        let c = ReaderCache::new(SHARDS * 4);
         for i in 0..10_000u32 {
             c.get_or_load(Cf::Edges, &i.to_be_bytes(), || Ok(None))
                 .unwrap();
         }
         assert!(c.len() <= SHARDS * 4, "{} entries", c.len());
-        let off = IndexCache::new(0);
+        let off = ReaderCache::new(0);
         off.get_or_load(Cf::Edges, b"a", || Ok(None)).unwrap();
         assert!(off.is_empty());
     }
