@@ -21,6 +21,7 @@ pub mod metrics;
 pub mod namespace;
 pub mod readcache;
 pub mod readview;
+mod replay_progress;
 pub mod retention;
 pub mod sched;
 pub mod store;

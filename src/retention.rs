@@ -301,6 +301,11 @@ pub fn run(shared: &Shared, policy: &RetentionPolicy) -> Result<RetentionReport>
     if target == start {
         if !report.expired_cursors.is_empty() {
             write_meta(store, b, true)?;
+            tracing::info!(
+                log_start = start,
+                expired_cursors = ?report.expired_cursors,
+                "retention expired cursors"
+            );
         }
         return Ok(report);
     }
@@ -340,6 +345,15 @@ pub fn run(shared: &Shared, policy: &RetentionPolicy) -> Result<RetentionReport>
         m.retention_removed.inc_by(report.removed_records);
     }
     report.removed_bytes = removed_bytes;
+    tracing::info!(
+        old_start = start,
+        new_start = target,
+        removed_records = report.removed_records,
+        removed_bytes,
+        expired_cursors = ?report.expired_cursors,
+        held_by_cursor = ?report.held_by_cursor,
+        "retention removed records"
+    );
     Ok(report)
 }
 
