@@ -444,8 +444,14 @@ fn raise_fd_limit() -> Option<usize> {
     None
 }
 
-/// Runs the server until SIGINT or SIGTERM.
+/// Runs the server until SIGINT or SIGTERM. Its log goes to the logger
+/// installed (see [`init_logging`]); when none is, it installs the text
+/// one, so that a program that forgot gets its start-up and shutdown
+/// lines on standard error rather than silence.
 pub async fn run(cfg: ServerConfig) -> Result<()> {
+    if !tracing::dispatcher::has_been_set() {
+        let _ = init_logging(LogFormat::Text);
+    }
     let h = start(cfg).await?;
     // Handlers first: a signal sent once "ready" is logged must find them.
     let signalled = signal_handlers();

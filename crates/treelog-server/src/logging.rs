@@ -3,8 +3,10 @@
 //! "Logs", for the events and their fields).
 //!
 //! Libraries only emit events; a program chooses where they go. `treelog
-//! serve` calls [`init_logging`] once, before [`crate::run`]. A program
-//! that embeds the server may install its own subscriber instead.
+//! serve` calls [`init_logging`] once, before [`crate::run`] (which installs
+//! the text logger itself when no logger is installed). A program that
+//! embeds the server ([`crate::start`]) may install its own subscriber
+//! instead.
 
 use std::io::IsTerminal;
 use std::sync::Mutex;
