@@ -306,6 +306,11 @@ impl LogRetention {
         if target == start {
             if !expired.is_empty() {
                 store.retire_log_below(None, &expired)?;
+                tracing::info!(
+                    log_start = start,
+                    expired_cursors = ?report.expired_cursors,
+                    "retention expired cursors"
+                );
             }
             return Ok(report);
         }
@@ -338,6 +343,15 @@ impl LogRetention {
             m.retention_removed.inc_by(report.removed_records);
         }
         report.removed_bytes = removed_bytes;
+        tracing::info!(
+            old_start = start,
+            new_start = target,
+            removed_records = report.removed_records,
+            removed_bytes,
+            expired_cursors = ?report.expired_cursors,
+            held_by_cursor = ?report.held_by_cursor,
+            "retention removed records"
+        );
         Ok(report)
     }
 }

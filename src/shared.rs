@@ -189,6 +189,10 @@ impl Shared {
     pub fn fail(&self, why: String) {
         let mut f = self.failure.lock().unwrap_or_else(|p| p.into_inner());
         if f.is_none() {
+            tracing::error!(
+                reason = %why,
+                "the writer stopped: no command is accepted until restart"
+            );
             *f = Some(why);
         }
     }

@@ -904,7 +904,7 @@ impl Store {
 
     /// Replays the log from `applied_seq + 1` into the index. Returns the
     /// number of records replayed.
-    pub fn replay(&self, progress: impl FnMut(u64, u64)) -> Result<u64> {
+    pub fn replay(&self, mut progress: impl FnMut(u64, u64)) -> Result<u64> {
         let applied = self.applied_seq()?;
         let last = self.last_log_seq()?;
         let start = self.log_start()?;
@@ -922,15 +922,24 @@ impl Store {
         }
         let mut n = 0;
         if applied < last {
+            let mut events = crate::replay_progress::ReplayProgress::start(applied, last);
             let end;
-            (n, end) =
-                self.apply_records(&mut self.log_iter(applied + 1)?, applied, last, progress)?;
+            (n, end) = self.apply_records(
+                &mut self.log_iter(applied + 1)?,
+                applied,
+                last,
+                |seq, last| {
+                    events.at(seq);
+                    progress(seq, last)
+                },
+            )?;
             if end != last {
                 return Err(Error::corrupt(
                     "log",
                     format!("replay stopped at {end}, but the log ends at {last}"),
                 ));
             }
+            events.end(n);
         }
         if self.rebuild_pending() {
             // The rebuilt index on disk first, then the mark goes.

@@ -746,7 +746,7 @@ fn spawn_retention(shared: Arc<Shared>, policy: RetentionPolicy) -> Result<Reten
                 }
             }
             if let Err(e) = shared.run_retention(&policy) {
-                eprintln!("treelog: retention pass failed: {e}");
+                tracing::warn!(error = %e, "retention pass failed");
             }
         })?;
     Ok((stop, h))

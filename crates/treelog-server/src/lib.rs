@@ -29,6 +29,9 @@ use tokio::sync::{mpsc, oneshot, watch, Notify, OwnedSemaphorePermit, Semaphore}
 use treelog::{error, metrics, sched, stream};
 use treelog_proto::protocol;
 
+mod logging;
+pub use logging::{init_logging, LogFormat};
+
 use crate::error::{Error, ErrorKind, Result};
 use crate::metrics::Metrics;
 use crate::protocol::{ClientMsg, Hello, RequestBody, ResponseBody, ServerMsg};
@@ -243,6 +246,8 @@ struct State {
     handshakes: Mutex<Handshakes>,
     /// Delays the token checks of addresses that keep failing them.
     auth: Mutex<AuthThrottle>,
+    /// Rate limits of the refused-connection warnings.
+    refusals: logging::Refusals,
     shutdown: watch::Receiver<bool>,
     /// Subscriptions are delivered here, at a lower priority than request
     /// handling and the writer (see [`crate::stream::DeliveryRuntime`]).
@@ -293,6 +298,13 @@ impl ServerHandle {
 /// its hard limit (see [`ServerConfig::max_connections`]).
 pub async fn start(mut cfg: ServerConfig) -> Result<ServerHandle> {
     cfg.validate()?;
+    if cfg.token.is_none() && !cfg.listen.ip().is_loopback() {
+        tracing::warn!(
+            listen = %cfg.listen,
+            "the RPC port is on a non-loopback address and no token is required: anyone who \
+             can reach it can read and change the namespace"
+        );
+    }
     fit_fd_limit(&mut cfg)?;
     let (stop_tx, stop_rx) = watch::channel(false);
     let http_listener = TcpListener::bind(cfg.http).await?;
@@ -310,6 +322,7 @@ pub async fn start(mut cfg: ServerConfig) -> Result<ServerHandle> {
         metrics: OnceLock::new(),
         handshakes: Default::default(),
         auth: Default::default(),
+        refusals: Default::default(),
         shutdown: stop_rx.clone(),
         delivery,
     });
@@ -324,8 +337,25 @@ pub async fn start(mut cfg: ServerConfig) -> Result<ServerHandle> {
         m.connection_limit.set(state.cfg.max_connections as i64);
         let _ = state.metrics.set(m.clone());
     }
+    let format_version = t.store().format_version().unwrap_or(0);
     let _ = state.store.set(t);
     state.ready.store(true, Ordering::Release);
+    let c = &state.cfg;
+    tracing::info!(
+        data = %c.data.display(),
+        rpc = %bound.rpc,
+        http = %bound.http,
+        format_version,
+        max_connections = c.max_connections,
+        max_handshaking = c.handshaking_limit(),
+        max_in_flight = c.max_in_flight,
+        max_subscriptions = c.max_subscriptions,
+        max_frame = c.max_frame,
+        max_conn_buffer_bytes = c.max_conn_buffer_bytes,
+        max_http_connections = c.max_http_connections,
+        token_required = c.token.is_some(),
+        "serving"
+    );
     let config = state.cfg.clone();
     let metrics = state.metrics().cloned();
     let done = tokio::spawn(accept_loop(rpc_listener, state));
@@ -360,11 +390,17 @@ fn fit_fd_limit(cfg: &mut ServerConfig) -> Result<()> {
             MIN_FITTED_CONNECTIONS + fixed
         )));
     }
-    eprintln!(
-        "treelog: WARNING: the open-file limit (RLIMIT_NOFILE) is {limit}; lowering \
-         --max-connections from {} to {fits} (reserving {} for HTTP and {FD_RESERVE} for \
-         RocksDB and the process). Raise the limit (ulimit -n, LimitNOFILE=) to serve more.",
-        cfg.max_connections, cfg.max_http_connections
+    tracing::warn!(
+        nofile = limit,
+        from = cfg.max_connections,
+        to = fits,
+        http_connections = cfg.max_http_connections,
+        reserved = FD_RESERVE,
+        "the open-file limit (RLIMIT_NOFILE) is {limit}: lowering --max-connections from {} \
+         to {fits} (reserving {} for HTTP and {FD_RESERVE} for RocksDB and the process); raise \
+         the limit (ulimit -n, LimitNOFILE=) to serve more",
+        cfg.max_connections,
+        cfg.max_http_connections
     );
     cfg.max_connections = fits;
     Ok(())
@@ -408,25 +444,27 @@ fn raise_fd_limit() -> Option<usize> {
     None
 }
 
-/// Runs the server until SIGINT or SIGTERM.
+/// Runs the server until SIGINT or SIGTERM. Its log goes to the logger
+/// installed (see [`init_logging`]); when none is, it installs the text
+/// one, so that a program that forgot gets its start-up and shutdown
+/// lines on standard error rather than silence.
 pub async fn run(cfg: ServerConfig) -> Result<()> {
+    if !tracing::dispatcher::has_been_set() {
+        let _ = init_logging(LogFormat::Text);
+    }
     let h = start(cfg).await?;
-    // Handlers first: a signal sent once "ready" is printed must find them.
+    // Handlers first: a signal sent once "ready" is logged must find them.
     let signalled = signal_handlers();
-    eprintln!(
-        "treelog: serving on {} (http {}); ready",
-        h.bound.rpc, h.bound.http
-    );
-    signalled.await;
-    eprintln!("treelog: shutting down");
-    h.shutdown().await?;
-    eprintln!("treelog: store closed");
-    Ok(())
+    tracing::info!(rpc = %h.bound.rpc, http = %h.bound.http, "ready");
+    let signal = signalled.await;
+    tracing::info!(signal, "signal received: shutting down");
+    // Logs the drain and the store's close.
+    h.shutdown().await
 }
 
 /// Installs the SIGINT/SIGTERM handlers now; the future ends at the first
-/// signal.
-fn signal_handlers() -> impl std::future::Future<Output = ()> {
+/// signal, with its name.
+fn signal_handlers() -> impl std::future::Future<Output = &'static str> {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{signal, SignalKind};
@@ -438,12 +476,13 @@ fn signal_handlers() -> impl std::future::Future<Output = ()> {
             match handlers {
                 (Ok(mut term), Ok(mut int)) => {
                     tokio::select! {
-                        _ = term.recv() => {}
-                        _ = int.recv() => {}
+                        _ = term.recv() => "SIGTERM",
+                        _ = int.recv() => "SIGINT",
                     }
                 }
                 _ => {
                     let _ = tokio::signal::ctrl_c().await;
+                    "SIGINT"
                 }
             }
         }
@@ -452,6 +491,7 @@ fn signal_handlers() -> impl std::future::Future<Output = ()> {
     {
         async {
             let _ = tokio::signal::ctrl_c().await;
+            "ctrl-c"
         }
     }
 }
@@ -482,10 +522,12 @@ impl AcceptBackoff {
         if let Some(m) = state.metrics() {
             m.accept_errors.with_label_values(&[port]).inc();
         }
-        // One line per failure: at most ~1 a second once the backoff is up.
-        eprintln!(
-            "treelog: accept on the {port} port failed: {e}; retrying in {} ms",
-            wait.as_millis()
+        // One event per failure: at most ~1 a second once the backoff is up.
+        tracing::warn!(
+            port,
+            error = %e,
+            retry_ms = wait.as_millis() as u64,
+            "accept failed; retrying"
         );
         wait
     }
@@ -528,6 +570,15 @@ async fn accept_loop(listener: TcpListener, state: Arc<State>) -> Result<()> {
                         if let Some(m) = state.metrics() {
                             m.connections_rejected.inc();
                         }
+                        if let Some(suppressed) = state.refusals.busy.check() {
+                            tracing::warn!(
+                                %peer,
+                                port = "rpc",
+                                limit = state.cfg.max_connections,
+                                suppressed,
+                                "refused a connection: too many connections"
+                            );
+                        }
                         conns.spawn(async move {
                             let _ = refuse(sock, ErrorKind::Busy, "too many connections").await;
                         });
@@ -540,7 +591,13 @@ async fn accept_loop(listener: TcpListener, state: Arc<State>) -> Result<()> {
     drop(listener);
     // Let connections finish their in-flight requests, then close the store.
     let grace = state.cfg.shutdown_grace;
+    tracing::info!(
+        connections = conns.len(),
+        grace_ms = grace.as_millis() as u64,
+        "stopped accepting connections; draining"
+    );
     let _ = tokio::time::timeout(grace, async { while conns.join_next().await.is_some() {} }).await;
+    tracing::info!(aborted = conns.len(), "connections drained");
     conns.abort_all();
     if let Some(t) = state.store.get() {
         state.ready.store(false, Ordering::Release);
@@ -553,6 +610,7 @@ async fn accept_loop(listener: TcpListener, state: Arc<State>) -> Result<()> {
         })
         .await
         .map_err(|e| Error::Protocol(format!("close task: {e}")))??;
+        tracing::info!("store closed");
     }
     Ok(())
 }
@@ -1037,6 +1095,14 @@ async fn handshake(
         )));
     }
     if !check_token(state, peer.ip(), &hello.token).await? {
+        if let Some(suppressed) = state.refusals.unauthorized.check() {
+            tracing::warn!(
+                %peer,
+                port = "rpc",
+                suppressed,
+                "refused a connection: wrong or missing token"
+            );
+        }
         let _ = send(
             out,
             &ServerMsg::Fatal {
@@ -1061,21 +1127,36 @@ async fn serve_connection(
     let mut shutdown = state.shutdown.clone();
     // Handshake, unless a newer connection reclaims this one's slot first.
     let shook = tokio::select! {
-        r = handshake(rd, out, peer, state) => r?,
-        _ = &mut admission.evicted => {
+        r = handshake(rd, out, peer, state) => r,
+        _ = &mut admission.evicted => Err(Error::Busy(
+            "too many connections waiting for their handshake; this one was the oldest".into(),
+        )),
+        _ = shutdown.changed() => return Ok(()),
+    };
+    let shook = shook.and_then(|shook| {
+        if shook.is_some() && !admission.complete() {
             return Err(Error::Busy(
                 "too many connections waiting for their handshake; this one was the oldest".into(),
-            ))
+            ));
         }
-        _ = shutdown.changed() => return Ok(()),
+        Ok(shook)
+    });
+    let shook = match shook {
+        Ok(s) => s,
+        Err(e) => {
+            if let Some(suppressed) = state.refusals.handshake.check() {
+                tracing::warn!(
+                    %peer,
+                    error = %e,
+                    suppressed,
+                    "closed a connection during its handshake"
+                );
+            }
+            return Err(e);
+        }
     };
     if shook.is_none() {
         return Ok(());
-    }
-    if !admission.complete() {
-        return Err(Error::Busy(
-            "too many connections waiting for their handshake; this one was the oldest".into(),
-        ));
     }
     let t = state
         .store
@@ -1521,6 +1602,15 @@ async fn http_server(listener: TcpListener, state: Arc<State>) {
             if let Some(m) = &metrics {
                 m.http_rejected.inc();
             }
+            if let Some(suppressed) = state.refusals.http_busy.check() {
+                tracing::warn!(
+                    %peer,
+                    port = "http",
+                    limit = state.cfg.max_http_connections,
+                    suppressed,
+                    "refused an HTTP connection: too many connections"
+                );
+            }
             // Best effort, without waiting: the socket buffer is empty.
             let _ = sock.try_write(
                 b"HTTP/1.1 503 Service Unavailable\r\ncontent-length: 21\r\nconnection: close\r\n\r\ntoo many connections\n",
@@ -1600,6 +1690,14 @@ async fn metrics_handler(
             Err(e) => return (StatusCode::TOO_MANY_REQUESTS, format!("{e}\n")).into_response(),
         };
         if !ok {
+            if let Some(suppressed) = state.refusals.http_unauthorized.check() {
+                tracing::warn!(
+                    peer = %peer.0,
+                    port = "http",
+                    suppressed,
+                    "refused an HTTP request: wrong or missing bearer token"
+                );
+            }
             return (StatusCode::UNAUTHORIZED, "missing or wrong bearer token\n").into_response();
         }
     }
