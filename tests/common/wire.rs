@@ -25,6 +25,14 @@ pub fn request(id: u64, body: RequestBody) -> Vec<u8> {
     protocol::encode(&ClientMsg::Request { id, body }).unwrap()
 }
 
+/// The frames of the same request under each of `ids`, one after the
+/// other (to be written at once).
+pub fn requests(ids: impl IntoIterator<Item = u64>, body: &RequestBody) -> Vec<u8> {
+    ids.into_iter()
+        .flat_map(|id| request(id, body.clone()))
+        .collect()
+}
+
 /// The next message from the server, of at most `max_frame` bytes; panics
 /// when none arrives within `guard` (a failure guard, not a timing
 /// assertion) or the connection closes first.

@@ -250,15 +250,11 @@ async fn frames_coalesced_or_split_across_segments_are_all_answered() {
     let mut s = raw_connect(&h).await;
     s.set_nodelay(true).unwrap();
     wire::handshake(&mut s).await;
-    let req = |id: u64| wire::request(id, RequestBody::Stat { path: "/".into() });
+    let stat = RequestBody::Stat { path: "/".into() };
     // Three requests in one write.
-    let mut three = Vec::new();
-    for id in 1..=3 {
-        three.extend(req(id));
-    }
-    s.write_all(&three).await.unwrap();
+    s.write_all(&wire::requests(1..=3, &stat)).await.unwrap();
     // A fourth, one byte at a time (TCP_NODELAY: separate segments).
-    for b in req(4) {
+    for b in wire::request(4, stat) {
         s.write_all(&[b]).await.unwrap();
         s.flush().await.unwrap();
     }
