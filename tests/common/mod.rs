@@ -2,9 +2,20 @@
 //! with `#[path]` from the crates' own `tests/`): the crash worker that is
 //! killed (a child process running this test binary), its output protocol
 //! and what it implies about the store, seeded randomness, and the rounds
-//! of kill loops.
+//! of kill loops; and, by concern, a real server in the process
+//! ([`server`]), its RPC port byte by byte ([`wire`]), its HTTP port
+//! ([`http`]), commands ([`commands`]), running a binary ([`cli`]) and
+//! waiting for conditions ([`poll`]). Every module compiles in every
+//! including crate (each has the server, client and tokio among its
+//! dependencies); a test uses what it needs.
 #![allow(dead_code)]
 
+pub mod cli;
+pub mod commands;
+pub mod http;
+pub mod poll;
+pub mod server;
+pub mod wire;
 pub mod worker;
 
 use std::collections::BTreeMap;

@@ -7,9 +7,14 @@
 //!
 //! `TREELOG_CONSISTENCY_MOVES=100000` runs longer by hand.
 
+#[path = "../../../tests/common/mod.rs"]
+mod common;
+
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
+use common::commands::{create, mkdir};
+use common::{cli, server};
 use treelog::{CreateOptions, Durability, ErrorKind, Options, ReadAt, Treelog};
 
 fn moves() -> u64 {
@@ -234,45 +239,18 @@ fn reads_never_go_backwards_after_negative_lookups() {
 #[test]
 fn over_the_network_no_reply_is_torn_and_ls_r_sees_one_tree() {
     use treelog::Command;
-    use treelog_client::{Client, ClientOptions};
-    use treelog_server::{start, ServerConfig};
 
     let dir = tempfile::tempdir().unwrap();
     let rt = tokio::runtime::Runtime::new().unwrap();
-    let mut cfg = ServerConfig::new(dir.path().join("db"));
-    cfg.listen = "127.0.0.1:0".parse().unwrap();
-    cfg.http = "127.0.0.1:0".parse().unwrap();
-    cfg.store = cfg.store.durability(Durability::None);
-    let h = rt.block_on(start(cfg)).unwrap();
+    let h = rt.block_on(server::start(&dir.path().join("db"), |_| {}));
     let addr = h.bound.rpc;
-    let connect = move || async move {
-        Client::connect(addr, ClientOptions::default())
-            .await
-            .unwrap()
-    };
-    let w = rt.block_on(connect());
-    let mkdir = |p: &str| Command::Mkdir {
-        path: p.into(),
-        parents: true,
-        mode: 0o755,
-        owner: String::new(),
-        group: String::new(),
-    };
+    let w = rt.block_on(server::connect(addr));
     rt.block_on(async {
         for p in ["/a/x", "/b"] {
             w.submit(mkdir(p)).await.unwrap();
         }
         for i in 0..5 {
-            w.submit(Command::Create {
-                path: format!("/a/x/f{i}"),
-                parents: false,
-                mode: 0o644,
-                owner: String::new(),
-                group: String::new(),
-                block_size: 4096,
-            })
-            .await
-            .unwrap();
+            w.submit(create(&format!("/a/x/f{i}"))).await.unwrap();
         }
     });
     let ids: Vec<u64> = rt.block_on(async {
@@ -310,7 +288,7 @@ fn over_the_network_no_reply_is_torn_and_ls_r_sees_one_tree() {
         .map(|_| {
             let (done, torn, reads, ids) = (done.clone(), torn.clone(), reads.clone(), ids.clone());
             rt.spawn(async move {
-                let c = connect().await;
+                let c = server::connect(addr).await;
                 let mut last = 0;
                 while !done.load(Ordering::SeqCst) {
                     for (k, path) in ["/a/x", "/b/x"].iter().enumerate() {
@@ -343,13 +321,12 @@ fn over_the_network_no_reply_is_torn_and_ls_r_sees_one_tree() {
         .collect();
     // `ls -R` as a user runs it, while the writer moves x.
     let mut runs = 0;
+    let ls_r = ["--server", &addr.to_string(), "--json", "ls", "-R", "/"];
     while !done.load(Ordering::SeqCst) {
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_treelog"))
-            .args(["--server", &addr.to_string(), "--json", "ls", "-R", "/"])
-            .output()
-            .unwrap();
+        let mut ls = std::process::Command::new(env!("CARGO_BIN_EXE_treelog"));
+        let out = cli::output(ls.args(ls_r));
         assert!(out.status.success(), "ls -R failed: {out:?}");
-        let rows: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let rows: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
         let paths: Vec<&str> = rows
             .as_array()
             .unwrap()

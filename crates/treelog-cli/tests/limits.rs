@@ -3,57 +3,31 @@
 //! The tests here take turns (`serial`): each measures or changes state
 //! that a test running beside it would disturb.
 
+#[path = "../../../tests/common/mod.rs"]
+mod common;
+
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use common::commands::{create, mkdir};
+use common::poll::{eventually, peak};
+use common::server::{self, metrics};
+use common::{cli, wire};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use treelog::metrics::Metrics;
 use treelog::stream::{Filter, StartFrom, SubscribeOptions};
-use treelog::{Command, Durability, ErrorKind};
-use treelog_client::{Client, ClientOptions};
-use treelog_proto::protocol::{self, ClientMsg, Hello, RequestBody, ResponseBody, ServerMsg};
-use treelog_server::{start, ServerConfig, ServerHandle};
+use treelog::ErrorKind;
+use treelog_client::Client;
+use treelog_proto::protocol::{self, RequestBody, ResponseBody, ServerMsg};
+use treelog_server::ServerHandle;
 
 /// Held for a whole test (across awaits: each test has its own runtime).
 static TURN: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-fn config(dir: &std::path::Path) -> ServerConfig {
-    let mut c = ServerConfig::new(dir.to_path_buf());
-    c.listen = "127.0.0.1:0".parse().unwrap();
-    c.http = "127.0.0.1:0".parse().unwrap();
-    c.store = c.store.durability(Durability::None);
-    c
-}
-
-fn metrics(h: &ServerHandle) -> Arc<Metrics> {
-    h.metrics().expect("metrics").clone()
-}
-
-/// Polls `cond` (a failure guard of `secs`, not a timing assertion).
-async fn eventually(secs: u64, what: &str, mut cond: impl FnMut() -> bool) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(secs);
-    while !cond() {
-        assert!(tokio::time::Instant::now() < deadline, "never: {what}");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-}
-
-/// Records the highest value `read` returns until aborted.
-fn peak(read: impl Fn() -> i64 + Send + 'static) -> (Arc<AtomicI64>, tokio::task::JoinHandle<()>) {
-    let peak = Arc::new(AtomicI64::new(0));
-    let p = peak.clone();
-    let task = tokio::spawn(async move {
-        loop {
-            p.fetch_max(read(), Ordering::Relaxed);
-            tokio::time::sleep(Duration::from_millis(1)).await;
-        }
-    });
-    (peak, task)
-}
-
+/// A raw connection past the handshake that reads nothing by itself.
 async fn welcome(addr: SocketAddr) -> TcpStream {
     // A fixed, small receive buffer: loopback's autotuning may otherwise
     // grow it to `tcp_rmem`'s maximum (32 MiB here), enough to swallow
@@ -62,55 +36,41 @@ async fn welcome(addr: SocketAddr) -> TcpStream {
     let sock = tokio::net::TcpSocket::new_v4().unwrap();
     sock.set_recv_buffer_size(64 << 10).unwrap();
     let mut s = sock.connect(addr).await.unwrap();
-    let hello = protocol::encode(&ClientMsg::Hello(Hello {
-        magic: protocol::MAGIC,
-        version: protocol::PROTOCOL_VERSION,
-        token: None,
-        client: "limits".into(),
-    }))
-    .unwrap();
-    s.write_all(&hello).await.unwrap();
-    let w = protocol::read_frame(&mut s, 1 << 20)
-        .await
-        .unwrap()
-        .unwrap();
-    assert!(matches!(
-        protocol::decode::<ServerMsg>(&w).unwrap(),
-        ServerMsg::Welcome { .. }
-    ));
+    wire::handshake(&mut s).await;
     s
 }
 
-/// `/d` with `n` files of ~200-byte names.
-async fn wide_dir(c: &Client, n: usize) {
-    c.submit(Command::Mkdir {
-        path: "/d".into(),
-        parents: true,
-        mode: 0o755,
-        owner: String::new(),
-        group: String::new(),
-    })
-    .await
-    .unwrap();
+/// A server whose connections may each queue `bound` bytes of replies,
+/// its metrics, and a client that made `/d` with `n` files of ~200-byte
+/// names.
+async fn server_with_wide_dir(
+    dir: &std::path::Path,
+    bound: usize,
+    n: usize,
+) -> (ServerHandle, Arc<Metrics>, Client) {
+    let h = server::start(dir, |c| c.max_conn_buffer_bytes = bound).await;
+    let m = metrics(&h);
+    let c = server::client(&h).await;
+    c.submit(mkdir("/d")).await.unwrap();
     let tasks: Vec<_> = (0..n)
         .map(|i| {
             let c = c.clone();
             tokio::spawn(async move {
-                c.submit(Command::Create {
-                    path: format!("/d/{i:05}{}", "n".repeat(200)),
-                    parents: false,
-                    mode: 0o644,
-                    owner: String::new(),
-                    group: String::new(),
-                    block_size: 4096,
-                })
-                .await
+                c.submit(create(&format!("/d/{i:05}{}", "n".repeat(200))))
+                    .await
             })
         })
         .collect();
     for t in tasks {
         t.await.unwrap().unwrap();
     }
+    (h, m, c)
+}
+
+/// Samples the peak of the bytes queued for the server's connections.
+fn peak_queued(m: &Arc<Metrics>) -> (Arc<AtomicI64>, tokio::task::JoinHandle<()>) {
+    let m = m.clone();
+    peak(move || m.queued_bytes.get())
 }
 
 /// A client that pipelines `List`s of a large directory and reads nothing:
@@ -122,15 +82,8 @@ async fn wide_dir(c: &Client, n: usize) {
 async fn a_client_that_never_reads_holds_bounded_memory() {
     let _turn = TURN.lock().await;
     let dir = tempfile::tempdir().unwrap();
-    let mut cfg = config(dir.path());
     let bound = 256 << 10;
-    cfg.max_conn_buffer_bytes = bound;
-    let h = start(cfg).await.unwrap();
-    let m = metrics(&h);
-    let c = Client::connect(h.bound.rpc, ClientOptions::default())
-        .await
-        .unwrap();
-    wide_dir(&c, 1000).await;
+    let (h, m, c) = server_with_wide_dir(dir.path(), bound, 1000).await;
     let page = c.list("/d", None, 10_000).await.unwrap();
     assert_eq!(page.entries.len(), 1000);
     let reply = protocol::encode(&ServerMsg::Response {
@@ -139,39 +92,22 @@ async fn a_client_that_never_reads_holds_bounded_memory() {
     })
     .unwrap()
     .len();
-    let (queued, sampler) = peak({
-        let m = m.clone();
-        move || m.queued_bytes.get()
-    });
+    let (queued, sampler) = peak_queued(&m);
     let mut s = welcome(h.bound.rpc).await;
-    let lists = |ids: std::ops::RangeInclusive<u64>| {
-        let mut reqs = Vec::new();
-        for id in ids {
-            reqs.extend(
-                protocol::encode(&ClientMsg::Request {
-                    id,
-                    body: RequestBody::List {
-                        path: "/d".into(),
-                        start_after: None,
-                        limit: 10_000,
-                    },
-                })
-                .unwrap(),
-            );
-        }
-        reqs
+    let list = RequestBody::List {
+        path: "/d".into(),
+        start_after: None,
+        limit: 10_000,
     };
     const N: u64 = 110;
-    s.write_all(&lists(1..=100)).await.unwrap();
+    s.write_all(&wire::requests(1..=100, &list)).await.unwrap();
     // 100 replies (~26 MB) do not fit the socket buffers: the queue fills.
     eventually(60, "a full queue", || m.queued_bytes.get() >= bound as i64).await;
     // Requests that arrive now are not read (the server waits for room).
-    s.write_all(&lists(101..=N)).await.unwrap();
+    s.write_all(&wire::requests(101..=N, &list)).await.unwrap();
     eventually(60, "back-pressure", || m.backpressure.get() >= 1).await;
     // Another client is served meanwhile.
-    let other = Client::connect(h.bound.rpc, ClientOptions::default())
-        .await
-        .unwrap();
+    let other = server::client(&h).await;
     tokio::time::timeout(Duration::from_secs(30), other.stat("/d"))
         .await
         .expect("another client's stat waited for the stalled one")
@@ -184,15 +120,7 @@ async fn a_client_that_never_reads_holds_bounded_memory() {
     // Reading resumes the connection: every reply arrives, whole.
     let mut ids = Vec::new();
     while ids.len() < N as usize {
-        let f = tokio::time::timeout(
-            Duration::from_secs(60),
-            protocol::read_frame(&mut s, 64 << 20),
-        )
-        .await
-        .expect("failure guard")
-        .unwrap()
-        .unwrap();
-        match protocol::decode::<ServerMsg>(&f).unwrap() {
+        match wire::recv(&mut s, 64 << 20, Duration::from_secs(60)).await {
             ServerMsg::Response {
                 id,
                 body: ResponseBody::Page(p),
@@ -222,42 +150,25 @@ fn threads() -> usize {
 async fn never_read_snapshot_subscriptions_hold_no_threads() {
     let _turn = TURN.lock().await;
     let dir = tempfile::tempdir().unwrap();
-    let mut cfg = config(dir.path());
     let bound = 256 << 10;
-    cfg.max_conn_buffer_bytes = bound;
-    let h = start(cfg).await.unwrap();
-    let m = metrics(&h);
-    let c = Client::connect(h.bound.rpc, ClientOptions::default())
-        .await
-        .unwrap();
     // 3000 entries of ~300 bytes per snapshot: 40 of them (~36 MB) do not
     // fit the socket buffers.
-    wide_dir(&c, 3000).await;
-    let (queued, sampler) = peak({
-        let m = m.clone();
-        move || m.queued_bytes.get()
-    });
+    let (h, m, c) = server_with_wide_dir(dir.path(), bound, 3000).await;
+    let (queued, sampler) = peak_queued(&m);
     let before = threads();
     let mut s = welcome(h.bound.rpc).await;
     const N: u64 = 40;
-    let mut reqs = Vec::new();
-    for id in 1..=N {
-        reqs.extend(
-            protocol::encode(&ClientMsg::Request {
-                id,
-                body: RequestBody::Subscribe(SubscribeOptions {
-                    from: StartFrom::Snapshot,
-                    filter: Filter {
-                        prefix: Some("/d".into()),
-                        kinds: None,
-                    },
-                    ..Default::default()
-                }),
-            })
-            .unwrap(),
-        );
-    }
-    s.write_all(&reqs).await.unwrap();
+    let snapshot = RequestBody::Subscribe(SubscribeOptions {
+        from: StartFrom::Snapshot,
+        filter: Filter {
+            prefix: Some("/d".into()),
+            kinds: None,
+        },
+        ..Default::default()
+    });
+    s.write_all(&wire::requests(1..=N, &snapshot))
+        .await
+        .unwrap();
     eventually(60, "all subscriptions started", || {
         m.subscribers.get() == N as i64
     })
@@ -313,13 +224,12 @@ fn vm_peak() -> usize {
 async fn a_length_prefix_alone_does_not_allocate_the_frame() {
     let _turn = TURN.lock().await;
     let dir = tempfile::tempdir().unwrap();
-    let mut cfg = config(dir.path());
-    cfg.max_frame = treelog_server::MAX_MAX_FRAME;
-    cfg.idle_timeout = Duration::from_secs(2);
-    let h = start(cfg).await.unwrap();
-    let c = Client::connect(h.bound.rpc, ClientOptions::default())
-        .await
-        .unwrap();
+    let h = server::start(dir.path(), |c| {
+        c.max_frame = treelog_server::MAX_MAX_FRAME;
+        c.idle_timeout = Duration::from_secs(2);
+    })
+    .await;
+    let c = server::client(&h).await;
     c.ping().await.unwrap();
     let before = vm_peak();
     let mut conns = Vec::new();
@@ -335,18 +245,9 @@ async fn a_length_prefix_alone_does_not_allocate_the_frame() {
     // Each is closed for not completing its frame: the server was reading
     // it all that time.
     for s in conns.iter_mut() {
-        let f = tokio::time::timeout(Duration::from_secs(30), protocol::read_frame(s, 1 << 20))
-            .await
-            .expect("failure guard")
-            .unwrap()
-            .expect("a Fatal frame");
-        match protocol::decode::<ServerMsg>(&f).unwrap() {
-            ServerMsg::Fatal { kind, message } => {
-                assert_eq!(kind, ErrorKind::Protocol, "{message}");
-                assert!(message.contains("no complete frame"), "{message}");
-            }
-            other => panic!("unexpected {other:?}"),
-        }
+        let (kind, message) = wire::recv_fatal(s, Duration::from_secs(30)).await;
+        assert_eq!(kind, ErrorKind::Protocol, "{message}");
+        assert!(message.contains("no complete frame"), "{message}");
     }
     let grew = vm_peak().saturating_sub(before);
     assert!(
@@ -355,9 +256,7 @@ async fn a_length_prefix_alone_does_not_allocate_the_frame() {
         grew >> 20
     );
     // (The idle timeout closed `c` meanwhile.)
-    let c = Client::connect(h.bound.rpc, ClientOptions::default())
-        .await
-        .unwrap();
+    let c = server::client(&h).await;
     c.ping().await.unwrap();
     h.shutdown().await.unwrap();
 }
@@ -394,12 +293,10 @@ fn open_fds() -> usize {
 async fn accept_errors_back_off_and_are_counted() {
     let _turn = TURN.lock().await;
     let dir = tempfile::tempdir().unwrap();
-    let h = start(config(dir.path())).await.unwrap();
+    let h = server::start(dir.path(), |_| {}).await;
     let m = metrics(&h);
     let errors = || m.accept_errors.with_label_values(&["rpc"]).get();
-    let c = Client::connect(h.bound.rpc, ClientOptions::default())
-        .await
-        .unwrap();
+    let c = server::client(&h).await;
     c.ping().await.unwrap();
     let (soft, _) = nofile();
     // Use up every descriptor but one, for the client's socket.
@@ -428,28 +325,9 @@ async fn accept_errors_back_off_and_are_counted() {
         n as u128 <= 2 + elapsed.as_millis() / 10,
         "{n} accept errors in {elapsed:?}"
     );
-    // The waiting connection is served once descriptors are back.
-    let mut s = connecting.unwrap();
-    let hello = protocol::encode(&ClientMsg::Hello(Hello {
-        magic: protocol::MAGIC,
-        version: protocol::PROTOCOL_VERSION,
-        token: None,
-        client: "limits".into(),
-    }))
-    .unwrap();
-    s.write_all(&hello).await.unwrap();
-    let w = tokio::time::timeout(
-        Duration::from_secs(30),
-        protocol::read_frame(&mut s, 1 << 20),
-    )
-    .await
-    .expect("the connection was never accepted")
-    .unwrap()
-    .unwrap();
-    assert!(matches!(
-        protocol::decode::<ServerMsg>(&w).unwrap(),
-        ServerMsg::Welcome { .. }
-    ));
+    // The waiting connection is served (accepted, its handshake answered
+    // within 30 s) once descriptors are back.
+    wire::handshake(&mut connecting.unwrap()).await;
     c.ping().await.unwrap();
     h.shutdown().await.unwrap();
 }
@@ -465,21 +343,16 @@ fn serve_with_nofile(
 ) -> Result<(std::process::Child, String), (i32, String)> {
     use std::io::BufRead;
     use std::os::unix::process::CommandExt;
-    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_treelog"));
-    cmd.arg("--data")
-        .arg(data)
-        .arg("--durability")
-        .arg("none")
-        .arg("serve")
-        .args(["--http", "127.0.0.1:0"])
-        .args(if args.contains(&"--listen") {
-            &[][..]
-        } else {
-            &["--listen", "127.0.0.1:0"][..]
-        })
-        .args(args)
-        .stderr(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::null());
+    let serve = ["--durability", "none", "serve", "--http", "127.0.0.1:0"];
+    let mut cmd = cli::command(env!("CARGO_BIN_EXE_treelog"), data, &serve);
+    cmd.args(if args.contains(&"--listen") {
+        &[][..]
+    } else {
+        &["--listen", "127.0.0.1:0"][..]
+    })
+    .args(args)
+    .stderr(std::process::Stdio::piped())
+    .stdout(std::process::Stdio::null());
     // SAFETY: only async-signal-safe setrlimit between fork and exec.
     unsafe {
         cmd.pre_exec(move || {
@@ -516,6 +389,13 @@ fn serve_with_nofile(
     }
 }
 
+/// Stops a running `treelog serve` with SIGTERM: it exits with success.
+#[cfg(unix)]
+fn terminate(mut child: std::process::Child) {
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    assert!(child.wait().unwrap().success());
+}
+
 /// The connection limits are checked against RLIMIT_NOFILE at start:
 /// lowered with a warning when some fit, refused when too few would.
 #[cfg(target_os = "linux")]
@@ -525,23 +405,21 @@ fn the_connection_limit_is_fitted_to_the_open_file_limit() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("db");
     // 600 descriptors: 600 - 64 HTTP - 384 reserved = 152 connections.
-    let (mut child, text) = serve_with_nofile(&data, 600, &[]).expect("serve did not start");
+    let (child, text) = serve_with_nofile(&data, 600, &[]).expect("serve did not start");
     assert!(
         text.contains("WARNING") && text.contains("from 1024 to 152"),
         "{text}"
     );
-    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-    assert!(child.wait().unwrap().success());
+    terminate(child);
     // Explicit limits that fit: no warning.
-    let (mut child, text) = serve_with_nofile(
+    let (child, text) = serve_with_nofile(
         &data,
         600,
         &["--max-connections", "100", "--max-http-connections", "8"],
     )
     .expect("serve did not start");
     assert!(!text.contains("WARNING"), "{text}");
-    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-    assert!(child.wait().unwrap().success());
+    terminate(child);
     // 400 descriptors leave none for clients: refused, exit code 8.
     let (code, text) = serve_with_nofile(&data, 400, &[]).expect_err("refused");
     assert_eq!(code, 8, "{text}");

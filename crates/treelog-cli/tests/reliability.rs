@@ -11,10 +11,10 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{rounds, Expect, Rng, Worker};
+use common::{cli, rounds, Expect, Rng, Worker};
 use treelog::{admin, ErrorKind, Options, Treelog};
 
 const BIN: &str = env!("CARGO_BIN_EXE_treelog");
@@ -25,24 +25,10 @@ fn crash_worker_process() {
     common::worker::entry();
 }
 
-fn treelog(data: &Path, args: &[&str]) -> Output {
-    Command::new(BIN)
-        .arg("--data")
-        .arg(data)
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .expect("run treelog")
-}
-
 /// Runs `treelog ARGS` and kills it with SIGKILL after `after` (a random
 /// crash point, not a wait for anything); returns whether it had finished.
 fn kill_during(data: &Path, args: &[&str], after: Duration) -> bool {
-    let mut child = Command::new(BIN)
-        .arg("--data")
-        .arg(data)
-        .args(args)
-        .stdin(Stdio::null())
+    let mut child = cli::command(BIN, data, args)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -58,18 +44,40 @@ fn kill_during(data: &Path, args: &[&str], after: Duration) -> bool {
 /// drawn from that span.
 fn time_run(data: &Path, args: &[&str]) -> Duration {
     let t = Instant::now();
-    let out = treelog(data, args);
-    assert!(
-        out.status.success(),
-        "treelog {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = cli::run(BIN, data, args);
+    assert!(out.status.success(), "treelog {args:?}: {}", out.stderr);
     t.elapsed()
 }
 
 fn open(data: &Path, what: &str) -> Treelog {
     Treelog::open(data, Options::default())
         .unwrap_or_else(|e| panic!("{what}: the database does not open: {e}"))
+}
+
+/// What [`reopens`] checks of the index.
+enum Check {
+    /// `admin::verify`: the index is exactly a replay of the log.
+    Verify,
+    /// `admin::check_structure`: the index's structure is sound.
+    Structure,
+}
+
+/// After a fault: the database opens with every acknowledged operation
+/// and passes `check`.
+fn reopens(data: &Path, expect: &Expect, what: &str, check: Check) {
+    let t = open(data, what);
+    expect.check(&t, u64::MAX, what);
+    match check {
+        Check::Verify => {
+            let report = admin::verify(t.store()).unwrap();
+            assert!(report.ok(), "{what}: {report:?}");
+        }
+        Check::Structure => {
+            let problems = admin::check_structure(t.store()).unwrap();
+            assert!(problems.is_empty(), "{what}: {problems:?}");
+        }
+    }
+    t.close().unwrap();
 }
 
 /// Log retention under load, and `admin retention`, killed at random
@@ -111,11 +119,7 @@ fn retention_killed_at_random_moments_loses_nothing_acknowledged() {
         let at = Duration::from_micros(rng.below(span.as_micros() as u64 + 1));
         kill_during(&data, &args, at);
         let what = format!("round {round}, after admin retention killed at {at:?}");
-        let t = open(&data, &what);
-        expect.check(&t, u64::MAX, &what);
-        let problems = admin::check_structure(t.store()).unwrap();
-        assert!(problems.is_empty(), "{what}: {problems:?}");
-        t.close().unwrap();
+        reopens(&data, &expect, &what, Check::Structure);
     }
     assert!(
         truncated_rounds > 0,
@@ -142,11 +146,7 @@ fn rebuild_killed_at_random_moments_always_reopens() {
             interrupted += 1;
         }
         let what = format!("round {round}, rebuild killed at {at:?} of {span:?}");
-        let t = open(&data, &what);
-        expect.check(&t, u64::MAX, &what);
-        let report = admin::verify(t.store()).unwrap();
-        assert!(report.ok(), "{what}: {report:?}");
-        t.close().unwrap();
+        reopens(&data, &expect, &what, Check::Verify);
     }
     assert!(interrupted > 0, "no rebuild was interrupted");
 }
@@ -196,9 +196,9 @@ fn corruption_in_the_middle_of_the_wal_refuses_to_open_until_the_loss_is_accepte
         .expect("open refused");
     assert_eq!(e.kind(), ErrorKind::Corruption, "{e}");
     assert!(e.to_string().contains("accept-wal-loss"), "{e}");
-    let out = treelog(&data, &["ls", "/"]);
+    let out = cli::run(BIN, &data, &["ls", "/"]);
     assert_eq!(out.status.code(), Some(10), "{out:?}");
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = &out.stderr;
     assert!(err.contains("write-ahead log"), "{err}");
     assert_eq!(
         std::fs::read(&wal).unwrap(),
@@ -207,9 +207,9 @@ fn corruption_in_the_middle_of_the_wal_refuses_to_open_until_the_loss_is_accepte
     );
 
     // The operator accepts the loss explicitly.
-    let out = treelog(&data, &["--json", "admin", "accept-wal-loss"]);
+    let out = cli::run(BIN, &data, &["--json", "admin", "accept-wal-loss"]);
     assert!(out.status.success(), "{out:?}");
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let v: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
     let last = v["report"]["last_seq"].as_u64().unwrap();
     assert!(
         last < max_acked_seq(&expect),
@@ -223,8 +223,8 @@ fn corruption_in_the_middle_of_the_wal_refuses_to_open_until_the_loss_is_accepte
         assert!(report.ok(), "{report:?}");
         t.close().unwrap();
     }
-    let out = treelog(&data, &["admin", "info"]);
-    assert!(String::from_utf8_lossy(&out.stdout).contains("wal loss"));
+    let out = cli::run(BIN, &data, &["admin", "info"]);
+    assert!(out.stdout.contains("wal loss"));
 }
 
 /// A torn tail (the last write of a crash, cut or half-written) is not an
@@ -280,15 +280,8 @@ mod crash_points {
         );
     }
 
-    fn run_env(data: &Path, args: &[&str], failpoints: &str) -> Output {
-        Command::new(BIN)
-            .arg("--data")
-            .arg(data)
-            .args(args)
-            .env("FAILPOINTS", failpoints)
-            .stdin(Stdio::null())
-            .output()
-            .expect("run treelog")
+    fn run_env(data: &Path, args: &[&str], failpoints: &str) -> cli::Ran {
+        cli::output(cli::command(BIN, data, args).env("FAILPOINTS", failpoints))
     }
 
     #[test]
@@ -323,11 +316,7 @@ mod crash_points {
             Worker::spawn(&data, 1, "x", &[]).kill_after(&mut expect, 200);
             let out = run_env(&data, &["admin", "retention", "--max-records", "10"], &fp);
             killed_at(out.status, point);
-            let t = open(&data, point);
-            expect.check(&t, u64::MAX, point);
-            let problems = admin::check_structure(t.store()).unwrap();
-            assert!(problems.is_empty(), "{point}: {problems:?}");
-            t.close().unwrap();
+            reopens(&data, &expect, point, Check::Structure);
         }
     }
 
@@ -351,13 +340,9 @@ mod crash_points {
             let out = run_env(&data, &["admin", "rebuild"], fp);
             killed_at(out.status, fp);
             // Every command opens it (finishing the rebuild), the CLI too.
-            let out = treelog(&data, &["ls", "/"]);
+            let out = cli::run(BIN, &data, &["ls", "/"]);
             assert!(out.status.success(), "{fp}: {out:?}");
-            let t = open(&data, fp);
-            expect.check(&t, u64::MAX, fp);
-            let report = admin::verify(t.store()).unwrap();
-            assert!(report.ok(), "{fp}: {report:?}");
-            t.close().unwrap();
+            reopens(&data, &expect, fp, Check::Verify);
         }
     }
 }
@@ -405,9 +390,5 @@ fn a_full_disk_stops_the_writer_and_loses_nothing_acknowledged() {
         .status()
         .unwrap();
     assert!(remount.success());
-    let t = open(&data, "after the disk was full");
-    expect.check(&t, u64::MAX, "after the disk was full");
-    let report = admin::verify(t.store()).unwrap();
-    assert!(report.ok(), "{report:?}");
-    t.close().unwrap();
+    reopens(&data, &expect, "after the disk was full", Check::Verify);
 }

@@ -2,52 +2,34 @@
 //! metric name used by the Grafana dashboard is exported by a real server
 //! after a workload.
 
+#[path = "../../../tests/common/mod.rs"]
+mod common;
+
 use std::collections::BTreeSet;
 use std::io::Write;
-use std::net::SocketAddr;
 use std::process::{Command as Proc, Stdio};
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
-use treelog::stream::{StartFrom, StreamItem, SubscribeOptions};
-use treelog::{Command, Durability};
-use treelog_client::{Client, ClientOptions};
-use treelog_server::{start, ServerConfig, ServerHandle};
+use common::commands::mkdir_as;
+use common::{http, server};
+use treelog::stream::{StartFrom, SubscribeOptions};
+use treelog::Command;
+use treelog_server::ServerHandle;
 
-async fn http_get(addr: SocketAddr, path: &str) -> String {
-    let mut s = TcpStream::connect(addr).await.unwrap();
-    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes())
-        .await
-        .unwrap();
-    let mut buf = Vec::new();
-    s.read_to_end(&mut buf).await.unwrap();
-    let text = String::from_utf8_lossy(&buf).into_owned();
-    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
-    text.split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_owned())
-        .unwrap_or_default()
+/// The text of `/metrics`, which must answer 200.
+async fn metrics_text(h: &ServerHandle) -> String {
+    let (status, body) = http::get(h.bound.http, "/metrics").await;
+    assert_eq!(status, 200, "{body}");
+    body
 }
 
 /// A server that has seen every kind of activity the dashboard shows.
 async fn server_after_workload(dir: &std::path::Path) -> ServerHandle {
-    let mut cfg = ServerConfig::new(dir.to_path_buf());
-    cfg.listen = "127.0.0.1:0".parse().unwrap();
-    cfg.http = "127.0.0.1:0".parse().unwrap();
-    cfg.store = cfg.store.durability(Durability::None);
-    let h = start(cfg).await.unwrap();
-    let c = Client::connect(h.bound.rpc, ClientOptions::default())
-        .await
-        .unwrap();
+    let h = server::start(dir, |_| {}).await;
+    let c = server::client(&h).await;
     for i in 0..50 {
-        c.submit(Command::Mkdir {
-            path: format!("/m/d{i}"),
-            parents: true,
-            mode: 0o755,
-            owner: "u".into(),
-            group: "g".into(),
-        })
-        .await
-        .unwrap();
+        c.submit(mkdir_as(&format!("/m/d{i}"), "u", "g"))
+            .await
+            .unwrap();
     }
     assert!(c
         .submit(Command::Delete {
@@ -68,12 +50,7 @@ async fn server_after_workload(dir: &std::path::Path) -> ServerHandle {
         })
         .await
         .unwrap();
-    let mut n = 0;
-    while n < 10 {
-        if let StreamItem::Record { .. } = sub.next().await.unwrap().unwrap() {
-            n += 1;
-        }
-    }
+    server::next_records(&mut sub, 10).await;
     c.ack("dash", 10).await.unwrap();
     h
 }
@@ -108,7 +85,7 @@ fn dashboard_metric_names() -> BTreeSet<String> {
 async fn every_dashboard_metric_is_exported() {
     let dir = tempfile::tempdir().unwrap();
     let h = server_after_workload(dir.path()).await;
-    let text = http_get(h.bound.http, "/metrics").await;
+    let text = metrics_text(&h).await;
     let exported: BTreeSet<&str> = text
         .lines()
         .filter(|l| !l.starts_with('#') && !l.is_empty())
@@ -131,7 +108,7 @@ async fn every_dashboard_metric_is_exported() {
 async fn metrics_pass_promtool_check() {
     let dir = tempfile::tempdir().unwrap();
     let h = server_after_workload(dir.path()).await;
-    let text = http_get(h.bound.http, "/metrics").await;
+    let text = metrics_text(&h).await;
     h.shutdown().await.unwrap();
     let child = Proc::new("promtool")
         .args(["check", "metrics"])

@@ -2,77 +2,33 @@
 //! subscriptions that survive a restart, bad input, limits, token auth,
 //! health endpoints, graceful shutdown under load.
 
-use std::net::SocketAddr;
+#[path = "../../../tests/common/mod.rs"]
+mod common;
+
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use common::commands::{create, mkdir_as};
+use common::server::{self, client, config, metrics, next_records};
+use common::{http, poll, wire};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-use treelog::stream::{StartFrom, StreamItem, SubscribeOptions};
+use treelog::stream::{StartFrom, SubscribeOptions};
 use treelog::{admin, Command, Durability, ErrorKind};
 use treelog_client::{Client, ClientOptions};
-use treelog_proto::protocol::{self, ClientMsg, Hello, RequestBody, ResponseBody, ServerMsg};
-use treelog_server::{start, ServerConfig, ServerHandle};
-
-fn config(dir: &std::path::Path) -> ServerConfig {
-    let mut c = ServerConfig::new(dir.to_path_buf());
-    c.listen = "127.0.0.1:0".parse().unwrap();
-    c.http = "127.0.0.1:0".parse().unwrap();
-    c.store = c.store.durability(Durability::None);
-    c
-}
-
-async fn client(h: &ServerHandle) -> Client {
-    Client::connect(h.bound.rpc, ClientOptions::default())
-        .await
-        .unwrap()
-}
+use treelog_proto::protocol::{RequestBody, ResponseBody, ServerMsg};
+use treelog_server::{start, ServerHandle};
 
 fn mkdir(p: &str) -> Command {
-    Command::Mkdir {
-        path: p.into(),
-        parents: true,
-        mode: 0o755,
-        owner: "alice".into(),
-        group: "ml".into(),
-    }
+    mkdir_as(p, "alice", "ml")
 }
 
-fn create(p: &str) -> Command {
-    Command::Create {
-        path: p.into(),
-        parents: false,
-        mode: 0o644,
-        owner: String::new(),
-        group: String::new(),
-        block_size: 4096,
+fn with_token(token: Option<&str>) -> ClientOptions {
+    ClientOptions {
+        token: token.map(str::to_owned),
+        ..Default::default()
     }
-}
-
-async fn http_get(addr: SocketAddr, path: &str, token: Option<&str>) -> (u16, String) {
-    let mut s = TcpStream::connect(addr).await.unwrap();
-    let auth = token
-        .map(|t| format!("Authorization: Bearer {t}\r\n"))
-        .unwrap_or_default();
-    s.write_all(
-        format!("GET {path} HTTP/1.1\r\nHost: x\r\n{auth}Connection: close\r\n\r\n").as_bytes(),
-    )
-    .await
-    .unwrap();
-    let mut buf = Vec::new();
-    s.read_to_end(&mut buf).await.unwrap();
-    let text = String::from_utf8_lossy(&buf).into_owned();
-    let code = text
-        .split(' ')
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0);
-    let body = text
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_owned())
-        .unwrap_or_default();
-    (code, body)
 }
 
 async fn assert_healthy(h: &ServerHandle) {
@@ -89,7 +45,7 @@ async fn assert_healthy(h: &ServerHandle) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_operation_over_tcp() {
     let dir = tempfile::tempdir().unwrap();
-    let h = start(config(dir.path())).await.unwrap();
+    let h = server::start(dir.path(), |_| {}).await;
     let c = client(&h).await;
     let s1 = c.submit(mkdir("/a/b")).await.unwrap();
     let s2 = c.submit(create("/a/b/f")).await.unwrap();
@@ -163,13 +119,7 @@ async fn every_operation_over_tcp() {
         })
         .await
         .unwrap();
-    let mut seqs = Vec::new();
-    while seqs.len() < 6 {
-        if let StreamItem::Record { seq, .. } = sub.next().await.unwrap().unwrap() {
-            seqs.push(seq);
-        }
-    }
-    assert_eq!(seqs, (1..=6).collect::<Vec<_>>());
+    assert_eq!(next_records(&mut sub, 6).await, (1..=6).collect::<Vec<_>>());
     c.ack("c1", 6).await.unwrap();
     assert_eq!(c.cursors().await.unwrap()[0].state.acked, 6);
     let last = c
@@ -194,7 +144,7 @@ async fn every_operation_over_tcp() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pipelining_and_many_connections() {
     let dir = tempfile::tempdir().unwrap();
-    let h = start(config(dir.path())).await.unwrap();
+    let h = server::start(dir.path(), |_| {}).await;
     // One connection, 500 requests in flight at once.
     let c = client(&h).await;
     c.submit(mkdir("/p")).await.unwrap();
@@ -216,9 +166,7 @@ async fn pipelining_and_many_connections() {
         .map(|ci| {
             let addr = h.bound.rpc;
             tokio::spawn(async move {
-                let c = Client::connect(addr, ClientOptions::default())
-                    .await
-                    .unwrap();
+                let c = server::connect(addr).await;
                 c.submit(mkdir(&format!("/m/c{ci}"))).await.unwrap();
                 for i in 0..50 {
                     c.submit(create(&format!("/m/c{ci}/f{i}"))).await.unwrap();
@@ -244,7 +192,7 @@ async fn pipelining_and_many_connections() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn subscription_survives_a_server_restart() {
     let dir = tempfile::tempdir().unwrap();
-    let h = start(config(dir.path())).await.unwrap();
+    let h = server::start(dir.path(), |_| {}).await;
     let addr = h.bound.rpc;
     let c = client(&h).await;
     for i in 0..10 {
@@ -257,27 +205,16 @@ async fn subscription_survives_a_server_restart() {
         })
         .await
         .unwrap();
-    let mut seqs = Vec::new();
-    while seqs.len() < 5 {
-        if let StreamItem::Record { seq, .. } = sub.next().await.unwrap().unwrap() {
-            seqs.push(seq);
-        }
-    }
+    let mut seqs = next_records(&mut sub, 5).await;
     drop(c);
     h.shutdown().await.unwrap();
     // Same port, same data: the subscription reconnects and resumes.
-    let mut cfg = config(dir.path());
-    cfg.listen = addr;
-    let h = start(cfg).await.unwrap();
+    let h = server::start(dir.path(), |c| c.listen = addr).await;
     let c = client(&h).await;
     for i in 10..15 {
         c.submit(mkdir(&format!("/r/{i}"))).await.unwrap();
     }
-    while seqs.len() < 15 {
-        if let StreamItem::Record { seq, .. } = sub.next().await.unwrap().unwrap() {
-            seqs.push(seq);
-        }
-    }
+    seqs.extend(next_records(&mut sub, 10).await);
     assert_eq!(
         seqs,
         (1..=15).collect::<Vec<_>>(),
@@ -292,17 +229,10 @@ async fn raw_connect(h: &ServerHandle) -> TcpStream {
     TcpStream::connect(h.bound.rpc).await.unwrap()
 }
 
+/// The server answers `s` with `Fatal(want)` and closes it.
 async fn expect_fatal(s: &mut TcpStream, want: ErrorKind) {
-    let frame = tokio::time::timeout(Duration::from_secs(10), protocol::read_frame(s, 1 << 20))
-        .await
-        .expect("no reply")
-        .unwrap()
-        .expect("closed without an error frame");
-    match protocol::decode::<ServerMsg>(&frame).unwrap() {
-        ServerMsg::Fatal { kind, .. } => assert_eq!(kind, want),
-        other => panic!("expected Fatal({want:?}), got {other:?}"),
-    }
-    // ... and then the connection is closed.
+    let (kind, message) = wire::recv_fatal(s, Duration::from_secs(10)).await;
+    assert_eq!(kind, want, "{message}");
     let mut rest = Vec::new();
     let n = tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut rest))
         .await
@@ -311,64 +241,26 @@ async fn expect_fatal(s: &mut TcpStream, want: ErrorKind) {
     assert_eq!(n, 0);
 }
 
-/// Completes the handshake on a raw connection: Hello, then Welcome.
-async fn welcome(s: &mut TcpStream) {
-    s.write_all(&hello(1, None)).await.unwrap();
-    let w = protocol::read_frame(s, 1 << 20).await.unwrap().unwrap();
-    assert!(matches!(
-        protocol::decode::<ServerMsg>(&w).unwrap(),
-        ServerMsg::Welcome { .. }
-    ));
-}
-
-fn hello(version: u16, token: Option<&str>) -> Vec<u8> {
-    protocol::encode(&ClientMsg::Hello(Hello {
-        magic: protocol::MAGIC,
-        version,
-        token: token.map(str::to_owned),
-        client: "test".into(),
-    }))
-    .unwrap()
-}
-
 /// The server reads frames through a buffer: several requests in one
 /// segment and one request split into single bytes are all answered.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn frames_coalesced_or_split_across_segments_are_all_answered() {
     let dir = tempfile::tempdir().unwrap();
-    let h = start(config(dir.path())).await.unwrap();
+    let h = server::start(dir.path(), |_| {}).await;
     let mut s = raw_connect(&h).await;
     s.set_nodelay(true).unwrap();
-    welcome(&mut s).await;
-    let req = |id: u64| {
-        protocol::encode(&ClientMsg::Request {
-            id,
-            body: RequestBody::Stat { path: "/".into() },
-        })
-        .unwrap()
-    };
+    wire::handshake(&mut s).await;
+    let stat = RequestBody::Stat { path: "/".into() };
     // Three requests in one write.
-    let mut three = Vec::new();
-    for id in 1..=3 {
-        three.extend(req(id));
-    }
-    s.write_all(&three).await.unwrap();
+    s.write_all(&wire::requests(1..=3, &stat)).await.unwrap();
     // A fourth, one byte at a time (TCP_NODELAY: separate segments).
-    for b in req(4) {
+    for b in wire::request(4, stat) {
         s.write_all(&[b]).await.unwrap();
         s.flush().await.unwrap();
     }
     let mut ids = Vec::new();
     for _ in 0..4 {
-        let f = tokio::time::timeout(
-            Duration::from_secs(10),
-            protocol::read_frame(&mut s, 1 << 20),
-        )
-        .await
-        .expect("a reply")
-        .unwrap()
-        .unwrap();
-        match protocol::decode::<ServerMsg>(&f).unwrap() {
+        match wire::recv(&mut s, 1 << 20, Duration::from_secs(10)).await {
             ServerMsg::Response {
                 id,
                 body: ResponseBody::Inode(ino),
@@ -387,10 +279,11 @@ async fn frames_coalesced_or_split_across_segments_are_all_answered() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_input_is_refused_and_the_server_carries_on() {
     let dir = tempfile::tempdir().unwrap();
-    let mut cfg = config(dir.path());
-    cfg.max_connections = 8;
-    cfg.handshake_timeout = Duration::from_secs(2);
-    let h = start(cfg).await.unwrap();
+    let h = server::start(dir.path(), |c| {
+        c.max_connections = 8;
+        c.handshake_timeout = Duration::from_secs(2);
+    })
+    .await;
     let before = client(&h).await.ping().await.unwrap();
 
     // Random bytes (a plausible length, garbage payload).
@@ -409,12 +302,12 @@ async fn bad_input_is_refused_and_the_server_carries_on() {
 
     // A wrong protocol version.
     let mut s = raw_connect(&h).await;
-    s.write_all(&hello(99, None)).await.unwrap();
+    s.write_all(&wire::hello(99, None)).await.unwrap();
     expect_fatal(&mut s, ErrorKind::Protocol).await;
 
     // A truncated frame: the length promises more than ever arrives.
     let mut s = raw_connect(&h).await;
-    let f = hello(1, None);
+    let f = wire::hello(1, None);
     s.write_all(&f[..f.len() - 3]).await.unwrap();
     s.shutdown().await.unwrap();
     expect_fatal(&mut s, ErrorKind::Protocol).await;
@@ -422,20 +315,19 @@ async fn bad_input_is_refused_and_the_server_carries_on() {
     // Garbage after a good handshake, on a connection that also has a
     // request in flight on another connection.
     let mut s = raw_connect(&h).await;
-    welcome(&mut s).await;
+    wire::handshake(&mut s).await;
     s.write_all(&[0, 0, 0, 3, 0xde, 0xad, 0xbe]).await.unwrap();
     expect_fatal(&mut s, ErrorKind::Protocol).await;
 
     // A request frame that is too large for the server's limit.
     let mut s = raw_connect(&h).await;
-    welcome(&mut s).await;
-    let big = protocol::encode(&ClientMsg::Request {
-        id: 1,
-        body: RequestBody::Stat {
+    wire::handshake(&mut s).await;
+    let big = wire::request(
+        1,
+        RequestBody::Stat {
             path: format!("/{}", "x".repeat(2 << 20)),
         },
-    })
-    .unwrap();
+    );
     let _ = s.write_all(&big[..8]).await;
     expect_fatal(&mut s, ErrorKind::InvalidArgument).await;
 
@@ -444,7 +336,7 @@ async fn bad_input_is_refused_and_the_server_carries_on() {
     let mut held = Vec::new();
     for _ in 0..8 {
         let mut s = raw_connect(&h).await;
-        welcome(&mut s).await;
+        wire::handshake(&mut s).await;
         held.push(s);
     }
     for _ in 0..20 {
@@ -472,7 +364,7 @@ async fn bad_input_is_refused_and_the_server_carries_on() {
         before + 3,
         "only the three health-check mkdirs were written"
     );
-    let (code, body) = http_get(h.bound.http, "/metrics", None).await;
+    let (code, body) = http::get(h.bound.http, "/metrics").await;
     assert_eq!(code, 200);
     assert!(
         body.contains("treelog_server_rejected_frames_total"),
@@ -487,47 +379,28 @@ async fn bad_input_is_refused_and_the_server_carries_on() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn token_auth_and_health_endpoints() {
     let dir = tempfile::tempdir().unwrap();
-    let mut cfg = config(dir.path());
-    cfg.token = Some("s3cret-token".into());
-    let h = start(cfg).await.unwrap();
+    let h = server::start(dir.path(), |c| c.token = Some("s3cret-token".into())).await;
     // Wrong and missing tokens are refused.
-    for bad in [
-        None,
-        Some("wrong".to_string()),
-        Some("s3cret-tokeN".to_string()),
-    ] {
-        let e = Client::connect(
-            h.bound.rpc,
-            ClientOptions {
-                token: bad,
-                ..Default::default()
-            },
-        )
-        .await
-        .err()
-        .unwrap();
+    for bad in [None, Some("wrong"), Some("s3cret-tokeN")] {
+        let e = Client::connect(h.bound.rpc, with_token(bad))
+            .await
+            .err()
+            .unwrap();
         assert_eq!(e.kind(), ErrorKind::Unauthorized, "{e}");
     }
-    let c = Client::connect(
-        h.bound.rpc,
-        ClientOptions {
-            token: Some("s3cret-token".into()),
-            ..Default::default()
-        },
-    )
-    .await
-    .unwrap();
+    let c = Client::connect(h.bound.rpc, with_token(Some("s3cret-token")))
+        .await
+        .unwrap();
     c.submit(mkdir("/x")).await.unwrap();
     // Health endpoints stay open; metrics need the bearer token.
-    assert_eq!(http_get(h.bound.http, "/healthz", None).await.0, 200);
-    let (code, body) = http_get(h.bound.http, "/readyz", None).await;
+    assert_eq!(http::get(h.bound.http, "/healthz").await.0, 200);
+    let (code, body) = http::get(h.bound.http, "/readyz").await;
     assert_eq!((code, body.trim()), (200, "ready"));
-    assert_eq!(http_get(h.bound.http, "/metrics", None).await.0, 401);
-    assert_eq!(
-        http_get(h.bound.http, "/metrics", Some("nope")).await.0,
-        401
-    );
-    let (code, body) = http_get(h.bound.http, "/metrics", Some("s3cret-token")).await;
+    assert_eq!(http::get(h.bound.http, "/metrics").await.0, 401);
+    let nope = http::bearer("nope");
+    assert_eq!(http::get_with(h.bound.http, "/metrics", &nope).await.0, 401);
+    let right = http::bearer("s3cret-token");
+    let (code, body) = http::get_with(h.bound.http, "/metrics", &right).await;
     assert_eq!(code, 200);
     assert!(
         body.contains("treelog_server_auth_failures_total 5"),
@@ -536,36 +409,26 @@ async fn token_auth_and_health_endpoints() {
     h.shutdown().await.unwrap();
 
     // Without a token configured, any client is accepted.
-    let h = start(config(dir.path())).await.unwrap();
-    let c = Client::connect(
-        h.bound.rpc,
-        ClientOptions {
-            token: Some("whatever".into()),
-            ..Default::default()
-        },
-    )
-    .await
-    .unwrap();
+    let h = server::start(dir.path(), |_| {}).await;
+    let c = Client::connect(h.bound.rpc, with_token(Some("whatever")))
+        .await
+        .unwrap();
     assert!(c.stat("/x").await.is_ok());
-    assert_eq!(http_get(h.bound.http, "/metrics", None).await.0, 200);
+    assert_eq!(http::get(h.bound.http, "/metrics").await.0, 200);
     h.shutdown().await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn graceful_shutdown_under_load_keeps_every_acknowledged_write() {
     let dir = tempfile::tempdir().unwrap();
-    let mut cfg = config(dir.path());
-    cfg.store = cfg.store.durability(Durability::Sync);
-    let h = start(cfg).await.unwrap();
+    let h = server::start(dir.path(), |c| c.store.writer.durability = Durability::Sync).await;
     let stop = Arc::new(AtomicBool::new(false));
     let mut writers = Vec::new();
     for w in 0..8 {
         let addr = h.bound.rpc;
         let stop = stop.clone();
         writers.push(tokio::spawn(async move {
-            let c = Client::connect(addr, ClientOptions::default())
-                .await
-                .unwrap();
+            let c = server::connect(addr).await;
             c.submit(mkdir(&format!("/load/w{w}"))).await.unwrap();
             let mut acked = Vec::new();
             let mut i = 0;
@@ -606,39 +469,18 @@ async fn graceful_shutdown_under_load_keeps_every_acknowledged_write() {
     assert!(admin::verify(t.store()).unwrap().ok());
 }
 
-/// Sends a raw HTTP GET with `headers` (each ending in `\r\n`); returns the
-/// status code.
-async fn http_get_with(addr: SocketAddr, path: &str, headers: &str) -> u16 {
-    let mut s = TcpStream::connect(addr).await.unwrap();
-    s.write_all(
-        format!("GET {path} HTTP/1.1\r\nHost: x\r\n{headers}Connection: close\r\n\r\n").as_bytes(),
-    )
-    .await
-    .unwrap();
-    let mut buf = Vec::new();
-    s.read_to_end(&mut buf).await.unwrap();
-    String::from_utf8_lossy(&buf)
-        .split(' ')
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0)
-}
-
-fn metric(h: &ServerHandle, f: impl Fn(&treelog::metrics::Metrics) -> i64) -> i64 {
-    f(h.metrics().expect("metrics"))
-}
-
 /// Connections that never say Hello take at most a share of the slots,
 /// and a newer connection reclaims the oldest one's: they cannot lock
 /// clients out (they took every slot for the handshake timeout before).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connections_without_a_handshake_cannot_lock_clients_out() {
     let dir = tempfile::tempdir().unwrap();
-    let mut cfg = config(dir.path());
-    cfg.max_connections = 8;
-    // Long enough that the handshake timeout frees nothing here.
-    cfg.handshake_timeout = Duration::from_secs(600);
-    let h = start(cfg).await.unwrap();
+    let h = server::start(dir.path(), |c| {
+        c.max_connections = 8;
+        // Long enough that the handshake timeout frees nothing here.
+        c.handshake_timeout = Duration::from_secs(600);
+    })
+    .await;
     assert_eq!(h.config.handshaking_limit(), 2);
     let mut clients = Vec::new();
     for _ in 0..6 {
@@ -673,8 +515,8 @@ async fn connections_without_a_handshake_cannot_lock_clients_out() {
     for c in &clients {
         c.ping().await.unwrap();
     }
-    assert_eq!(metric(&h, |m| m.handshake_evictions.get() as i64), 20);
-    assert_eq!(metric(&h, |m| m.handshaking.get()), 0);
+    assert_eq!(metrics(&h).handshake_evictions.get(), 20);
+    assert_eq!(metrics(&h).handshaking.get(), 0);
     drop(clients);
     h.shutdown().await.unwrap();
 }
@@ -685,13 +527,8 @@ async fn connections_without_a_handshake_cannot_lock_clients_out() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn repeated_failed_authentications_are_slowed_down() {
     let dir = tempfile::tempdir().unwrap();
-    let mut cfg = config(dir.path());
-    cfg.token = Some("right".into());
-    let h = start(cfg).await.unwrap();
-    let opts = |t: &str| ClientOptions {
-        token: Some(t.into()),
-        ..Default::default()
-    };
+    let h = server::start(dir.path(), |c| c.token = Some("right".into())).await;
+    let opts = |t| with_token(Some(t));
     let t0 = std::time::Instant::now();
     for _ in 0..6 {
         let e = Client::connect(h.bound.rpc, opts("wrong"))
@@ -705,20 +542,18 @@ async fn repeated_failed_authentications_are_slowed_down() {
     assert!(took >= Duration::from_millis(1500), "{took:?}");
     let c = Client::connect(h.bound.rpc, opts("right")).await.unwrap();
     c.ping().await.unwrap();
-    assert_eq!(metric(&h, |m| m.auth_failures.get() as i64), 6);
+    assert_eq!(metrics(&h).auth_failures.get(), 6);
     // Success forgot the failures: a wrong token is answered at once again
     // (no lower bound to check; the count shows it was checked).
     assert!(Client::connect(h.bound.rpc, opts("wrong")).await.is_err());
-    assert_eq!(metric(&h, |m| m.auth_failures.get() as i64), 7);
+    assert_eq!(metrics(&h).auth_failures.get(), 7);
     h.shutdown().await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_bearer_scheme_is_case_insensitive() {
     let dir = tempfile::tempdir().unwrap();
-    let mut cfg = config(dir.path());
-    cfg.token = Some("tok".into());
-    let h = start(cfg).await.unwrap();
+    let h = server::start(dir.path(), |c| c.token = Some("tok".into())).await;
     for header in [
         "Authorization: Bearer tok\r\n",
         "authorization: bearer tok\r\n",
@@ -726,7 +561,7 @@ async fn the_bearer_scheme_is_case_insensitive() {
         "Authorization: bEaReR   tok\r\n",
     ] {
         assert_eq!(
-            http_get_with(h.bound.http, "/metrics", header).await,
+            http::get_with(h.bound.http, "/metrics", header).await.0,
             200,
             "{header}"
         );
@@ -737,7 +572,7 @@ async fn the_bearer_scheme_is_case_insensitive() {
         "Authorization: tok\r\n",
     ] {
         assert_eq!(
-            http_get_with(h.bound.http, "/metrics", header).await,
+            http::get_with(h.bound.http, "/metrics", header).await.0,
             401,
             "{header}"
         );
@@ -780,9 +615,7 @@ async fn bad_limits_and_an_open_listen_address_are_refused_at_start() {
     let h = start(cfg).await.unwrap();
     // The limits at their bounds work.
     h.shutdown().await.unwrap();
-    let mut cfg = config(dir.path());
-    cfg.max_frame = treelog_server::MAX_MAX_FRAME;
-    let h = start(cfg).await.unwrap();
+    let h = server::start(dir.path(), |c| c.max_frame = treelog_server::MAX_MAX_FRAME).await;
     assert_healthy(&h).await;
     h.shutdown().await.unwrap();
 }
@@ -793,7 +626,7 @@ async fn bad_limits_and_an_open_listen_address_are_refused_at_start() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reply_too_large_for_the_client_is_a_clear_error() {
     let dir = tempfile::tempdir().unwrap();
-    let h = start(config(dir.path())).await.unwrap();
+    let h = server::start(dir.path(), |_| {}).await;
     let c = client(&h).await;
     c.submit(mkdir("/d")).await.unwrap();
     for i in 0..40 {
@@ -848,21 +681,15 @@ async fn a_reply_too_large_for_the_client_is_a_clear_error() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn http_connections_are_capped_and_must_send_headers_in_time() {
     let dir = tempfile::tempdir().unwrap();
-    let mut cfg = config(dir.path());
-    cfg.max_http_connections = 4;
-    cfg.http_header_timeout = Duration::from_secs(1);
-    let h = start(cfg).await.unwrap();
-    let peak = Arc::new(std::sync::atomic::AtomicI64::new(0));
-    let sampler = {
-        let m = h.metrics().unwrap().clone();
-        let peak = peak.clone();
-        tokio::spawn(async move {
-            loop {
-                peak.fetch_max(m.http_connections.get(), Ordering::Relaxed);
-                tokio::time::sleep(Duration::from_millis(1)).await;
-            }
-        })
-    };
+    let h = server::start(dir.path(), |c| {
+        c.max_http_connections = 4;
+        c.http_header_timeout = Duration::from_secs(1);
+    })
+    .await;
+    let (peak, sampler) = poll::peak({
+        let m = metrics(&h);
+        move || m.http_connections.get()
+    });
     // The dripping connection first, so that it gets a slot.
     let drip = TcpStream::connect(h.bound.http).await.unwrap();
     let (mut drip_rd, mut drip_wr) = drip.into_split();
@@ -887,39 +714,36 @@ async fn http_connections_are_capped_and_must_send_headers_in_time() {
     });
     let mut refused = 0;
     for s in silent.iter_mut() {
-        let mut buf = Vec::new();
-        let _ = tokio::time::timeout(Duration::from_secs(30), s.read_to_end(&mut buf))
-            .await
-            .expect("an HTTP connection that sent nothing was never closed");
-        if String::from_utf8_lossy(&buf).starts_with("HTTP/1.1 503") {
+        let text = read_until_closed(s, "an HTTP connection that sent nothing").await;
+        if text.starts_with("HTTP/1.1 503") {
             refused += 1;
         }
     }
-    let mut buf = Vec::new();
-    let _ = tokio::time::timeout(Duration::from_secs(30), drip_rd.read_to_end(&mut buf))
-        .await
-        .expect("a connection dripping its headers was never closed");
+    read_until_closed(&mut drip_rd, "a connection dripping its headers").await;
     dripper.abort();
     sampler.abort();
     assert!(peak.load(Ordering::Relaxed) <= 4, "{peak:?}");
-    assert!(
-        refused as i64 <= metric(&h, |m| m.http_rejected.get() as i64),
-        "{refused}"
-    );
-    assert_eq!(http_get(h.bound.http, "/healthz", None).await.0, 200);
+    assert!(refused <= metrics(&h).http_rejected.get(), "{refused}");
+    assert_eq!(http::get(h.bound.http, "/healthz").await.0, 200);
     // An idle keep-alive connection is closed too, after its response.
     let mut s = TcpStream::connect(h.bound.http).await.unwrap();
     s.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
         .await
         .unwrap();
-    let mut buf = Vec::new();
-    let _ = tokio::time::timeout(Duration::from_secs(30), s.read_to_end(&mut buf))
-        .await
-        .expect("an idle keep-alive connection was never closed");
-    let text = String::from_utf8_lossy(&buf);
+    let text = read_until_closed(&mut s, "an idle keep-alive connection").await;
     assert!(
         text.starts_with("HTTP/1.1 200") && text.ends_with("ok\n"),
         "{text}"
     );
     h.shutdown().await.unwrap();
+}
+
+/// What the server sent on `r` until it closed it (a read error ends it
+/// too); panics when `what` was not closed within 30 s.
+async fn read_until_closed(r: &mut (impl AsyncRead + Unpin), what: &str) -> String {
+    let mut buf = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(30), r.read_to_end(&mut buf))
+        .await
+        .unwrap_or_else(|_| panic!("{what} was never closed"));
+    String::from_utf8_lossy(&buf).into_owned()
 }
