@@ -10,11 +10,32 @@ use crate::writer::Durability;
 /// Default data directory when `--data` is not given.
 pub const DEFAULT_DATA_DIR: &str = "treelog-data";
 
+/// The exit codes (as in the README), after `treelog --help`.
+const EXIT_CODES_HELP: &str = "\
+Exit codes: 0 success, 2 usage, 3 not found, 4 already exists, 5 not a
+directory, 6 is a directory, 7 not empty, 8 invalid name/path/argument,
+9 dictionary full, 10 corruption or incompatible database, 11 compacted or
+cursor expired, 12 verify mismatch, 13 outcome unknown (read before
+retrying), 1 anything else.
+
+Commands with several operands (mkdir, touch, rm, chmod, chown, touchtime,
+mv SRC... DIR) run each operand on its own, in order; a failure is reported
+for its operand (standard error, or a JSON line with --json) and the others
+still run. The exit code is that of the first operand that failed, except
+that 13 (outcome unknown) wins over any other.";
+
+/// Said of each command that takes several operands.
+const OPERANDS_HELP: &str = "\
+Each operand is its own command (its own log record): one that fails is
+reported and the others still run; the exit code is the first failure's
+(see `treelog --help`).";
+
 #[derive(Parser, Debug)]
 #[command(
     name = "treelog",
     version,
-    about = "Event-sourced filesystem-namespace metadata store on RocksDB"
+    about = "Event-sourced filesystem-namespace metadata store on RocksDB",
+    after_long_help = EXIT_CODES_HELP
 )]
 pub struct Cli {
     /// Data directory (created on first use).
@@ -65,16 +86,20 @@ pub struct OwnerArgs {
 
 #[derive(Subcommand, Debug)]
 pub enum Cmd {
-    /// Create a directory.
+    /// Create directories.
+    #[command(after_help = OPERANDS_HELP)]
     Mkdir {
         /// Create missing parents; an existing directory is not an error.
         #[arg(short, long)]
         parents: bool,
         #[command(flatten)]
         o: OwnerArgs,
-        path: String,
+        #[arg(required = true, value_name = "PATH")]
+        paths: Vec<String>,
     },
-    /// Create an empty (incomplete) file.
+    /// Create empty (incomplete) files; an existing path is an error
+    /// (exit 4), not a new modification time (see touchtime).
+    #[command(after_help = OPERANDS_HELP)]
     Touch {
         /// Create missing parent directories.
         #[arg(short, long)]
@@ -83,7 +108,8 @@ pub enum Cmd {
         o: OwnerArgs,
         #[arg(long, default_value_t = DEFAULT_BLOCK_SIZE)]
         block_size: u64,
-        path: String,
+        #[arg(required = true, value_name = "PATH")]
+        paths: Vec<String>,
     },
     /// List a directory.
     Ls {
@@ -108,30 +134,60 @@ pub enum Cmd {
         id: Option<u64>,
         path: Option<String>,
     },
-    /// Rename (move) atomically.
+    /// Rename (move) atomically: `mv SRC DST` renames SRC to exactly DST
+    /// (an existing directory DST is not moved into, as with GNU `mv -T`);
+    /// `mv SRC... DIR` with several sources, or `mv SRC DIR/`, moves each
+    /// SRC into DIR under its own name.
+    #[command(
+        after_help = OPERANDS_HELP,
+        override_usage = "treelog mv [OPTIONS] SRC DST\n       treelog mv [OPTIONS] SRC... DIR"
+    )]
     Mv {
         /// Replace an existing destination (file over file, empty dir over dir).
         #[arg(short = 'f', long)]
         overwrite: bool,
-        src: String,
-        dst: String,
+        #[arg(num_args = 2.., required = true, value_name = "PATH")]
+        operands: Vec<String>,
     },
-    /// Delete a file or directory.
+    /// Delete files and directories (an empty directory needs no -r).
+    #[command(
+        after_help = OPERANDS_HELP,
+        override_usage = "treelog rm [OPTIONS] PATH..."
+    )]
     Rm {
+        /// Delete directories with everything in them.
         #[arg(short, long)]
         recursive: bool,
-        path: String,
+        /// A path that does not exist is not an error (nor mentioned).
+        #[arg(short, long)]
+        force: bool,
+        #[arg(required_unless_present = "force", value_name = "PATH")]
+        paths: Vec<String>,
     },
     /// Change permission bits (octal).
+    #[command(after_help = OPERANDS_HELP)]
     Chmod {
         #[arg(value_parser = parse_mode)]
         mode: u32,
-        path: String,
+        #[arg(required = true, value_name = "PATH")]
+        paths: Vec<String>,
     },
-    /// Change owner and/or group: OWNER, OWNER:GROUP or :GROUP.
-    Chown { spec: String, path: String },
+    /// Change owner and/or group: OWNER, OWNER:GROUP or :GROUP (OWNER:
+    /// also clears the group).
+    #[command(after_help = OPERANDS_HELP)]
+    Chown {
+        #[arg(value_name = "OWNER[:GROUP]")]
+        spec: String,
+        #[arg(required = true, value_name = "PATH")]
+        paths: Vec<String>,
+    },
     /// Set the modification time (milliseconds since the epoch).
-    Touchtime { mtime_ms: u64, path: String },
+    #[command(after_help = OPERANDS_HELP)]
+    Touchtime {
+        mtime_ms: u64,
+        #[arg(required = true, value_name = "PATH")]
+        paths: Vec<String>,
+    },
     /// Mark a file complete with its final size.
     Complete { path: String, size: u64 },
     /// Change a file's size.

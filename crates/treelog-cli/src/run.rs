@@ -49,22 +49,25 @@ pub fn run(cli: Cli) -> ExitCode {
 
 fn dispatch(cli: &Cli, out: &Out) -> Result<u8> {
     match &cli.cmd {
-        Cmd::Mkdir { parents, o, path } => crate::fs::mkdir(cli, out, *parents, o, path),
+        Cmd::Mkdir { parents, o, paths } => crate::fs::mkdir(cli, out, *parents, o, paths),
         Cmd::Touch {
             parents,
             o,
             block_size,
-            path,
-        } => crate::fs::touch(cli, out, *parents, o, *block_size, path),
+            paths,
+        } => crate::fs::touch(cli, out, *parents, o, *block_size, paths),
         Cmd::Mv {
             overwrite,
-            src,
-            dst,
-        } => crate::fs::mv(cli, out, *overwrite, src, dst),
-        Cmd::Rm { recursive, path } => crate::fs::rm(cli, out, *recursive, path),
-        Cmd::Chmod { mode, path } => crate::fs::chmod(cli, out, *mode, path),
-        Cmd::Chown { spec, path } => crate::fs::chown(cli, out, spec, path),
-        Cmd::Touchtime { mtime_ms, path } => crate::fs::touchtime(cli, out, *mtime_ms, path),
+            operands,
+        } => crate::fs::mv(cli, out, *overwrite, operands),
+        Cmd::Rm {
+            recursive,
+            force,
+            paths,
+        } => crate::fs::rm(cli, out, *recursive, *force, paths),
+        Cmd::Chmod { mode, paths } => crate::fs::chmod(cli, out, *mode, paths),
+        Cmd::Chown { spec, paths } => crate::fs::chown(cli, out, spec, paths),
+        Cmd::Touchtime { mtime_ms, paths } => crate::fs::touchtime(cli, out, *mtime_ms, paths),
         Cmd::Complete { path, size } => crate::fs::complete(cli, out, path, *size),
         Cmd::Setsize { path, size } => crate::fs::setsize(cli, out, path, *size),
         Cmd::Ls {
