@@ -3,9 +3,11 @@
 
 use std::time::Duration;
 
+use crate::args::Cli;
 use crate::client::{Client, ClientOptions, RemoteSubscription};
 use crate::command::Command;
 use crate::error::{Error, Result};
+use crate::exit::naming;
 use crate::format::ROOT_ID;
 use crate::retention::CursorInfo;
 use crate::stream::{StreamItem, SubscribeOptions, Subscription};
@@ -243,6 +245,50 @@ impl Sub<'_> {
         match self {
             Sub::Local(s) => (!s.is_snapshotting()).then(|| s.position()),
             Sub::Remote { sub, .. } => sub.position(),
+        }
+    }
+}
+
+/// The backend the command line names: `--server`, else `--data`.
+pub fn open(cli: &Cli) -> Result<Backend> {
+    match &cli.server {
+        Some(addr) => Backend::remote(addr, read_token(cli.token_file.as_deref())?),
+        None => Backend::local(
+            &cli.data,
+            Options::default().durability(cli.durability.into()),
+        )
+        .map_err(|e| naming(&cli.data, e)),
+    }
+}
+
+/// The local data directory, for the commands that need it (`--server`
+/// is refused).
+pub fn open_local(cli: &Cli) -> Result<Treelog> {
+    if cli.server.is_some() {
+        return Err(Error::InvalidArgument(
+            "this command works on a local --data directory only".into(),
+        ));
+    }
+    Treelog::open(
+        &cli.data,
+        Options::default().durability(cli.durability.into()),
+    )
+    .map_err(|e| naming(&cli.data, e))
+}
+
+/// Reads a token file (surrounding whitespace ignored).
+pub fn read_token(path: Option<&std::path::Path>) -> Result<Option<String>> {
+    match path {
+        None => Ok(None),
+        Some(p) => {
+            let t = std::fs::read_to_string(p)?.trim().to_owned();
+            if t.is_empty() {
+                return Err(Error::InvalidArgument(format!(
+                    "token file {} is empty",
+                    p.display()
+                )));
+            }
+            Ok(Some(t))
         }
     }
 }

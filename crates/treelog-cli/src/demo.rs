@@ -4,8 +4,9 @@
 use std::path::Path;
 
 use crate::admin;
-use crate::cli::{describe_event, long_line, EXIT_VERIFY_MISMATCH};
+use crate::describe::{describe_event, long_line};
 use crate::error::{ErrorKind, Result};
+use crate::exit::EXIT_VERIFY_MISMATCH;
 use treelog::{CreateOptions, MkdirOptions, Options, SetAttrs, Treelog};
 
 fn print_tree(t: &Treelog, dir: &str, depth: usize) -> Result<()> {

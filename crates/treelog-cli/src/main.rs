@@ -3,10 +3,17 @@
 
 use clap::Parser;
 
+mod admin_cmd;
+mod args;
 mod backend;
-mod cli;
 mod demo;
+mod describe;
+mod exit;
+mod fs;
+mod list;
 mod output;
+mod run;
+mod serve;
 mod tail;
 
 // The library's modules under the names the commands use.
@@ -21,5 +28,5 @@ use treelog_server as server;
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> std::process::ExitCode {
-    cli::run(cli::Cli::parse())
+    run::run(args::Cli::parse())
 }

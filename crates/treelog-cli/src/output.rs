@@ -13,7 +13,7 @@ pub struct Out {
     pub json: bool,
     w: RefCell<BufWriter<Stdout>>,
     /// Set once a write failed because the reader went away; the run then
-    /// ends quietly (see [`super::run`]).
+    /// ends quietly (see [`crate::run::run`]).
     closed: Cell<bool>,
 }
 

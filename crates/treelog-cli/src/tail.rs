@@ -10,10 +10,14 @@
 
 use std::time::Duration;
 
+use crate::args::Cli;
+use crate::backend::open;
 use crate::backend::{Backend, Sub};
-use crate::cli::{describe_event, is_broken_pipe, long_line, open, parse_kind, quote, Cli};
+use crate::describe::{describe_event, long_line};
 use crate::error::{Error, Result};
 use crate::event::Event;
+use crate::exit::is_broken_pipe;
+use crate::output::quote;
 use crate::output::{outln, Out};
 use crate::stream::{Filter, Scope, ScopedEvent, StartFrom, StreamItem, SubscribeOptions};
 
@@ -277,4 +281,35 @@ fn render(item: &StreamItem) -> String {
             s
         }
     }
+}
+
+pub fn parse_kind(k: &str) -> Result<crate::event::EventKind> {
+    use crate::event::EventKind as K;
+    Ok(match k {
+        "create" => K::Create,
+        "complete" => K::Complete,
+        "set_size" | "setsize" => K::SetSize,
+        "set_attr" | "setattr" => K::SetAttr,
+        "delete" => K::Delete,
+        "rename" => K::Rename,
+        other => {
+            return Err(Error::InvalidArgument(format!(
+                "unknown event kind {other:?}"
+            )))
+        }
+    })
+}
+
+/// `treelog ack CURSOR SEQ`.
+pub fn ack(cli: &Cli, out: &Out, cursor: &str, seq: u64) -> Result<u8> {
+    let t = open(cli)?;
+    t.ack(cursor, seq)?;
+    if out.json {
+        out.print_json(
+            &serde_json::json!({"ok": true, "op": "ack", "cursor": cursor, "seq": seq}),
+        )?;
+    } else {
+        outln!(out, "cursor {cursor} acknowledged #{seq}")?;
+    }
+    Ok(0)
 }

@@ -407,7 +407,7 @@ fn the_connection_limit_is_fitted_to_the_open_file_limit() {
     // 600 descriptors: 600 - 64 HTTP - 384 reserved = 152 connections.
     let (child, text) = serve_with_nofile(&data, 600, &[]).expect("serve did not start");
     assert!(
-        text.contains("WARNING") && text.contains("from 1024 to 152"),
+        text.contains("WARN") && text.contains("from 1024 to 152"),
         "{text}"
     );
     terminate(child);
@@ -418,7 +418,7 @@ fn the_connection_limit_is_fitted_to_the_open_file_limit() {
         &["--max-connections", "100", "--max-http-connections", "8"],
     )
     .expect("serve did not start");
-    assert!(!text.contains("WARNING"), "{text}");
+    assert!(!text.contains("WARN"), "{text}");
     terminate(child);
     // 400 descriptors leave none for clients: refused, exit code 8.
     let (code, text) = serve_with_nofile(&data, 400, &[]).expect_err("refused");

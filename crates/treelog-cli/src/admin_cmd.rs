@@ -1,0 +1,248 @@
+//! `treelog admin`: verify, rebuild, accept-wal-loss, dump, info, cursors,
+//! retention.
+
+use std::io::Write;
+
+use crate::admin;
+use crate::args::{AdminCmd, Cli};
+use crate::backend::{open, open_local};
+use crate::describe::{describe_event, long_line};
+use crate::error::Result;
+use crate::exit::{naming, EXIT_VERIFY_MISMATCH};
+use crate::format::record;
+use crate::fs::mutation;
+use crate::output::{outln, Out};
+use crate::store::{Store, StoreOptions};
+
+pub fn run(cli: &Cli, out: &Out, cmd: &AdminCmd) -> Result<u8> {
+    let so = StoreOptions {
+        create_if_missing: false,
+        ..Default::default()
+    };
+    match cmd {
+        AdminCmd::Verify => {
+            let r = admin::verify_path(&cli.data, &so).map_err(|e| naming(&cli.data, e))?;
+            if out.json {
+                out.print_json(&serde_json::json!({"ok": r.ok(), "report": r}))?;
+            } else {
+                outln!(out, "records replayed: {}", r.records)?;
+                outln!(out, "applied_seq:      {}", r.applied_seq)?;
+                outln!(out, "live digest:      {}", r.live_digest)?;
+                outln!(out, "replay digest:    {}", r.replay_digest)?;
+                for p in &r.problems {
+                    outln!(out, "problem: {p}")?;
+                }
+                outln!(
+                    out,
+                    "{}",
+                    if r.ok() {
+                        "OK: the index equals a replay of the log"
+                    } else {
+                        "MISMATCH"
+                    }
+                )?;
+            }
+            Ok(if r.ok() { 0 } else { EXIT_VERIFY_MISMATCH })
+        }
+        AdminCmd::Rebuild => {
+            let n = admin::rebuild(&cli.data, &so).map_err(|e| naming(&cli.data, e))?;
+            if out.json {
+                out.print_json(&serde_json::json!({"ok": true, "replayed": n}))?;
+            } else {
+                outln!(out, "rebuilt the index from {n} log records")?;
+            }
+            Ok(0)
+        }
+        AdminCmd::AcceptWalLoss => {
+            let r = admin::accept_wal_loss(&cli.data, &so)?;
+            // To standard error as well: an operator's record of the loss,
+            // whatever happens to the output.
+            let mut err = std::io::stderr().lock();
+            let _ = writeln!(
+                err,
+                "treelog: accepted the loss of every write-ahead log record after sequence {} in {}",
+                r.last_seq,
+                cli.data.display()
+            );
+            if out.json {
+                out.print_json(&serde_json::json!({"ok": true, "report": r}))?;
+            } else {
+                outln!(
+                    out,
+                    "the log now ends at sequence {}; {} records replayed{}",
+                    r.last_seq,
+                    r.replayed,
+                    if r.rebuilt_index {
+                        " (the index held lost records and was rebuilt from the log)"
+                    } else {
+                        ""
+                    }
+                )?;
+            }
+            Ok(0)
+        }
+        AdminCmd::Cursors { drop } => {
+            let t = open(cli)?;
+            if let Some(name) = drop {
+                t.drop_cursor(name)?;
+                mutation(out, "drop_cursor", name, t.committed_seq()?)?;
+                return Ok(0);
+            }
+            let cs = t.cursors()?;
+            if out.json {
+                out.print_json(&cs)?;
+            } else {
+                outln!(out, "{:<24} {:>12} {:>10} state", "cursor", "acked", "lag")?;
+                for c in cs {
+                    let state = match c.state.expired {
+                        Some((at, start)) => format!("EXPIRED at {at} (log start {start})"),
+                        None => "live".into(),
+                    };
+                    outln!(
+                        out,
+                        "{:<24} {:>12} {:>10} {state}",
+                        c.name,
+                        c.state.acked,
+                        c.lag
+                    )?;
+                }
+            }
+            Ok(0)
+        }
+        AdminCmd::Retention {
+            max_records,
+            max_age,
+            max_bytes,
+            max_cursor_lag,
+        } => {
+            let t = open_local(cli)?;
+            let rep = t.run_retention(&crate::retention::RetentionPolicy {
+                max_records: *max_records,
+                max_age: max_age.map(std::time::Duration::from_secs),
+                max_bytes: *max_bytes,
+                max_cursor_lag: *max_cursor_lag,
+                interval: None,
+            })?;
+            if out.json {
+                out.print_json(&rep)?;
+            } else {
+                outln!(
+                    out,
+                    "log start {} -> {} ({} records, {} bytes removed); expired cursors: {:?}; held by: {:?}",
+                    rep.old_start, rep.new_start, rep.removed_records, rep.removed_bytes, rep.expired_cursors, rep.held_by_cursor
+                )?;
+            }
+            Ok(0)
+        }
+        AdminCmd::Info => {
+            let store = Store::open(&cli.data, &so).map_err(|e| naming(&cli.data, e))?;
+            let info = serde_json::json!({
+                "format_version": store.format_version()?,
+                "log_start": store.log_start()?,
+                "applied_seq": store.applied_seq()?,
+                "last_seq": store.last_log_seq()?,
+                "wal_loss_accepted": admin::last_wal_loss(&store)?,
+            });
+            if out.json {
+                out.print_json(&info)?;
+            } else {
+                outln!(out, "format_version: {}", info["format_version"])?;
+                outln!(out, "log_start:      {}", info["log_start"])?;
+                outln!(
+                    out,
+                    "applied_seq:    {} (index; replayed on open up to last_seq)",
+                    info["applied_seq"]
+                )?;
+                outln!(out, "last_seq:       {}", info["last_seq"])?;
+                if let Some(l) = admin::last_wal_loss(&store)? {
+                    outln!(
+                        out,
+                        "wal loss:       accepted at {} ms, the log kept up to {}",
+                        l.time_ms,
+                        l.last_seq
+                    )?;
+                }
+            }
+            Ok(0)
+        }
+        AdminCmd::Dump {
+            log,
+            index,
+            from,
+            limit,
+        } => {
+            let store = Store::open(&cli.data, &so).map_err(|e| naming(&cli.data, e))?;
+            let (show_log, show_index) = match (log, index) {
+                (false, false) => (true, true),
+                (l, i) => (*l, *i),
+            };
+            if show_log {
+                if !out.json {
+                    outln!(out, "== log (from {from}) ==")?;
+                }
+                for (n, item) in store.log_entries(*from)?.enumerate() {
+                    if limit.is_some_and(|l| n as u64 >= l) {
+                        break;
+                    }
+                    let (seq, v) = item?;
+                    match record::decode_record(&v, Some(seq)) {
+                        Ok(rec) if out.json => out.print_json(&serde_json::json!({"log": rec}))?,
+                        Ok(rec) => {
+                            outln!(out, "#{} t={} ({} bytes)", rec.seq, rec.time_ms, v.len())?;
+                            for ev in &rec.events {
+                                outln!(out, "    {}", describe_event(ev))?;
+                            }
+                        }
+                        Err(e) => outln!(out, "#{seq} CORRUPT: {e}")?,
+                    }
+                }
+            }
+            if show_index {
+                if !out.json {
+                    outln!(out, "== index ==")?;
+                }
+                admin::dump_index(&store, |e| {
+                    if out.json {
+                        out.print_json(&e)
+                    } else {
+                        let line = match &e {
+                            admin::DumpEntry::Inode {
+                                key_hex,
+                                id,
+                                inode: Some(i),
+                                ..
+                            } => {
+                                format!("inodes {key_hex} id={id} {}", long_line(i, &i.name))
+                            }
+                            admin::DumpEntry::Inode {
+                                key_hex, id, error, ..
+                            } => {
+                                format!(
+                                    "inodes {key_hex} id={id} CORRUPT: {}",
+                                    error.as_deref().unwrap_or("?")
+                                )
+                            }
+                            admin::DumpEntry::Special {
+                                key_hex,
+                                what,
+                                value,
+                            } => {
+                                format!("inodes {key_hex} {what} = {value}")
+                            }
+                            admin::DumpEntry::Edge {
+                                key_hex,
+                                parent,
+                                name,
+                                child,
+                            } => {
+                                format!("edges  {key_hex} ({parent}, {name:?}) -> {child}")
+                            }
+                        };
+                        outln!(out, "{line}")
+                    }
+                })?;
+            }
+            Ok(0)
+        }
+    }
+}

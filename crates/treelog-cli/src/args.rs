@@ -1,0 +1,375 @@
+//! The command line's grammar: every subcommand and option (clap).
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use crate::types::DEFAULT_BLOCK_SIZE;
+use treelog::Durability;
+
+/// Default data directory when `--data` is not given.
+pub const DEFAULT_DATA_DIR: &str = "treelog-data";
+
+/// The exit codes (as in the README), after `treelog --help`.
+const EXIT_CODES_HELP: &str = "\
+Exit codes: 0 success, 2 usage, 3 not found, 4 already exists, 5 not a
+directory, 6 is a directory, 7 not empty, 8 invalid name/path/argument,
+9 dictionary full, 10 corruption or incompatible database, 11 compacted or
+cursor expired, 12 verify mismatch, 13 outcome unknown (read before
+retrying), 1 anything else.
+
+Commands with several operands (mkdir, touch, rm, chmod, chown, touchtime,
+mv SRC... DIR) run each operand on its own, in order; a failure is reported
+for its operand (standard error, or a JSON line with --json) and the others
+still run. The exit code is that of the first operand that failed, except
+that 13 (outcome unknown) wins over any other.";
+
+/// Said of each command that takes several operands.
+const OPERANDS_HELP: &str = "\
+Each operand is its own command (its own log record): one that fails is
+reported and the others still run; the exit code is the first failure's
+(see `treelog --help`).";
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "treelog",
+    version,
+    about = "Event-sourced filesystem-namespace metadata store on RocksDB",
+    after_long_help = EXIT_CODES_HELP
+)]
+pub struct Cli {
+    /// Data directory (created on first use).
+    #[arg(long, global = true, env = "TREELOG_DATA", default_value = DEFAULT_DATA_DIR)]
+    pub data: PathBuf,
+    /// Machine-readable JSON output.
+    #[arg(long, global = true)]
+    pub json: bool,
+    /// Talk to this server instead of opening the data directory.
+    #[arg(long, global = true, env = "TREELOG_SERVER")]
+    pub server: Option<String>,
+    /// File holding the shared token (client: sent in the handshake; serve:
+    /// required from clients).
+    #[arg(long, global = true, env = "TREELOG_TOKEN_FILE")]
+    pub token_file: Option<PathBuf>,
+    /// fsync each group before acknowledging (`sync`) or not (`none`).
+    #[arg(long, global = true, value_enum, default_value_t = DurabilityArg::Sync)]
+    pub durability: DurabilityArg,
+    #[command(subcommand)]
+    pub cmd: Cmd,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum DurabilityArg {
+    Sync,
+    None,
+}
+
+impl From<DurabilityArg> for Durability {
+    fn from(d: DurabilityArg) -> Durability {
+        match d {
+            DurabilityArg::Sync => Durability::Sync,
+            DurabilityArg::None => Durability::None,
+        }
+    }
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct OwnerArgs {
+    /// Permission bits, octal.
+    #[arg(long, value_parser = parse_mode)]
+    pub mode: Option<u32>,
+    #[arg(long, default_value = "")]
+    pub owner: String,
+    #[arg(long, default_value = "")]
+    pub group: String,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Cmd {
+    /// Create directories.
+    #[command(after_help = OPERANDS_HELP)]
+    Mkdir {
+        /// Create missing parents; an existing directory is not an error.
+        #[arg(short, long)]
+        parents: bool,
+        #[command(flatten)]
+        o: OwnerArgs,
+        #[arg(required = true, value_name = "PATH")]
+        paths: Vec<String>,
+    },
+    /// Create empty (incomplete) files; an existing path is an error
+    /// (exit 4), not a new modification time (see touchtime).
+    #[command(after_help = OPERANDS_HELP)]
+    Touch {
+        /// Create missing parent directories.
+        #[arg(short, long)]
+        parents: bool,
+        #[command(flatten)]
+        o: OwnerArgs,
+        #[arg(long, default_value_t = DEFAULT_BLOCK_SIZE)]
+        block_size: u64,
+        #[arg(required = true, value_name = "PATH")]
+        paths: Vec<String>,
+    },
+    /// List a directory.
+    Ls {
+        /// Long format (mode, owner, group, size, mtime, id).
+        #[arg(short, long)]
+        long: bool,
+        /// Recurse into subdirectories.
+        #[arg(short = 'R', long)]
+        recursive: bool,
+        /// Start after this name (paging).
+        #[arg(long)]
+        start_after: Option<String>,
+        /// At most this many entries (per directory).
+        #[arg(long)]
+        limit: Option<usize>,
+        #[arg(default_value = "/")]
+        path: String,
+    },
+    /// Show an inode by path, or by id with --id.
+    Stat {
+        #[arg(long)]
+        id: Option<u64>,
+        path: Option<String>,
+    },
+    /// Rename (move) atomically: `mv SRC DST` renames SRC to exactly DST
+    /// (an existing directory DST is not moved into, as with GNU `mv -T`);
+    /// `mv SRC... DIR` with several sources, or `mv SRC DIR/`, moves each
+    /// SRC into DIR under its own name.
+    #[command(
+        after_help = OPERANDS_HELP,
+        override_usage = "treelog mv [OPTIONS] SRC DST\n       treelog mv [OPTIONS] SRC... DIR"
+    )]
+    Mv {
+        /// Replace an existing destination (file over file, empty dir over dir).
+        #[arg(short = 'f', long)]
+        overwrite: bool,
+        #[arg(num_args = 2.., required = true, value_name = "PATH")]
+        operands: Vec<String>,
+    },
+    /// Delete files and directories (an empty directory needs no -r).
+    #[command(
+        after_help = OPERANDS_HELP,
+        override_usage = "treelog rm [OPTIONS] PATH..."
+    )]
+    Rm {
+        /// Delete directories with everything in them.
+        #[arg(short, long)]
+        recursive: bool,
+        /// A path that does not exist is not an error (nor mentioned).
+        #[arg(short, long)]
+        force: bool,
+        #[arg(required_unless_present = "force", value_name = "PATH")]
+        paths: Vec<String>,
+    },
+    /// Change permission bits (octal).
+    #[command(after_help = OPERANDS_HELP)]
+    Chmod {
+        #[arg(value_parser = parse_mode)]
+        mode: u32,
+        #[arg(required = true, value_name = "PATH")]
+        paths: Vec<String>,
+    },
+    /// Change owner and/or group: OWNER, OWNER:GROUP or :GROUP (OWNER:
+    /// also clears the group).
+    #[command(after_help = OPERANDS_HELP)]
+    Chown {
+        #[arg(value_name = "OWNER[:GROUP]")]
+        spec: String,
+        #[arg(required = true, value_name = "PATH")]
+        paths: Vec<String>,
+    },
+    /// Set the modification time (milliseconds since the epoch).
+    #[command(after_help = OPERANDS_HELP)]
+    Touchtime {
+        mtime_ms: u64,
+        #[arg(required = true, value_name = "PATH")]
+        paths: Vec<String>,
+    },
+    /// Mark a file complete with its final size.
+    Complete { path: String, size: u64 },
+    /// Change a file's size.
+    Setsize { path: String, size: u64 },
+    /// Print the change stream (records already committed; against a local
+    /// data directory nothing else can write, so it stops when caught up).
+    Tail {
+        /// Start at this sequence number.
+        #[arg(long, conflicts_with = "snapshot")]
+        from: Option<u64>,
+        /// Start with a consistent snapshot of the (filtered) tree.
+        #[arg(long)]
+        snapshot: bool,
+        /// Only this subtree.
+        #[arg(long)]
+        prefix: Option<String>,
+        /// Only these event kinds (create, complete, set_size, set_attr, delete, rename).
+        #[arg(long, value_delimiter = ',')]
+        kinds: Vec<String>,
+        /// A durable cursor: resume after its acknowledged position and
+        /// acknowledge what was written to standard output (only once it
+        /// was written and flushed).
+        #[arg(long)]
+        cursor: Option<String>,
+        /// With --cursor: never acknowledge; the consumer runs `treelog ack
+        /// CURSOR SEQ` once it has processed the output up to SEQ.
+        #[arg(long, requires = "cursor")]
+        no_ack: bool,
+        /// Re-snapshot the subtree when a directory moves into it (the
+        /// default with --snapshot; give it when resuming with --from or a
+        /// cursor a consumer that started from a snapshot).
+        #[arg(long)]
+        resync: bool,
+        /// Stop after this many items.
+        #[arg(long)]
+        limit: Option<u64>,
+        /// Keep waiting for new records (with --server).
+        #[arg(short, long)]
+        follow: bool,
+    },
+    /// Acknowledge a durable cursor up to SEQ (after processing what `tail
+    /// --cursor CURSOR --no-ack` printed up to there).
+    Ack { cursor: String, seq: u64 },
+    /// Run the server.
+    Serve(ServeArgs),
+    /// Build a small tree, print it, show the log and verify the index.
+    Demo,
+    /// Operator commands.
+    Admin {
+        #[command(subcommand)]
+        cmd: AdminCmd,
+    },
+}
+
+#[derive(Args, Debug)]
+pub struct ServeArgs {
+    /// Log events on standard error as text or as JSON lines (filter with
+    /// RUST_LOG, default `info`; see docs/OPERATIONS.md, Logs).
+    #[arg(long, default_value_t = crate::server::LogFormat::Text)]
+    pub log_format: crate::server::LogFormat,
+    /// RPC address.
+    #[arg(long, default_value = "127.0.0.1:7400")]
+    pub listen: std::net::SocketAddr,
+    /// HTTP address (/metrics, /healthz, /readyz).
+    #[arg(long, default_value = "127.0.0.1:7401")]
+    pub http: std::net::SocketAddr,
+    /// RPC connections at once (lowered, with a warning, to fit the
+    /// open-file limit).
+    #[arg(long, default_value_t = 1024)]
+    pub max_connections: usize,
+    /// Connections that may be waiting for their handshake at once
+    /// (default: a quarter of --max-connections); the oldest is closed to
+    /// admit a newer one.
+    #[arg(long)]
+    pub max_handshaking: Option<usize>,
+    #[arg(long, default_value_t = 256)]
+    pub max_in_flight: usize,
+    /// Largest frame a client may send, 65536..=268435456 bytes.
+    #[arg(long, default_value_t = crate::protocol::DEFAULT_MAX_FRAME)]
+    pub max_frame: usize,
+    /// Bytes of replies queued for one connection beyond which the server
+    /// stops reading its requests until the client reads.
+    #[arg(long, default_value_t = crate::server::DEFAULT_MAX_CONN_BUFFER_BYTES)]
+    pub max_conn_buffer_bytes: usize,
+    /// HTTP connections at once (more are answered 503).
+    #[arg(long, default_value_t = 64)]
+    pub max_http_connections: usize,
+    /// Seconds an HTTP client has to send a request's headers.
+    #[arg(long, default_value_t = 10)]
+    pub http_header_timeout_secs: u64,
+    /// Serve --listen on a non-loopback address without a token.
+    #[arg(long)]
+    pub allow_insecure_listen: bool,
+    #[arg(long, default_value_t = 300)]
+    pub idle_timeout_secs: u64,
+    /// Log retention: keep at most this many records.
+    #[arg(long)]
+    pub retain_records: Option<u64>,
+    /// Log retention: remove records older than this many seconds.
+    #[arg(long)]
+    pub retain_secs: Option<u64>,
+    /// Log retention: keep at most about this many bytes.
+    #[arg(long)]
+    pub retain_bytes: Option<u64>,
+    /// Expire cursors lagging more than this many records.
+    #[arg(long)]
+    pub max_cursor_lag: Option<u64>,
+    /// Scheduling priority of change-stream delivery: `idle` (only CPU
+    /// nothing else wants; subscribers never slow writes) or a niceness
+    /// 0..19 (subscribers keep a share under full load).
+    #[arg(long, default_value = "idle")]
+    pub stream_priority: crate::stream::DeliveryPriority,
+    /// Scheduling policy of the request workers: `normal`, or `batch` (a
+    /// woken worker waits for the running thread to block rather than
+    /// preempting it, so the commit pipeline finishes its round first;
+    /// Linux `SCHED_BATCH`; see docs/OPERATIONS.md).
+    #[arg(long, default_value = "normal")]
+    pub worker_policy: crate::server::WorkerPolicy,
+    /// Most inodes one recursive delete removes (a bigger subtree is
+    /// refused with InvalidArgument, to be deleted in parts): its record
+    /// holds an event per inode.
+    #[arg(long, default_value_t = treelog::DEFAULT_MAX_DELETE_INODES)]
+    pub max_delete_inodes: usize,
+    /// Most bytes of one command's log record (a recursive delete of many
+    /// long paths beyond it is refused with InvalidArgument).
+    #[arg(long, default_value_t = treelog::DEFAULT_MAX_RECORD_BYTES)]
+    pub max_record_bytes: usize,
+    /// Token file (also accepted as the global --token-file).
+    #[arg(long = "require-token-file")]
+    pub token_file: Option<PathBuf>,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum AdminCmd {
+    /// Replay the whole log into a scratch index and compare digests.
+    Verify,
+    /// Drop the index and rebuild it from the whole log (crash-safe: an
+    /// interrupted rebuild is finished by the next open).
+    Rebuild,
+    /// Open a database whose write-ahead log is corrupt before its end
+    /// (which every other command refuses), keeping the log up to the
+    /// corruption and discarding every record after it. Recorded in the
+    /// database; `admin info` shows it.
+    AcceptWalLoss,
+    /// Print log records and index entries.
+    Dump {
+        /// Only the log.
+        #[arg(long)]
+        log: bool,
+        /// Only the index.
+        #[arg(long)]
+        index: bool,
+        /// First log sequence to print.
+        #[arg(long, default_value_t = 1)]
+        from: u64,
+        /// Most log records to print.
+        #[arg(long)]
+        limit: Option<u64>,
+    },
+    /// Print watermarks, format version and writer state.
+    Info,
+    /// List durable cursors, or drop one.
+    Cursors {
+        /// Drop this cursor.
+        #[arg(long)]
+        drop: Option<String>,
+    },
+    /// Run one retention pass now.
+    Retention {
+        #[arg(long)]
+        max_records: Option<u64>,
+        /// Seconds.
+        #[arg(long)]
+        max_age: Option<u64>,
+        #[arg(long)]
+        max_bytes: Option<u64>,
+        #[arg(long)]
+        max_cursor_lag: Option<u64>,
+    },
+}
+
+pub fn parse_mode(s: &str) -> std::result::Result<u32, String> {
+    let s = s.strip_prefix("0o").unwrap_or(s);
+    u32::from_str_radix(s, 8).map_err(|e| format!("mode must be octal: {e}"))
+}

@@ -1,0 +1,119 @@
+//! Runs one parsed command line: dispatches to the command's module and
+//! turns its result into output and an exit code.
+
+use std::io::Write;
+use std::process::ExitCode;
+
+use crate::args::{Cli, Cmd};
+use crate::error::Result;
+use crate::exit::{exit_code, is_broken_pipe};
+use crate::output::Out;
+
+/// Runs the CLI; returns the process exit code.
+pub fn run(cli: Cli) -> ExitCode {
+    if matches!(cli.cmd, Cmd::Demo) {
+        // The demo prints with `println!`, which panics on a closed pipe:
+        // let it die of SIGPIPE as other tools do (Rust ignores the signal
+        // by default). It opens no sockets, so only standard output can
+        // raise it.
+        // SAFETY: called before any other thread exists; SIG_DFL is a
+        // valid disposition for SIGPIPE.
+        unsafe {
+            libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+        }
+    }
+    let out = Out::new(cli.json);
+    let r = dispatch(&cli, &out).and_then(|code| out.flush().map(|()| code));
+    match r {
+        Ok(code) => ExitCode::from(code),
+        // The reader of the output went away (`| head`): stop quietly, as
+        // a command killed by SIGPIPE would, but without the signal.
+        Err(e) if out.closed() && is_broken_pipe(&e) => ExitCode::SUCCESS,
+        Err(e) => {
+            // What was printed before the error stays before it.
+            let _ = out.flush();
+            let shown = out.json
+                && !out.closed()
+                && out
+                    .print_json(&serde_json::json!({"ok": false, "error": e.kind().as_str(), "message": e.to_string()}))
+                    .and_then(|()| out.flush())
+                    .is_ok();
+            if !shown {
+                // Not eprintln!: it panics when standard error is closed.
+                let _ = writeln!(std::io::stderr(), "treelog: {e}");
+            }
+            ExitCode::from(exit_code(e.kind()))
+        }
+    }
+}
+
+fn dispatch(cli: &Cli, out: &Out) -> Result<u8> {
+    match &cli.cmd {
+        Cmd::Mkdir { parents, o, paths } => crate::fs::mkdir(cli, out, *parents, o, paths),
+        Cmd::Touch {
+            parents,
+            o,
+            block_size,
+            paths,
+        } => crate::fs::touch(cli, out, *parents, o, *block_size, paths),
+        Cmd::Mv {
+            overwrite,
+            operands,
+        } => crate::fs::mv(cli, out, *overwrite, operands),
+        Cmd::Rm {
+            recursive,
+            force,
+            paths,
+        } => crate::fs::rm(cli, out, *recursive, *force, paths),
+        Cmd::Chmod { mode, paths } => crate::fs::chmod(cli, out, *mode, paths),
+        Cmd::Chown { spec, paths } => crate::fs::chown(cli, out, spec, paths),
+        Cmd::Touchtime { mtime_ms, paths } => crate::fs::touchtime(cli, out, *mtime_ms, paths),
+        Cmd::Complete { path, size } => crate::fs::complete(cli, out, path, *size),
+        Cmd::Setsize { path, size } => crate::fs::setsize(cli, out, path, *size),
+        Cmd::Ls {
+            long,
+            recursive,
+            start_after,
+            limit,
+            path,
+        } => crate::list::ls(
+            cli,
+            out,
+            *long,
+            *recursive,
+            start_after.as_deref(),
+            *limit,
+            path,
+        ),
+        Cmd::Stat { id, path } => crate::list::stat(cli, out, *id, path.as_deref()),
+        Cmd::Tail {
+            from,
+            snapshot,
+            prefix,
+            kinds,
+            cursor,
+            no_ack,
+            resync,
+            limit,
+            follow,
+        } => crate::tail::tail(
+            cli,
+            out,
+            &crate::tail::TailArgs {
+                from: *from,
+                snapshot: *snapshot,
+                prefix: prefix.clone(),
+                kinds,
+                cursor: cursor.as_deref(),
+                auto_ack: !*no_ack,
+                resync: *resync,
+                limit: *limit,
+                follow: *follow,
+            },
+        ),
+        Cmd::Ack { cursor, seq } => crate::tail::ack(cli, out, cursor, *seq),
+        Cmd::Serve(args) => crate::serve::run(cli, args),
+        Cmd::Demo => crate::demo::run(&cli.data, out.json),
+        Cmd::Admin { cmd } => crate::admin_cmd::run(cli, out, cmd),
+    }
+}

@@ -1,0 +1,37 @@
+//! `treelog serve`: the server on the data directory.
+
+use crate::args::{Cli, ServeArgs};
+use crate::backend::read_token;
+use crate::error::Result;
+use treelog::Options;
+
+pub fn run(cli: &Cli, a: &ServeArgs) -> Result<u8> {
+    crate::server::init_logging(a.log_format)?;
+    let mut cfg = crate::server::ServerConfig::new(cli.data.clone());
+    cfg.listen = a.listen;
+    cfg.http = a.http;
+    cfg.token = read_token(a.token_file.as_deref().or(cli.token_file.as_deref()))?;
+    cfg.max_connections = a.max_connections;
+    cfg.max_handshaking = a.max_handshaking;
+    cfg.max_in_flight = a.max_in_flight;
+    cfg.max_frame = a.max_frame;
+    cfg.max_conn_buffer_bytes = a.max_conn_buffer_bytes;
+    cfg.max_http_connections = a.max_http_connections;
+    cfg.http_header_timeout = std::time::Duration::from_secs(a.http_header_timeout_secs);
+    cfg.allow_insecure_listen = a.allow_insecure_listen;
+    cfg.idle_timeout = std::time::Duration::from_secs(a.idle_timeout_secs);
+    cfg.stream_priority = a.stream_priority;
+    cfg.store = Options::default().durability(cli.durability.into());
+    cfg.store.writer.max_delete_inodes = a.max_delete_inodes;
+    cfg.store.writer.max_record_bytes = a.max_record_bytes;
+    cfg.store.retention = crate::retention::RetentionPolicy {
+        max_records: a.retain_records,
+        max_age: a.retain_secs.map(std::time::Duration::from_secs),
+        max_bytes: a.retain_bytes,
+        max_cursor_lag: a.max_cursor_lag,
+        interval: None,
+    };
+    let rt = crate::server::request_runtime(a.worker_policy)?;
+    rt.block_on(crate::server::run(cfg))?;
+    Ok(0)
+}

@@ -1,0 +1,195 @@
+//! The coreutils-shaped surface of the `treelog` binary: several operands
+//! per mutating command (each on its own, failures per operand, the exit
+//! code of the first failure), `ls -l` dates and human sizes, `import`.
+
+use std::path::Path;
+use std::process::Command;
+
+fn treelog(data: &Path, args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_treelog"))
+        .arg("--data")
+        .arg(data)
+        .args(args)
+        // Dates in `ls -l` are local time: make them the same everywhere.
+        .env("TZ", "UTC")
+        .env_remove("TIME_STYLE")
+        .output()
+        .expect("run treelog");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Runs a command that must succeed; returns its standard output.
+fn ok(db: &Path, args: &[&str]) -> String {
+    let (code, out, err) = treelog(db, args);
+    assert_eq!(code, 0, "{args:?}: {out}{err}");
+    out
+}
+
+fn stat(db: &Path, path: &str) -> Option<serde_json::Value> {
+    let (code, out, err) = treelog(db, &["stat", path, "--json"]);
+    match code {
+        0 => Some(serde_json::from_str::<serde_json::Value>(&out).unwrap()["inode"].clone()),
+        3 => None,
+        c => panic!("stat {path}: exit {c}: {err}"),
+    }
+}
+
+fn exists(db: &Path, path: &str) -> bool {
+    stat(db, path).is_some()
+}
+
+#[test]
+fn mkdir_and_touch_run_every_operand() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("db");
+    ok(&db, &["touch", "/file"]);
+
+    // The middle operand fails (a file is in its way): the others are
+    // created, the exit code is that of the failure (5, not a directory),
+    // and the message names the operand.
+    let (code, out, err) = treelog(&db, &["mkdir", "-p", "/a/b", "/file/x", "/c"]);
+    assert_eq!(code, 5, "{out}{err}");
+    assert!(exists(&db, "/a/b") && exists(&db, "/c"), "{out}");
+    assert_eq!(
+        err.trim_end(),
+        "treelog: cannot create directory '/file/x': Not a directory ('/file' is not a directory)"
+    );
+    assert_eq!(out.lines().count(), 2, "{out}");
+    assert!(
+        out.contains("mkdir /a/b (seq") && out.contains("mkdir /c (seq"),
+        "{out}"
+    );
+
+    // Two failures of different kinds: the first one's code (4, already
+    // exists), not the second's (3, not found); both reported.
+    let (code, _, err) = treelog(&db, &["mkdir", "/c", "/d", "/missing/x"]);
+    assert_eq!(code, 4, "{err}");
+    assert!(exists(&db, "/d"));
+    assert!(
+        err.contains("cannot create directory '/c': File exists")
+            && err.contains(
+                "cannot create directory '/missing/x': No such file or directory ('/missing' does not exist)"
+            ),
+        "{err}"
+    );
+
+    let (code, out, err) = treelog(&db, &["touch", "/t1", "/file", "/t2", "--mode", "600"]);
+    assert_eq!(code, 4, "{out}{err}");
+    assert_eq!(err.trim_end(), "treelog: cannot touch '/file': File exists");
+    for p in ["/t1", "/t2"] {
+        assert_eq!(stat(&db, p).unwrap()["attrs"]["mode"], 0o600, "{p}");
+    }
+
+    // JSON: one line per operand, in order, the failure's kind named.
+    let (code, out, err) = treelog(&db, &["--json", "mkdir", "/j1", "/t1", "/j2"]);
+    assert_eq!(code, 4, "{err}");
+    assert_eq!(err, "", "with --json the failure is a JSON line");
+    let lines: Vec<serde_json::Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 3, "{out}");
+    assert_eq!(lines[0]["ok"], true);
+    assert_eq!(lines[0]["path"], "/j1");
+    assert_eq!(lines[1]["ok"], false);
+    assert_eq!(lines[1]["path"], "/t1");
+    assert_eq!(lines[1]["error"], "already_exists");
+    assert_eq!(lines[2]["path"], "/j2");
+    assert!(lines[2]["seq"].as_u64().unwrap() > lines[0]["seq"].as_u64().unwrap());
+}
+
+#[test]
+fn rm_chmod_chown_run_every_operand() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("db");
+    ok(&db, &["mkdir", "-p", "/d1/x/y", "/d2/z", "/keep"]);
+    ok(&db, &["touch", "/f1", "/f2", "/keep/k"]);
+
+    let (code, out, err) = treelog(&db, &["chmod", "640", "/f1", "/nope", "/f2"]);
+    assert_eq!(code, 3, "{out}{err}");
+    assert_eq!(
+        err.trim_end(),
+        "treelog: cannot access '/nope': No such file or directory"
+    );
+    for p in ["/f1", "/f2"] {
+        assert_eq!(stat(&db, p).unwrap()["attrs"]["mode"], 0o640, "{p}");
+    }
+
+    let (code, out, err) = treelog(&db, &["chown", "bob:ops", "/f1", "/nope", "/f2"]);
+    assert_eq!(code, 3, "{out}{err}");
+    assert!(err.contains("'/nope'"), "{err}");
+    for p in ["/f1", "/f2"] {
+        let a = &stat(&db, p).unwrap()["attrs"];
+        assert_eq!(
+            (a["owner"].as_str(), a["group"].as_str()),
+            (Some("bob"), Some("ops"))
+        );
+    }
+    // An owner refused by the engine (too long) fails every operand with
+    // its own code (8), and changes nothing.
+    let long = "x".repeat(300);
+    let (code, _, err) = treelog(&db, &["chown", &long, "/f1", "/f2"]);
+    assert_eq!(code, 8, "{err}");
+    assert_eq!(err.lines().count(), 2, "{err}");
+    assert_eq!(stat(&db, "/f1").unwrap()["attrs"]["owner"], "bob");
+
+    // rm without -r: the non-empty directory in the middle is refused (7),
+    // the files around it go.
+    let (code, _, err) = treelog(&db, &["rm", "/f1", "/keep", "/f2"]);
+    assert_eq!(code, 7, "{err}");
+    assert_eq!(
+        err.trim_end(),
+        "treelog: cannot remove '/keep': Directory not empty"
+    );
+    assert!(!exists(&db, "/f1") && !exists(&db, "/f2") && exists(&db, "/keep/k"));
+
+    // rm -r with a missing operand in the middle.
+    let (code, _, err) = treelog(&db, &["rm", "-r", "/d1", "/nope", "/d2"]);
+    assert_eq!(code, 3, "{err}");
+    assert_eq!(
+        err.trim_end(),
+        "treelog: cannot remove '/nope': No such file or directory"
+    );
+    assert!(!exists(&db, "/d1") && !exists(&db, "/d2/z"));
+
+    // rm -f: a missing path is neither an error nor mentioned; other
+    // failures still are.
+    let (code, out, err) = treelog(&db, &["rm", "-f", "/nope", "/keep/k", "/nope2"]);
+    assert_eq!((code, err.as_str()), (0, ""), "{out}");
+    assert!(!exists(&db, "/keep/k"));
+    let (code, _, err) = treelog(&db, &["rm", "-f", "/nope", "/", "/keep"]);
+    assert_eq!(code, 8, "{err}");
+    assert!(err.contains("cannot remove '/'"), "{err}");
+    assert!(!exists(&db, "/keep"));
+    assert_eq!(treelog(&db, &["rm", "-f"]).0, 0);
+    assert_eq!(treelog(&db, &["rm"]).0, 2);
+}
+
+#[test]
+fn mv_into_a_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("db");
+    ok(&db, &["mkdir", "/dst", "/d"]);
+    ok(&db, &["touch", "/a", "/b", "/dst/b"]);
+    // SRC... DIR: each into DIR under its own name; the one whose name is
+    // taken fails alone.
+    let (code, out, err) = treelog(&db, &["mv", "/a", "/b", "/d", "/dst"]);
+    assert_eq!(code, 4, "{out}{err}");
+    assert_eq!(
+        err.trim_end(),
+        "treelog: cannot move '/b' to '/dst/b': File exists"
+    );
+    assert!(out.contains("rename /a -> /dst/a (seq"), "{out}");
+    assert!(exists(&db, "/dst/a") && exists(&db, "/dst/d") && exists(&db, "/b"));
+    // SRC DIR/: into it. SRC DST: exactly DST (an existing directory is
+    // not moved into).
+    ok(&db, &["mv", "/b", "/dst/d/"]);
+    assert!(exists(&db, "/dst/d/b"));
+    ok(&db, &["mkdir", "/e"]);
+    assert_eq!(treelog(&db, &["mv", "/e", "/dst/d"]).0, 4);
+    assert!(exists(&db, "/e"));
+}
