@@ -653,7 +653,7 @@ impl Store {
     pub fn scan_cf(
         &self,
         name: &'static str,
-    ) -> Result<impl Iterator<Item = Result<(Box<[u8]>, Box<[u8]>)>> + '_> {
+    ) -> Result<impl Iterator<Item = Result<KeyValue>> + '_> {
         Ok(self
             .db
             .iterator_cf(self.cf(name)?, IteratorMode::Start)
@@ -1291,6 +1291,9 @@ impl IndexWrite for SortedWrites {
 }
 
 /// Iterator over decoded log records.
+/// One stored key and value, copied out.
+pub type KeyValue = (Box<[u8]>, Box<[u8]>);
+
 /// Log records to append in one write (see [`Store::log_batch`]).
 pub struct LogBatch<'a> {
     batch: WriteBatch,
