@@ -189,7 +189,8 @@ pub fn verify(live: &Store) -> Result<VerifyReport> {
     };
     let scratch = Store::open(&dir, &scratch_opts)?;
     let applied = live.applied_seq()?;
-    let (records, end) = scratch.apply_records(&mut live.log_iter(1)?, 0, applied, |_, _| {})?;
+    let (records, end) =
+        crate::recovery::apply_records(&scratch, &mut live.log_iter(1)?, 0, applied, |_, _| {})?;
     if end != applied {
         return Err(Error::corrupt(
             "log",
@@ -214,13 +215,13 @@ pub fn verify_path(path: &Path, so: &StoreOptions) -> Result<VerifyReport> {
             ..so.clone()
         },
     )?;
-    live.replay(|_, _| {})?;
+    crate::recovery::replay(&live, |_, _| {})?;
     verify(&live)
 }
 
 /// Drops the index and rebuilds it from the whole log.
 pub fn rebuild(path: &Path, so: &StoreOptions) -> Result<u64> {
-    Store::rebuild(
+    crate::recovery::rebuild(
         path,
         &StoreOptions {
             create_if_missing: false,
@@ -265,9 +266,9 @@ pub fn accept_wal_loss(path: &Path, so: &StoreOptions) -> Result<WalLossReport> 
             // is left (this needs the whole log).
             drop(store);
             rebuilt_index = true;
-            Store::rebuild(path, &so)?
+            crate::recovery::rebuild(path, &so)?
         } else {
-            store.replay(|_, _| {})?
+            crate::recovery::replay(&store, |_, _| {})?
         }
     };
     let store = Store::open(path, &so)?;

@@ -54,37 +54,13 @@ impl EngineState {
     }
 }
 
-/// The index entries of an empty namespace: the root directory, empty
-/// dictionaries and `next_id`.
+/// The index entries of an empty namespace (see
+/// [`format::empty_namespace_inodes`]).
+#[cfg(test)]
 pub fn initial_index_writes<R: IndexRead + ?Sized>(ov: &mut Overlay<'_, R>) {
-    let root = InodeEntry {
-        parent_id: 0,
-        size: 0,
-        block_size: 0,
-        creation_time_ms: 0,
-        modification_time_ms: 0,
-        mode: DEFAULT_DIR_MODE,
-        flags: FLAG_DIRECTORY | FLAG_COMPLETE,
-        owner_id: 0,
-        group_id: 0,
-        name: Vec::new(),
-    };
-    ov.put(Cf::Inodes, inode_key(ROOT_ID).to_vec(), root.encode());
-    ov.put(
-        Cf::Inodes,
-        inode_key(OWNER_DICT_KEY).to_vec(),
-        Dict::default().encode(),
-    );
-    ov.put(
-        Cf::Inodes,
-        inode_key(GROUP_DICT_KEY).to_vec(),
-        Dict::default().encode(),
-    );
-    ov.put(
-        Cf::Inodes,
-        inode_key(NEXT_ID_KEY).to_vec(),
-        next_id_value(format::FIRST_ALLOCATED_ID).to_vec(),
-    );
+    for (k, v) in format::empty_namespace_inodes() {
+        ov.put(Cf::Inodes, k.to_vec(), v);
+    }
 }
 
 // ---------------------------------------------------------------------------

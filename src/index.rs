@@ -27,13 +27,15 @@ pub trait IndexRead {
     fn scan(&self, cf: Cf, prefix: &[u8], after: Option<&[u8]>, limit: usize) -> Result<Vec<Kv>>;
 }
 
-/// An in-memory index, for tests and scratch rebuilds.
+/// An in-memory index, for the tests that drive the engine without I/O.
+#[cfg(test)]
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct MemIndex {
     pub inodes: BTreeMap<Vec<u8>, Vec<u8>>,
     pub edges: BTreeMap<Vec<u8>, Vec<u8>>,
 }
 
+#[cfg(test)]
 impl MemIndex {
     fn map(&self, cf: Cf) -> &BTreeMap<Vec<u8>, Vec<u8>> {
         match cf {
@@ -64,6 +66,7 @@ impl MemIndex {
     }
 }
 
+#[cfg(test)]
 fn scan_map(
     m: &BTreeMap<Vec<u8>, Vec<u8>>,
     prefix: &[u8],
@@ -82,6 +85,7 @@ fn scan_map(
         .collect()
 }
 
+#[cfg(test)]
 impl IndexRead for MemIndex {
     fn get(&self, cf: Cf, key: &[u8]) -> Result<Option<Vec<u8>>> {
         Ok(self.map(cf).get(key).cloned())

@@ -29,6 +29,7 @@ mod failpoint;
 mod index;
 mod reader_cache;
 mod readview;
+pub mod recovery;
 mod replay_progress;
 mod shared;
 mod treelog;

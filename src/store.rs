@@ -18,11 +18,10 @@ use rocksdb::{
 };
 
 use crate::cursor::CursorState;
-use crate::engine::{self, EngineState};
 use crate::error::{Error, Result};
 use crate::event::{Record, RecordRef};
 use crate::format::{self, meta, record};
-use crate::index::{Cf, IndexRead, IndexWrite, Kv, Overlay, OverlayWrites};
+use crate::index::{Cf, IndexRead, Kv, OverlayWrites};
 use std::collections::BTreeMap;
 
 pub const CF_LOG: &str = "log";
@@ -400,7 +399,7 @@ impl Store {
     /// `applied_seq` 0, flushed. A crash at any point leaves either the
     /// old index without the mark, or the mark, which the next open takes
     /// up (here again). The log must start at 1.
-    fn reset_index(&mut self) -> Result<()> {
+    pub(crate) fn reset_index(&mut self) -> Result<()> {
         let start = self.log_start()?;
         if start != 1 {
             return Err(Error::Compacted {
@@ -433,14 +432,41 @@ impl Store {
             db.create_cf(name, &cf_options(name, &so, &cache))?;
             crate::failpoint::crash_point("rebuild::after_create");
         }
-        let empty = crate::index::MemIndex::default();
-        let mut ov = Overlay::new(&empty);
-        engine::initial_index_writes(&mut ov);
-        self.write_index(&ov.take_writes(), 0, Some(0))?;
+        let mut b = WriteBatch::default();
+        let inodes = self.cf(CF_INODES)?;
+        for (k, v) in format::empty_namespace_inodes() {
+            b.put_cf(inodes, k, v);
+        }
+        self.write_index_batch_raw(b, 0, Some(0))?;
         self.flush()?;
         crate::failpoint::crash_point("rebuild::after_reset");
         self.rebuild_pending.store(true, Ordering::Release);
         Ok(())
+    }
+
+    /// Ends a rebuild whose replay is complete: the rebuilt index on disk
+    /// first, then the mark goes (synced).
+    pub(crate) fn finish_rebuild(&self) -> Result<()> {
+        self.flush()?;
+        crate::failpoint::crash_point("rebuild::before_unmark");
+        let mut wo = WriteOptions::default();
+        wo.set_sync(true);
+        self.db
+            .delete_cf_opt(self.cf(CF_META)?, meta::REBUILD_KEY, &wo)?;
+        self.rebuild_pending.store(false, Ordering::Release);
+        Ok(())
+    }
+
+    /// Replays of at least this many records tune the index CFs for bulk
+    /// loading ([`StoreOptions::long_replay_min`]).
+    pub(crate) fn long_replay_min(&self) -> u64 {
+        self.long_replay_min
+    }
+
+    /// A long replay switches memtables after this many bytes
+    /// ([`StoreOptions::replay_memtable_bytes`]).
+    pub(crate) fn replay_memtable_bytes(&self) -> usize {
+        self.replay_memtable_bytes
     }
 
     /// Whether a rebuild is under way (the index is being replayed from 0).
@@ -462,7 +488,7 @@ impl Store {
             .ok_or_else(|| incompatible(&self.path, format!("column family {name} is missing")))
     }
 
-    fn index_cf(&self, cf: Cf) -> Result<&ColumnFamily> {
+    pub(crate) fn index_cf(&self, cf: Cf) -> Result<&ColumnFamily> {
         self.cf(match cf {
             Cf::Inodes => CF_INODES,
             Cf::Edges => CF_EDGES,
@@ -471,11 +497,11 @@ impl Store {
 
     /// Writes the empty namespace and the format metadata, durably.
     fn initialize(&self) -> Result<()> {
-        let empty = crate::index::MemIndex::default();
-        let mut ov = Overlay::new(&empty);
-        engine::initial_index_writes(&mut ov);
         let mut b = WriteBatch::default();
-        self.add_index_writes_raw(&mut b, &ov.take_writes())?;
+        let inodes = self.cf(CF_INODES)?;
+        for (k, v) in format::empty_namespace_inodes() {
+            b.put_cf(inodes, k, v);
+        }
         let m = self.cf(CF_META)?;
         b.put_cf(
             m,
@@ -841,14 +867,14 @@ impl Store {
     /// Starts a flush of every column family (atomically, so `applied_seq`
     /// stays with the index) without waiting for it: the current memtables
     /// become immutable and new ones, with the current options, take writes.
-    fn switch_memtables(&self) -> Result<()> {
+    pub(crate) fn switch_memtables(&self) -> Result<()> {
         self.flush_all(false)
     }
 
     /// Tunes the index CFs for a long replay, or back for serving: memtable
     /// bloom filters (for memtables created from now on) and the L0
     /// compaction trigger.
-    fn set_replay_tuning(&self, replaying: bool) -> Result<()> {
+    pub(crate) fn set_replay_tuning(&self, replaying: bool) -> Result<()> {
         for (name, ratio) in [
             (CF_INODES, INODES_MEMTABLE_BLOOM),
             (CF_EDGES, EDGES_MEMTABLE_BLOOM),
@@ -902,170 +928,6 @@ impl Store {
         Ok(())
     }
 
-    /// Replays the log from `applied_seq + 1` into the index. Returns the
-    /// number of records replayed.
-    pub fn replay(&self, mut progress: impl FnMut(u64, u64)) -> Result<u64> {
-        let applied = self.applied_seq()?;
-        let last = self.last_log_seq()?;
-        let start = self.log_start()?;
-        if applied > last {
-            return Err(Error::corrupt(
-                "database",
-                format!("index is at sequence {applied} but the log ends at {last}"),
-            ));
-        }
-        if applied + 1 < start {
-            return Err(Error::corrupt(
-                "database",
-                format!("index is at sequence {applied} but the log starts at {start}"),
-            ));
-        }
-        let mut n = 0;
-        if applied < last {
-            let mut events = crate::replay_progress::ReplayProgress::start(applied, last);
-            let end;
-            (n, end) = self.apply_records(
-                &mut self.log_iter(applied + 1)?,
-                applied,
-                last,
-                |seq, last| {
-                    events.at(seq);
-                    progress(seq, last)
-                },
-            )?;
-            if end != last {
-                return Err(Error::corrupt(
-                    "log",
-                    format!("replay stopped at {end}, but the log ends at {last}"),
-                ));
-            }
-            events.end(n);
-        }
-        if self.rebuild_pending() {
-            // The rebuilt index on disk first, then the mark goes.
-            self.flush()?;
-            crate::failpoint::crash_point("rebuild::before_unmark");
-            let mut wo = WriteOptions::default();
-            wo.set_sync(true);
-            self.db
-                .delete_cf_opt(self.cf(CF_META)?, meta::REBUILD_KEY, &wo)?;
-            self.rebuild_pending.store(false, Ordering::Release);
-        }
-        Ok(n)
-    }
-
-    /// Applies `records` (which must continue from `applied`) to this
-    /// store's index, writing `applied_seq` along. Returns (records applied,
-    /// last sequence applied).
-    ///
-    /// This thread reads, decodes and applies the records (events are blind
-    /// writes: replay never reads the index) into an overlay; every ~20,000
-    /// keys the overlay becomes one write batch that a second thread inserts
-    /// into the memtables (a third of replay's time) while this one goes on.
-    ///
-    /// A long replay (at least `StoreOptions::long_replay_min` records)
-    /// tunes the index CFs for bulk loading while it runs ([`ReplayTuning`]):
-    /// - memtables without bloom filters: replay never reads the index, and
-    ///   setting a filter bit is a cache miss per key, about a tenth of
-    ///   replay's CPU. The option applies to new memtables, so a flush after
-    ///   the first batch switches to one without a filter;
-    /// - a new memtable every `StoreOptions::replay_memtable_bytes` (16 MiB):
-    ///   the flushes run beside the replay, and the last one, which the
-    ///   caller waits for, is ~40 ms instead of ~140 ms for a full 64 MiB
-    ///   memtable (atomic flush builds the CFs' files one after another);
-    /// - L0 compactions wait for 16 files instead of 4.
-    ///
-    /// At the end (also on failure) the serving options come back, with a
-    /// flush to a filtered memtable; L0's files are compacted in the
-    /// background from then on.
-    pub fn apply_records(
-        &self,
-        records: &mut LogIter<'_>,
-        applied: u64,
-        last_hint: u64,
-        mut progress: impl FnMut(u64, u64),
-    ) -> Result<(u64, u64)> {
-        let mut state = EngineState::load(&self.index())?;
-        let bytes_before = self.log_bytes()?;
-        let base_bytes = records.bytes;
-        let mut ov = SortedWrites::default();
-        let mut n = 0u64;
-        let mut pending_seq = applied;
-        let long = last_hint.saturating_sub(applied) >= self.long_replay_min;
-        let _tuning = if long {
-            Some(ReplayTuning::new(self)?)
-        } else {
-            None
-        };
-        std::thread::scope(|s| -> Result<()> {
-            let (tx, rx) = crossbeam_channel::bounded::<(WriteBatch, u64, u64)>(2);
-            let writer = s.spawn(move || -> Result<()> {
-                // The first batch went into a memtable with filters.
-                let mut first = long;
-                let mut since_switch = 0usize;
-                for (b, seq, bytes) in rx {
-                    since_switch += b.size_in_bytes();
-                    self.write_index_batch_raw(b, seq, Some(bytes))?;
-                    crate::failpoint::crash_point("replay::batch");
-                    if std::mem::take(&mut first)
-                        || (long && since_switch >= self.replay_memtable_bytes)
-                    {
-                        since_switch = 0;
-                        self.switch_memtables()?;
-                    }
-                }
-                Ok(())
-            });
-            let send = |ov: &mut SortedWrites, seq: u64, bytes: u64| {
-                let b = ov.take_batch(self)?;
-                // Fails only when the writer stopped on an error, which
-                // its join reports.
-                let _ = tx.send((b, seq, bytes));
-                Ok::<(), Error>(())
-            };
-            let mut result = Ok(());
-            while let Some(item) = records.next_borrowed() {
-                let rec = match item {
-                    Ok(r) => r,
-                    Err(e) => {
-                        result = Err(e);
-                        break;
-                    }
-                };
-                if rec.seq != pending_seq + 1 {
-                    result = Err(Error::corrupt(
-                        "log",
-                        format!("expected sequence {}, found {}", pending_seq + 1, rec.seq),
-                    ));
-                    break;
-                }
-                if let Err(e) = engine::apply_events(rec.events, &mut ov, &mut state) {
-                    result = Err(e);
-                    break;
-                }
-                pending_seq = rec.seq;
-                n += 1;
-                if ov.len() >= REPLAY_BATCH_KEYS {
-                    let bytes = bytes_before + (records.bytes - base_bytes);
-                    send(&mut ov, pending_seq, bytes)?;
-                    progress(pending_seq, last_hint);
-                }
-            }
-            if result.is_ok() {
-                let bytes = bytes_before + (records.bytes - base_bytes);
-                send(&mut ov, pending_seq, bytes)?;
-            }
-            drop(tx);
-            let written = writer
-                .join()
-                .unwrap_or_else(|_| Err(Error::corrupt("replay", "index writer panicked")));
-            result.and(written)?;
-            progress(pending_seq, last_hint);
-            Ok(())
-        })?;
-        Ok((n, pending_seq))
-    }
-
     /// Up to `limit` index entries with key prefix `prefix` after `after`.
     fn index_scan(
         &self,
@@ -1111,183 +973,6 @@ impl Store {
     pub fn index_at<'a>(&'a self, snap: &'a IndexSnapshot) -> SnapshotIndex<'a> {
         SnapshotIndex { store: self, snap }
     }
-
-    /// Drops and recreates the index column families and replays the whole
-    /// log into them. The log must start at sequence 1. Crash-safe: the
-    /// rebuild is marked in `meta` first, and an open that finds the mark
-    /// starts it over (see [`Store::open`]).
-    pub fn rebuild(path: &Path, so: &StoreOptions) -> Result<u64> {
-        let mut store = Store::open(path, so)?;
-        if !store.rebuild_pending() {
-            store.reset_index()?;
-        }
-        store.replay(|_, _| {})
-    }
-}
-
-/// The index CFs tuned for a long replay while it lives (see
-/// [`Store::apply_records`]); dropping it restores the serving options and
-/// switches to a memtable with a filter.
-struct ReplayTuning<'a>(&'a Store);
-
-impl<'a> ReplayTuning<'a> {
-    fn new(store: &'a Store) -> Result<Self> {
-        store.set_replay_tuning(true)?;
-        Ok(ReplayTuning(store))
-    }
-}
-
-impl Drop for ReplayTuning<'_> {
-    fn drop(&mut self) {
-        // Best effort: on failure the memtables go without filters until
-        // the next flush and L0 compacts later than usual, which is slower
-        // for lookups but still correct; the next open restores both.
-        if self.0.set_replay_tuning(false).is_ok() {
-            let _ = self.0.switch_memtables();
-        }
-    }
-}
-
-/// Replay's index writes, collected then sorted: nothing reads them back,
-/// and sorted keys make the memtable inserts cheaper (a skiplist insert next
-/// to the previous one); a key written twice is written once, the last value.
-///
-/// Keys and values are copied into one arena (`data`) rather than kept as
-/// two vectors per write: no allocation per write, and the sort reads keys
-/// that lie together.
-#[derive(Default)]
-struct SortedWrites {
-    /// The writes, in event order.
-    writes: Vec<ArenaWrite>,
-    /// Every write's key, then its value (if any), one after another.
-    data: Vec<u8>,
-}
-
-/// One write of a [`SortedWrites`]: its key is `data[at..key_end]`, and
-/// its value, unless it is a delete, `data[key_end..end]`.
-#[derive(Clone, Copy)]
-struct ArenaWrite {
-    cf: Cf,
-    delete: bool,
-    at: usize,
-    key_end: usize,
-    end: usize,
-}
-
-/// Index keys a replay batch collects before it goes to the memtables.
-const REPLAY_BATCH_KEYS: usize = 20_000;
-
-/// Where a write goes in a replay batch's order: its column family and
-/// key's first 16 bytes as integers (zero-padded big-endian, so that they
-/// order as the bytes do), then the rest of the key and its length, then
-/// its position.
-#[derive(Clone, Copy)]
-struct SortKey {
-    cf: Cf,
-    head: u128,
-    pos: usize,
-}
-
-impl SortedWrites {
-    fn len(&self) -> usize {
-        self.writes.len()
-    }
-
-    fn key(&self, w: &ArenaWrite) -> &[u8] {
-        &self.data[w.at..w.key_end]
-    }
-
-    fn value(&self, w: &ArenaWrite) -> Option<&[u8]> {
-        (!w.delete).then(|| &self.data[w.key_end..w.end])
-    }
-
-    fn push(&mut self, cf: Cf, key: &[u8], value: Option<&[u8]>) {
-        let at = self.data.len();
-        self.data.extend_from_slice(key);
-        let key_end = self.data.len();
-        self.data.extend_from_slice(value.unwrap_or_default());
-        self.writes.push(ArenaWrite {
-            cf,
-            delete: value.is_none(),
-            at,
-            key_end,
-            end: self.data.len(),
-        });
-    }
-
-    /// The writes as one sorted write batch; leaves this empty (keeping
-    /// its buffers for the next batch).
-    fn take_batch(&mut self, store: &Store) -> Result<WriteBatch> {
-        let w = &self.writes;
-        // Sorts positions, not the writes, by integers first: a key's
-        // 16-byte head is all of an inode key and most edge keys (8-byte
-        // parent, then the name), so whole keys are compared only past it.
-        // The sort was a third of this thread's time when it compared whole
-        // keys. The position breaks ties, so of equal keys the last written
-        // comes last.
-        let mut order: Vec<SortKey> = w
-            .iter()
-            .enumerate()
-            .map(|(i, a)| SortKey {
-                cf: a.cf,
-                head: key_head(self.key(a)),
-                pos: i,
-            })
-            .collect();
-        // Past equal heads: the rest of the keys, then their lengths (keys
-        // within 16 bytes whose heads are equal differ in trailing zeros
-        // only, and the shorter comes first).
-        let key = |o: &SortKey| self.key(&w[o.pos]);
-        let tail = |o: &SortKey| key(o).get(16..).unwrap_or_default();
-        order.sort_unstable_by(|a, b| {
-            (a.cf, a.head)
-                .cmp(&(b.cf, b.head))
-                .then_with(|| tail(a).cmp(tail(b)).then(key(a).len().cmp(&key(b).len())))
-                .then(a.pos.cmp(&b.pos))
-        });
-        let same_key =
-            |a: &SortKey, b: &SortKey| (a.cf, a.head) == (b.cf, b.head) && key(a) == key(b);
-        let (inodes, edges) = (store.index_cf(Cf::Inodes)?, store.index_cf(Cf::Edges)?);
-        // Sized up front: growing a 2 MB batch copies it again and again.
-        // Each entry adds a tag, a column family id and two lengths.
-        let mut b = WriteBatch::with_capacity_bytes(self.data.len() + 16 * w.len() + 256);
-        for (j, o) in order.iter().enumerate() {
-            if order.get(j + 1).is_some_and(|n| same_key(o, n)) {
-                continue;
-            }
-            let a = &w[o.pos];
-            let h = match a.cf {
-                Cf::Inodes => inodes,
-                Cf::Edges => edges,
-            };
-            match self.value(a) {
-                Some(v) => b.put_cf(h, self.key(a), v),
-                None => b.delete_cf(h, self.key(a)),
-            }
-        }
-        self.writes.clear();
-        self.data.clear();
-        Ok(b)
-    }
-}
-
-/// A key's first 16 bytes as a big-endian integer, zero-padded: keys with
-/// different heads order as their heads do.
-fn key_head(k: &[u8]) -> u128 {
-    let mut b = [0u8; 16];
-    let n = k.len().min(16);
-    b[..n].copy_from_slice(&k[..n]);
-    u128::from_be_bytes(b)
-}
-
-impl IndexWrite for SortedWrites {
-    fn put(&mut self, cf: Cf, key: &[u8], value: &[u8]) {
-        self.push(cf, key, Some(value));
-    }
-
-    fn delete(&mut self, cf: Cf, key: &[u8]) {
-        self.push(cf, key, None);
-    }
 }
 
 /// Iterator over decoded log records.
@@ -1309,6 +994,59 @@ impl LogBatch<'_> {
 
 /// Index writes to apply in one write (see [`Store::index_batch`]).
 pub struct IndexBatch(WriteBatch);
+
+impl IndexBatch {
+    /// An empty batch with room for about `bytes` of keys and values.
+    pub(crate) fn with_capacity(bytes: usize) -> IndexBatch {
+        IndexBatch(WriteBatch::with_capacity_bytes(bytes))
+    }
+
+    /// Adds a write to `cf`, whose handle `h` the caller resolved once per
+    /// batch ([`Store::index_cf`]).
+    pub(crate) fn put_in(&mut self, h: &ColumnFamily, key: &[u8], value: Option<&[u8]>) {
+        match value {
+            Some(v) => self.0.put_cf(h, key, v),
+            None => self.0.delete_cf(h, key),
+        }
+    }
+
+    pub(crate) fn size_in_bytes(&self) -> usize {
+        self.0.size_in_bytes()
+    }
+
+    /// The batch's writes in order, as (column family, key, value or
+    /// delete), for tests.
+    #[cfg(test)]
+    pub(crate) fn entries(&self, store: &Store) -> Vec<(Cf, Vec<u8>, Option<Vec<u8>>)> {
+        #[derive(Default)]
+        struct Entries(Vec<(u32, Vec<u8>, Option<Vec<u8>>)>);
+        impl rocksdb::WriteBatchIteratorCf for Entries {
+            fn put_cf(&mut self, cf: u32, key: &[u8], value: &[u8]) {
+                self.0.push((cf, key.to_vec(), Some(value.to_vec())));
+            }
+            fn delete_cf(&mut self, cf: u32, key: &[u8]) {
+                self.0.push((cf, key.to_vec(), None));
+            }
+            fn merge_cf(&mut self, _: u32, _: &[u8], _: &[u8]) {
+                panic!("index batches never merge");
+            }
+        }
+        // A column family's id, as a batch's iterator reports it.
+        let cf_id = |cf: Cf| {
+            let mut b = WriteBatch::default();
+            b.put_cf(store.index_cf(cf).unwrap(), b"", b"");
+            let mut e = Entries::default();
+            b.iterate_cf(&mut e);
+            e.0[0].0
+        };
+        let inodes = cf_id(Cf::Inodes);
+        let mut e = Entries::default();
+        self.0.iterate_cf(&mut e);
+        e.0.into_iter()
+            .map(|(id, k, v)| (if id == inodes { Cf::Inodes } else { Cf::Edges }, k, v))
+            .collect()
+    }
+}
 
 /// See [`Store::log_sizes`].
 pub struct LogSizes<'a> {
@@ -1505,103 +1243,4 @@ fn scan_iter(
     }
     it.status()?;
     Ok(out)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use proptest::prelude::*;
-    use std::collections::BTreeMap;
-
-    /// The batch's entries as (column family id, key, value or delete).
-    #[derive(Default)]
-    struct Entries(Vec<(u32, Vec<u8>, Option<Vec<u8>>)>);
-
-    impl rocksdb::WriteBatchIteratorCf for Entries {
-        fn put_cf(&mut self, cf: u32, key: &[u8], value: &[u8]) {
-            self.0.push((cf, key.to_vec(), Some(value.to_vec())));
-        }
-        fn delete_cf(&mut self, cf: u32, key: &[u8]) {
-            self.0.push((cf, key.to_vec(), None));
-        }
-        fn merge_cf(&mut self, _: u32, _: &[u8], _: &[u8]) {
-            panic!("replay never merges");
-        }
-    }
-
-    /// A column family's id, as a batch's iterator reports it.
-    fn cf_id(store: &Store, cf: Cf) -> u32 {
-        let mut b = WriteBatch::default();
-        b.put_cf(store.index_cf(cf).unwrap(), b"", b"");
-        let mut e = Entries::default();
-        b.iterate_cf(&mut e);
-        e.0[0].0
-    }
-
-    /// Keys from a small alphabet with zeros, up to 24 bytes: equal heads,
-    /// keys that are prefixes of others and keys that differ only in
-    /// trailing zeros all come up.
-    fn key() -> impl Strategy<Value = Vec<u8>> {
-        prop::collection::vec(prop_oneof![Just(0u8), Just(1u8), Just(0xff)], 0..24)
-    }
-
-    proptest! {
-        #![proptest_config(ProptestConfig {
-            cases: 64,
-            // Beside this file, as tests/model.rs keeps its own.
-            failure_persistence: Some(Box::new(
-                prop::test_runner::FileFailurePersistence::WithSource("proptest-regressions"),
-            )),
-            ..ProptestConfig::default()
-        })]
-        /// A replay batch holds each key once, with its last write, in key
-        /// order within each column family.
-        #[test]
-        fn replay_batches_are_sorted_and_keep_the_last_write(
-            writes in prop::collection::vec(
-                (any::<bool>(), key(), prop::option::of(prop::collection::vec(any::<u8>(), 0..4))),
-                0..300,
-            )
-        ) {
-            let dir = tempfile::tempdir().unwrap();
-            let store = Store::open(dir.path(), &StoreOptions::default()).unwrap();
-            let mut sw = SortedWrites::default();
-            // Twice, the second time with every write in the other column
-            // family: a write left over from the first batch would show up
-            // in the second in its old one.
-            for flip in [false, true] {
-                let mut model = BTreeMap::new();
-                for (edges, k, v) in &writes {
-                    let edges = *edges != flip;
-                    let cf = if edges { Cf::Edges } else { Cf::Inodes };
-                    match v {
-                        Some(v) => sw.put(cf, k, v),
-                        None => sw.delete(cf, k),
-                    }
-                    model.insert((edges, k.clone()), v.clone());
-                }
-                let b = sw.take_batch(&store).unwrap();
-                prop_assert_eq!(sw.len(), 0);
-                prop_assert!(sw.data.is_empty());
-                let mut entries = Entries::default();
-                b.iterate_cf(&mut entries);
-                let ids = [cf_id(&store, Cf::Inodes), cf_id(&store, Cf::Edges)];
-                // Inodes first, then edges; strictly increasing keys in each.
-                for pair in entries.0.windows(2) {
-                    let (a, b) = (&pair[0], &pair[1]);
-                    let pos = |id| ids.iter().position(|i| *i == id).unwrap();
-                    prop_assert!(
-                        (pos(a.0), &a.1) < (pos(b.0), &b.1),
-                        "{:?} before {:?}", a, b
-                    );
-                }
-                let got: BTreeMap<_, _> = entries
-                    .0
-                    .into_iter()
-                    .map(|(cf, k, v)| ((cf == ids[1], k), v))
-                    .collect();
-                prop_assert_eq!(got, model);
-            }
-        }
-    }
 }

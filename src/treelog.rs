@@ -188,7 +188,7 @@ impl Treelog {
         if let Some(m) = &metrics {
             m.replaying.set(1);
         }
-        let replayed = store.replay(progress)?;
+        let replayed = crate::recovery::replay(&store, progress)?;
         if let Some(m) = &metrics {
             m.replaying.set(0);
             m.replay_records.inc_by(replayed);

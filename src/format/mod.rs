@@ -31,3 +31,30 @@ pub const ROOT_ID: u64 = 1;
 pub const FIRST_ALLOCATED_ID: u64 = 2;
 /// `next_id` is persisted only when a block of this many ids is crossed.
 pub const ID_BLOCK: u64 = 1000;
+
+/// The `inodes` entries of an empty namespace, as (key, value): the root
+/// directory, empty owner and group dictionaries, and `next_id`. (`edges`
+/// starts empty.)
+pub fn empty_namespace_inodes() -> [([u8; 8], Vec<u8>); 4] {
+    let root = InodeEntry {
+        parent_id: 0,
+        size: 0,
+        block_size: 0,
+        creation_time_ms: 0,
+        modification_time_ms: 0,
+        mode: crate::types::DEFAULT_DIR_MODE,
+        flags: FLAG_DIRECTORY | FLAG_COMPLETE,
+        owner_id: 0,
+        group_id: 0,
+        name: Vec::new(),
+    };
+    [
+        (inode_key(ROOT_ID), root.encode()),
+        (inode_key(OWNER_DICT_KEY), Dict::default().encode()),
+        (inode_key(GROUP_DICT_KEY), Dict::default().encode()),
+        (
+            inode_key(NEXT_ID_KEY),
+            next_id_value(FIRST_ALLOCATED_ID).to_vec(),
+        ),
+    ]
+}

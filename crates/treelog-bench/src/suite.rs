@@ -791,7 +791,7 @@ pub fn run(
         t.close()?;
     }
     let t0 = Instant::now();
-    let n = crate::store::Store::rebuild(&path, &Default::default())?;
+    let n = treelog::recovery::rebuild(&path, &Default::default())?;
     let secs = t0.elapsed().as_secs_f64();
     println!(
         "{:<20} {:>12.0} records/s ({n} records in {secs:.2} s)",
