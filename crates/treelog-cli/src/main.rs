@@ -15,6 +15,7 @@ mod output;
 mod run;
 mod serve;
 mod tail;
+mod timefmt;
 
 // The library's modules under the names the commands use.
 use treelog::{

@@ -70,21 +70,7 @@ fn dispatch(cli: &Cli, out: &Out) -> Result<u8> {
         Cmd::Touchtime { mtime_ms, paths } => crate::fs::touchtime(cli, out, *mtime_ms, paths),
         Cmd::Complete { path, size } => crate::fs::complete(cli, out, path, *size),
         Cmd::Setsize { path, size } => crate::fs::setsize(cli, out, path, *size),
-        Cmd::Ls {
-            long,
-            recursive,
-            start_after,
-            limit,
-            path,
-        } => crate::list::ls(
-            cli,
-            out,
-            *long,
-            *recursive,
-            start_after.as_deref(),
-            *limit,
-            path,
-        ),
+        Cmd::Ls(a) => crate::list::ls(cli, out, a),
         Cmd::Stat { id, path } => crate::list::stat(cli, out, *id, path.as_deref()),
         Cmd::Tail {
             from,

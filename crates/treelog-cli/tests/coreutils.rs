@@ -59,7 +59,10 @@ fn mkdir_and_touch_run_every_operand() {
         "treelog: cannot create directory '/file/x': Not a directory ('/file' is not a directory)"
     );
     assert_eq!(out.lines().count(), 2, "{out}");
-    assert!(out.contains("mkdir /a/b (seq") && out.contains("mkdir /c (seq"), "{out}");
+    assert!(
+        out.contains("mkdir /a/b (seq") && out.contains("mkdir /c (seq"),
+        "{out}"
+    );
 
     // Two failures of different kinds: the first one's code (4, already
     // exists), not the second's (3, not found); both reported.
@@ -121,7 +124,10 @@ fn rm_chmod_chown_run_every_operand() {
     assert!(err.contains("'/nope'"), "{err}");
     for p in ["/f1", "/f2"] {
         let a = &stat(&db, p).unwrap()["attrs"];
-        assert_eq!((a["owner"].as_str(), a["group"].as_str()), (Some("bob"), Some("ops")));
+        assert_eq!(
+            (a["owner"].as_str(), a["group"].as_str()),
+            (Some("bob"), Some("ops"))
+        );
     }
     // An owner refused by the engine (too long) fails every operand with
     // its own code (8), and changes nothing.
@@ -186,4 +192,107 @@ fn mv_into_a_directory() {
     ok(&db, &["mkdir", "/e"]);
     assert_eq!(treelog(&db, &["mv", "/e", "/dst/d"]).0, 4);
     assert!(exists(&db, "/e"));
+}
+
+/// The line of `ls` output that ends with `name id=...`.
+fn line_of<'a>(listing: &'a str, name: &str) -> &'a str {
+    listing
+        .lines()
+        .find(|l| {
+            l.split(" id=")
+                .next()
+                .is_some_and(|h| h.ends_with(&format!(" {name}")))
+        })
+        .unwrap_or_else(|| panic!("no line for {name} in:\n{listing}"))
+}
+
+#[test]
+fn ls_long_shows_dates_and_human_sizes() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("db");
+    ok(&db, &["touch", "/small", "/mid", "/big", "/tiny"]);
+    for (p, size) in [
+        ("/small", "1536"),
+        ("/mid", "24117248"),
+        ("/big", "5368709120"),
+        ("/tiny", "1023"),
+    ] {
+        ok(&db, &["complete", p, size]);
+    }
+    // 2020-01-02 03:04:05.678 UTC (complete sets the time: this comes after).
+    ok(
+        &db,
+        &[
+            "touchtime",
+            "1577934245678",
+            "/small",
+            "/mid",
+            "/big",
+            "/tiny",
+        ],
+    );
+
+    let long_iso = ok(&db, &["ls", "-l", "--time-style=long-iso", "/"]);
+    let small = line_of(&long_iso, "small");
+    assert!(small.contains(" 1536 2020-01-02 03:04 small"), "{small}");
+    let full = ok(&db, &["ls", "--full-time", "/"]);
+    assert!(
+        line_of(&full, "small").contains(" 2020-01-02 03:04:05.678000000 +0000 small"),
+        "{full}"
+    );
+    // The default, GNU's in the POSIX locale: a year for an old time.
+    let default = ok(&db, &["ls", "-l", "/"]);
+    assert!(
+        line_of(&default, "small").contains(" Jan  2  2020 small"),
+        "{default}"
+    );
+    // The time zone is the local one.
+    let (code, tokyo, err) = {
+        let o = Command::new(env!("CARGO_BIN_EXE_treelog"))
+            .args(["--data".as_ref(), db.as_os_str()])
+            .args(["ls", "-l", "--time-style", "long-iso", "/"])
+            .env("TZ", "Asia/Tokyo")
+            .output()
+            .unwrap();
+        (
+            o.status.code(),
+            String::from_utf8_lossy(&o.stdout).into_owned(),
+            String::from_utf8_lossy(&o.stderr).into_owned(),
+        )
+    };
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        line_of(&tokyo, "small").contains(" 2020-01-02 12:04 small"),
+        "{tokyo}"
+    );
+    // +FORMAT, and a bad style is a usage error.
+    let epoch = ok(&db, &["ls", "-l", "--time-style=+%s", "/"]);
+    assert!(
+        line_of(&epoch, "small").contains(" 1577934245 small"),
+        "{epoch}"
+    );
+    assert_eq!(treelog(&db, &["ls", "-l", "--time-style=nope", "/"]).0, 2);
+
+    // -h: powers of 1024, rounded up, as GNU ls -lh.
+    let human = ok(&db, &["ls", "-l", "-h", "/"]);
+    for (name, size) in [
+        ("small", "1.5K"),
+        ("mid", "23M"),
+        ("big", "5.0G"),
+        ("tiny", "1023"),
+    ] {
+        let l = line_of(&human, name);
+        assert!(l.contains(&format!(" {size} Jan  2  2020 {name}")), "{l}");
+    }
+    // --json keeps the milliseconds and the bytes.
+    let rows: serde_json::Value =
+        serde_json::from_str(&ok(&db, &["ls", "-l", "-h", "/", "--json"])).unwrap();
+    let small = rows
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["name"] == "small")
+        .unwrap();
+    assert_eq!(small["inode"]["attrs"]["mtime_ms"], 1_577_934_245_678u64);
+    assert_eq!(small["inode"]["attrs"]["size"], 1536);
 }
