@@ -217,6 +217,11 @@ pub enum Cmd {
     /// Acknowledge a durable cursor up to SEQ (after processing what `tail
     /// --cursor CURSOR --no-ack` printed up to there).
     Ack { cursor: String, seq: u64 },
+    /// Mirror a local directory tree under DEST: directories, and regular
+    /// files with their size, mode, owner, group and modification time
+    /// (other kinds are skipped and counted). DIR's contents go under DEST
+    /// (created if missing); an entry that exists already fails alone.
+    Import(ImportArgs),
     /// Run the server.
     Serve(ServeArgs),
     /// Build a small tree, print it, show the log and verify the index.
@@ -392,4 +397,29 @@ pub struct LsArgs {
     /// Print help.
     #[arg(long, action = clap::ArgAction::Help)]
     pub help: Option<bool>,
+}
+
+/// `treelog import`.
+#[derive(Args, Debug)]
+#[command(after_help = "\
+Many entries are in flight at once (--jobs), locally and against --server;
+use the global --durability none for a bulk load that may be lost with
+power. A progress bar (entries and entries/s) is shown on standard error
+when it is a terminal. Failures are counted and the first ten printed; the
+exit code is then the first failure's (see `treelog --help`).")]
+pub struct ImportArgs {
+    /// The local directory whose contents are imported.
+    pub dir: PathBuf,
+    /// Where in the namespace.
+    #[arg(default_value = "/")]
+    pub dest: String,
+    /// No progress bar.
+    #[arg(short, long)]
+    pub quiet: bool,
+    /// Entries in flight at once.
+    #[arg(long, default_value_t = 256)]
+    pub jobs: usize,
+    /// The block size recorded for each file.
+    #[arg(long, default_value_t = DEFAULT_BLOCK_SIZE)]
+    pub block_size: u64,
 }

@@ -10,6 +10,7 @@ mod demo;
 mod describe;
 mod exit;
 mod fs;
+mod import;
 mod list;
 mod output;
 mod run;

@@ -98,6 +98,7 @@ fn dispatch(cli: &Cli, out: &Out) -> Result<u8> {
             },
         ),
         Cmd::Ack { cursor, seq } => crate::tail::ack(cli, out, cursor, *seq),
+        Cmd::Import(a) => crate::import::run(cli, out, a),
         Cmd::Serve(args) => crate::serve::run(cli, args),
         Cmd::Demo => crate::demo::run(&cli.data, out.json),
         Cmd::Admin { cmd } => crate::admin_cmd::run(cli, out, cmd),
