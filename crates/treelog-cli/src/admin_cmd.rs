@@ -6,7 +6,7 @@ use std::io::Write;
 use crate::admin;
 use crate::args::{AdminCmd, Cli};
 use crate::backend::{open, open_local};
-use crate::describe::{describe_event, long_line};
+use crate::describe::{describe_event, long_line, LongFormat};
 use crate::error::Result;
 use crate::exit::{naming, EXIT_VERIFY_MISMATCH};
 use crate::format::record;
@@ -201,6 +201,7 @@ pub fn run(cli: &Cli, out: &Out, cmd: &AdminCmd) -> Result<u8> {
                 if !out.json {
                     outln!(out, "== index ==")?;
                 }
+                let long = LongFormat::exact();
                 admin::dump_index(&store, |e| {
                     if out.json {
                         out.print_json(&e)
@@ -212,7 +213,7 @@ pub fn run(cli: &Cli, out: &Out, cmd: &AdminCmd) -> Result<u8> {
                                 inode: Some(i),
                                 ..
                             } => {
-                                format!("inodes {key_hex} id={id} {}", long_line(i, &i.name))
+                                format!("inodes {key_hex} id={id} {}", long_line(i, &i.name, &long))
                             }
                             admin::DumpEntry::Inode {
                                 key_hex, id, error, ..

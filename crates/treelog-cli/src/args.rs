@@ -4,6 +4,7 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
+use crate::timefmt::TimeStyle;
 use crate::types::DEFAULT_BLOCK_SIZE;
 use treelog::Durability;
 
@@ -112,22 +113,7 @@ pub enum Cmd {
         paths: Vec<String>,
     },
     /// List a directory.
-    Ls {
-        /// Long format (mode, owner, group, size, mtime, id).
-        #[arg(short, long)]
-        long: bool,
-        /// Recurse into subdirectories.
-        #[arg(short = 'R', long)]
-        recursive: bool,
-        /// Start after this name (paging).
-        #[arg(long)]
-        start_after: Option<String>,
-        /// At most this many entries (per directory).
-        #[arg(long)]
-        limit: Option<usize>,
-        #[arg(default_value = "/")]
-        path: String,
-    },
+    Ls(LsArgs),
     /// Show an inode by path, or by id with --id.
     Stat {
         #[arg(long)]
@@ -231,6 +217,11 @@ pub enum Cmd {
     /// Acknowledge a durable cursor up to SEQ (after processing what `tail
     /// --cursor CURSOR --no-ack` printed up to there).
     Ack { cursor: String, seq: u64 },
+    /// Mirror a local directory tree under DEST: directories, and regular
+    /// files with their size, mode, owner, group and modification time
+    /// (other kinds are skipped and counted). DIR's contents go under DEST
+    /// (created if missing); an entry that exists already fails alone.
+    Import(ImportArgs),
     /// Run the server.
     Serve(ServeArgs),
     /// Build a small tree, print it, show the log and verify the index.
@@ -372,4 +363,67 @@ pub enum AdminCmd {
 pub fn parse_mode(s: &str) -> std::result::Result<u32, String> {
     let s = s.strip_prefix("0o").unwrap_or(s);
     u32::from_str_radix(s, 8).map_err(|e| format!("mode must be octal: {e}"))
+}
+
+/// `treelog ls`. `-h` is `--human-readable`, as in GNU `ls` (help is
+/// `--help` only).
+#[derive(Args, Debug)]
+#[command(disable_help_flag = true)]
+pub struct LsArgs {
+    /// Long format: mode, owner, group, size, modification time, name, id.
+    #[arg(short, long)]
+    pub long: bool,
+    /// Recurse into subdirectories.
+    #[arg(short = 'R', long)]
+    pub recursive: bool,
+    /// With -l: sizes as 1.5K, 23M, 4.0G (powers of 1024, rounded up).
+    #[arg(short = 'h', long)]
+    pub human_readable: bool,
+    /// With -l: how times are shown, in the local time zone (TZ): locale
+    /// (`Nov 25 15:52`, `Nov 25  2025` when older than six months; the
+    /// default), iso (`11-25 15:52`, `2025-11-25 `), long-iso (`2026-11-25
+    /// 15:52`), full-iso (`2026-11-25 15:52:03.120000000 +0100`) or
+    /// +FORMAT (strftime; `+OLD<newline>RECENT` for two). --json keeps the
+    /// milliseconds.
+    #[arg(long, env = "TIME_STYLE", value_name = "STYLE", value_parser = TimeStyle::parse)]
+    pub time_style: Option<TimeStyle>,
+    /// -l with --time-style=full-iso.
+    #[arg(long)]
+    pub full_time: bool,
+    /// Start after this name (paging).
+    #[arg(long)]
+    pub start_after: Option<String>,
+    /// At most this many entries (per directory).
+    #[arg(long)]
+    pub limit: Option<usize>,
+    #[arg(default_value = "/")]
+    pub path: String,
+    /// Print help.
+    #[arg(long, action = clap::ArgAction::Help)]
+    pub help: Option<bool>,
+}
+
+/// `treelog import`.
+#[derive(Args, Debug)]
+#[command(after_help = "\
+Many entries are in flight at once (--jobs), locally and against --server;
+use the global --durability none for a bulk load that may be lost with
+power. A progress bar (entries and entries/s) is shown on standard error
+when it is a terminal. Failures are counted and the first ten printed; the
+exit code is then the first failure's (see `treelog --help`).")]
+pub struct ImportArgs {
+    /// The local directory whose contents are imported.
+    pub dir: PathBuf,
+    /// Where in the namespace.
+    #[arg(default_value = "/")]
+    pub dest: String,
+    /// No progress bar.
+    #[arg(short, long)]
+    pub quiet: bool,
+    /// Entries in flight at once.
+    #[arg(long, default_value_t = 256)]
+    pub jobs: usize,
+    /// The block size recorded for each file.
+    #[arg(long, default_value_t = DEFAULT_BLOCK_SIZE)]
+    pub block_size: u64,
 }

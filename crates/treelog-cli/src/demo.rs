@@ -4,16 +4,21 @@
 use std::path::Path;
 
 use crate::admin;
-use crate::describe::{describe_event, long_line};
+use crate::describe::{describe_event, long_line, LongFormat};
 use crate::error::{ErrorKind, Result};
 use crate::exit::EXIT_VERIFY_MISMATCH;
+use crate::timefmt::TimeStyle;
 use treelog::{CreateOptions, MkdirOptions, Options, SetAttrs, Treelog};
 
-fn print_tree(t: &Treelog, dir: &str, depth: usize) -> Result<()> {
+fn print_tree(t: &Treelog, dir: &str, depth: usize, long: &LongFormat) -> Result<()> {
     for e in t.list_all(dir)? {
-        println!("  {}{}", "  ".repeat(depth), long_line(&e.inode, &e.name));
+        println!(
+            "  {}{}",
+            "  ".repeat(depth),
+            long_line(&e.inode, &e.name, long)
+        );
         if e.inode.attrs.kind.is_dir() {
-            print_tree(t, &crate::path::join(dir, &e.name), depth + 1)?;
+            print_tree(t, &crate::path::join(dir, &e.name), depth + 1, long)?;
         }
     }
     Ok(())
@@ -77,7 +82,7 @@ pub fn run(data: &Path, json: bool) -> Result<u8> {
     );
 
     println!("\ntree /demo:");
-    print_tree(&t, "/demo", 0)?;
+    print_tree(&t, "/demo", 0, &LongFormat::new(TimeStyle::locale(), true))?;
 
     let last = t.committed_seq();
     println!("\nlog records {first}..={last}:");

@@ -2,23 +2,56 @@
 //! shared by the commands, `tail` and `demo`.
 
 use crate::output::quote;
+use crate::timefmt::{human_size, TimeFormatter, TimeStyle};
 use crate::types::Inode;
 
+/// The mode as `ls -l` shows it (`drwxr-x---`, with `s`/`S` for
+/// set-user/group-id and `t`/`T` for sticky, as GNU does).
 pub fn mode_string(i: &Inode) -> String {
+    let m = i.attrs.mode;
     let mut s = String::with_capacity(10);
     s.push(if i.attrs.kind.is_dir() { 'd' } else { '-' });
-    for shift in [6, 3, 0] {
-        let b = (i.attrs.mode >> shift) & 7;
+    // (shift of the rwx triple, its special bit, the letter for it)
+    for (shift, special, letter) in [(6, 0o4000, 's'), (3, 0o2000, 's'), (0, 0o1000, 't')] {
+        let b = (m >> shift) & 7;
         s.push(if b & 4 != 0 { 'r' } else { '-' });
         s.push(if b & 2 != 0 { 'w' } else { '-' });
-        s.push(if b & 1 != 0 { 'x' } else { '-' });
+        s.push(match (b & 1 != 0, m & special != 0) {
+            (true, true) => letter,
+            (false, true) => letter.to_ascii_uppercase(),
+            (true, false) => 'x',
+            (false, false) => '-',
+        });
     }
     s
 }
 
+/// How `ls -l` lines show times and sizes.
+pub struct LongFormat {
+    pub times: TimeFormatter,
+    /// Sizes as `1.5K`, `23M` (`ls -h`).
+    pub human: bool,
+}
+
+impl LongFormat {
+    pub fn new(style: TimeStyle, human: bool) -> LongFormat {
+        LongFormat {
+            times: TimeFormatter::new(style),
+            human,
+        }
+    }
+
+    /// For dumps and streams (`admin dump`, `tail`): exact sizes and
+    /// `full-iso` times, which keep the milliseconds.
+    pub fn exact() -> LongFormat {
+        LongFormat::new(TimeStyle::full_iso(), false)
+    }
+}
+
 /// An `ls -l` line for an inode shown as `name` (quoted here for humans,
-/// see [`quote`]).
-pub fn long_line(i: &Inode, name: &str) -> String {
+/// see [`quote`]): mode, owner, group, size, modification time, name (`/`
+/// after a directory, ` (incomplete)` after a file not yet complete), id.
+pub fn long_line(i: &Inode, name: &str, f: &LongFormat) -> String {
     let or_dash = |s: &str| {
         if s.is_empty() {
             "-".to_owned()
@@ -26,13 +59,17 @@ pub fn long_line(i: &Inode, name: &str) -> String {
             quote(s).into_owned()
         }
     };
+    let size = if f.human {
+        format!("{:>5}", human_size(i.attrs.size))
+    } else {
+        format!("{:>12}", i.attrs.size)
+    };
     format!(
-        "{} {:>8} {:>8} {:>12} {:>14} {}{} id={}",
+        "{} {:>8} {:>8} {size} {} {}{} id={}",
         mode_string(i),
         or_dash(&i.attrs.owner),
         or_dash(&i.attrs.group),
-        i.attrs.size,
-        i.attrs.mtime_ms,
+        f.times.format(i.attrs.mtime_ms),
         quote(name),
         if i.attrs.kind.is_dir() {
             "/"

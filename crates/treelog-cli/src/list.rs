@@ -1,10 +1,11 @@
 //! The namespace's reading commands: ls and stat.
 
-use crate::args::Cli;
+use crate::args::{Cli, LsArgs};
 use crate::backend::{open, Backend};
-use crate::describe::{long_line, mode_string};
+use crate::describe::{long_line, mode_string, LongFormat};
 use crate::error::{Error, Result};
 use crate::output::{outln, quote, Out};
+use crate::timefmt::{TimeFormatter, TimeStyle};
 use crate::types::Inode;
 use treelog::ReadAt;
 
@@ -38,79 +39,100 @@ fn print_stat(out: &Out, i: &Inode, path: &str) -> Result<()> {
     outln!(out, "size:       {}", i.attrs.size)?;
     outln!(out, "block_size: {}", i.attrs.block_size)?;
     outln!(out, "complete:   {}", i.attrs.complete)?;
-    outln!(out, "ctime_ms:   {}", i.attrs.ctime_ms)?;
-    outln!(out, "mtime_ms:   {}", i.attrs.mtime_ms)
+    // The milliseconds as stored, and the date they are.
+    let times = TimeFormatter::new(TimeStyle::full_iso());
+    outln!(
+        out,
+        "ctime_ms:   {} ({})",
+        i.attrs.ctime_ms,
+        times.format(i.attrs.ctime_ms)
+    )?;
+    outln!(
+        out,
+        "mtime_ms:   {} ({})",
+        i.attrs.mtime_ms,
+        times.format(i.attrs.mtime_ms)
+    )
 }
 
-#[allow(clippy::too_many_arguments)]
-fn list_into(
-    t: &Backend,
-    out: &Out,
-    path: &str,
-    long: bool,
+/// What a listing prints, the same for every directory of `ls -R`.
+struct Listing<'a> {
+    t: &'a Backend,
+    out: &'a Out,
+    /// `-l`: how its lines look.
+    long: Option<&'a LongFormat>,
     recursive: bool,
-    start_after: Option<&str>,
     limit: Option<usize>,
-    json_rows: &mut Vec<serde_json::Value>,
     at: ReadAt,
-) -> Result<()> {
-    let entries = match (limit, start_after) {
-        (Some(l), _) => t.list_at(path, start_after, l, at)?.entries,
-        (None, Some(_)) => {
-            let mut v = Vec::new();
-            let mut after = start_after.map(str::to_owned);
-            loop {
-                let p = t.list_at(path, after.as_deref(), 1000, at)?;
-                v.extend(p.entries);
-                match p.next_start_after {
-                    Some(n) => after = Some(n),
-                    None => break,
-                }
-            }
-            v
-        }
-        (None, None) => t.list_all_at(path, at)?,
-    };
-    let dir = crate::path::canonical(path)?;
-    if recursive && !out.json {
-        outln!(out, "{}:", quote(&dir))?;
-    }
-    for e in &entries {
-        let full = crate::path::join(&dir, &e.name);
-        if out.json {
-            json_rows.push(serde_json::json!({"path": full, "name": e.name, "inode": e.inode}));
-        } else if long {
-            outln!(out, "{}", long_line(&e.inode, &e.name))?;
-        } else {
-            outln!(
-                out,
-                "{}{}",
-                quote(&e.name),
-                if e.inode.attrs.kind.is_dir() { "/" } else { "" }
-            )?;
-        }
-    }
-    if recursive {
-        for e in entries.iter().filter(|e| e.inode.attrs.kind.is_dir()) {
-            let full = crate::path::join(&dir, &e.name);
-            if !out.json {
-                outln!(out)?;
-            }
-            list_into(t, out, &full, long, true, None, limit, json_rows, at)?;
-        }
-    }
-    Ok(())
 }
 
-pub fn ls(
-    cli: &Cli,
-    out: &Out,
-    long: bool,
-    recursive: bool,
-    start_after: Option<&str>,
-    limit: Option<usize>,
-    path: &str,
-) -> Result<u8> {
+impl Listing<'_> {
+    fn list_into(
+        &self,
+        path: &str,
+        start_after: Option<&str>,
+        json_rows: &mut Vec<serde_json::Value>,
+    ) -> Result<()> {
+        let (t, out, at) = (self.t, self.out, self.at);
+        let entries = match (self.limit, start_after) {
+            (Some(l), _) => t.list_at(path, start_after, l, at)?.entries,
+            (None, Some(_)) => {
+                let mut v = Vec::new();
+                let mut after = start_after.map(str::to_owned);
+                loop {
+                    let p = t.list_at(path, after.as_deref(), 1000, at)?;
+                    v.extend(p.entries);
+                    match p.next_start_after {
+                        Some(n) => after = Some(n),
+                        None => break,
+                    }
+                }
+                v
+            }
+            (None, None) => t.list_all_at(path, at)?,
+        };
+        let dir = crate::path::canonical(path)?;
+        if self.recursive && !out.json {
+            outln!(out, "{}:", quote(&dir))?;
+        }
+        for e in &entries {
+            let full = crate::path::join(&dir, &e.name);
+            if out.json {
+                json_rows.push(serde_json::json!({"path": full, "name": e.name, "inode": e.inode}));
+            } else if let Some(long) = self.long {
+                outln!(out, "{}", long_line(&e.inode, &e.name, long))?;
+            } else {
+                outln!(
+                    out,
+                    "{}{}",
+                    quote(&e.name),
+                    if e.inode.attrs.kind.is_dir() { "/" } else { "" }
+                )?;
+            }
+        }
+        if self.recursive {
+            for e in entries.iter().filter(|e| e.inode.attrs.kind.is_dir()) {
+                let full = crate::path::join(&dir, &e.name);
+                if !out.json {
+                    outln!(out)?;
+                }
+                self.list_into(&full, None, json_rows)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+pub fn ls(cli: &Cli, out: &Out, a: &LsArgs) -> Result<u8> {
+    let path = a.path.as_str();
+    let long_format = (a.long || a.full_time).then(|| {
+        let style = match (&a.time_style, a.full_time) {
+            (Some(s), _) => s.clone(),
+            (None, true) => TimeStyle::full_iso(),
+            (None, false) => TimeStyle::locale(),
+        };
+        LongFormat::new(style, a.human_readable)
+    });
     let t = open(cli)?;
     // Every page and directory at one committed state, pinned for
     // the listing: a tree that moves meanwhile is never seen
@@ -121,21 +143,19 @@ pub fn ls(
         let st = t.stat_at(path, at)?;
         let mut rows = Vec::new();
         if st.attrs.kind.is_dir() {
-            list_into(
-                &t,
+            let listing = Listing {
+                t: &t,
                 out,
-                path,
-                long,
-                recursive,
-                start_after,
-                limit,
-                &mut rows,
+                long: long_format.as_ref(),
+                recursive: a.recursive,
+                limit: a.limit,
                 at,
-            )?;
+            };
+            listing.list_into(path, a.start_after.as_deref(), &mut rows)?;
         } else if out.json {
             rows.push(serde_json::json!({"path": crate::path::canonical(path)?, "name": st.name, "inode": st}));
-        } else if long {
-            outln!(out, "{}", long_line(&st, path))?;
+        } else if let Some(long) = &long_format {
+            outln!(out, "{}", long_line(&st, path, long))?;
         } else {
             outln!(out, "{}", quote(path))?;
         }

@@ -10,11 +10,13 @@ mod demo;
 mod describe;
 mod exit;
 mod fs;
+mod import;
 mod list;
 mod output;
 mod run;
 mod serve;
 mod tail;
+mod timefmt;
 
 // The library's modules under the names the commands use.
 use treelog::{admin, command, error, event, format, path, retention, store, stream, types};

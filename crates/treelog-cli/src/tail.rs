@@ -13,7 +13,7 @@ use std::time::Duration;
 use crate::args::Cli;
 use crate::backend::open;
 use crate::backend::{Backend, Sub};
-use crate::describe::{describe_event, long_line};
+use crate::describe::{describe_event, long_line, LongFormat};
 use crate::error::{Error, Result};
 use crate::event::Event;
 use crate::exit::is_broken_pipe;
@@ -196,6 +196,7 @@ fn stream(
     } else {
         Duration::from_secs(5)
     };
+    let long = LongFormat::exact();
     let mut n = 0u64;
     loop {
         if a.limit.is_some_and(|l| n >= l) {
@@ -225,7 +226,7 @@ fn stream(
             s.push('\n');
             s
         } else {
-            render(&item)
+            render(&item, &long)
         };
         out.write_str(&text)?;
         out.flush()?;
@@ -251,7 +252,7 @@ fn triggers_resync(events: &[ScopedEvent], prefix: &str) -> bool {
 }
 
 /// An item as text lines (paths quoted for humans).
-fn render(item: &StreamItem) -> String {
+fn render(item: &StreamItem, long: &LongFormat) -> String {
     match item {
         StreamItem::SnapshotStart {
             seq,
@@ -262,7 +263,9 @@ fn render(item: &StreamItem) -> String {
             quote(prefix),
             if *resync { " (resync)" } else { "" }
         ),
-        StreamItem::SnapshotEntry { path, inode } => format!("   {}\n", long_line(inode, path)),
+        StreamItem::SnapshotEntry { path, inode } => {
+            format!("   {}\n", long_line(inode, path, long))
+        }
         StreamItem::SnapshotEnd { seq } => format!("== end of snapshot at #{seq}\n"),
         StreamItem::Progress { seq } => format!("#{seq} (no matching events up to here)\n"),
         StreamItem::Record {

@@ -1,0 +1,505 @@
+//! `treelog import DIR [DEST]`: mirrors a local directory tree into the
+//! namespace: directories, and regular files with their size, mode, owner,
+//! group and modification time. Other kinds (symbolic links, devices,
+//! sockets, FIFOs) are skipped and counted.
+//!
+//! A walker thread reads the tree (depth first, each directory's entries
+//! in name order) into a bounded channel; up to `--jobs` entries are in
+//! flight at once, each a short chain of commands that waits for the one
+//! before (a file: create, complete with its size, set its time), so the
+//! writer commits many entries per group (and per fsync). Entries do not
+//! wait for one another: every create makes missing parents (`-p`), and a
+//! directory's own chain then sets its attributes whatever created it.
+//! Against `--server`, the same chains are pipelined on one connection.
+
+use std::collections::HashMap;
+use std::ffi::CStr;
+use std::io::{IsTerminal, Write};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use futures_util::StreamExt;
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use tokio::sync::mpsc;
+
+use crate::args::{Cli, ImportArgs};
+use crate::backend::{open, Backend};
+use crate::client::Client;
+use crate::command::Command;
+use crate::error::{Error, Result};
+use crate::exit::{quote_always, reason, FirstFailure};
+use crate::output::{outln, Out};
+use crate::timefmt::human_size;
+use treelog::Treelog;
+
+/// Failures printed on standard error; the rest are only counted.
+const SHOWN_FAILURES: u64 = 10;
+
+/// Where commands go: the two backends' async submission.
+#[derive(Clone, Copy)]
+enum Submitter<'a> {
+    Local(&'a Treelog),
+    Remote(&'a Client),
+}
+
+impl Submitter<'_> {
+    async fn submit(self, cmd: Command) -> Result<u64> {
+        match self {
+            Submitter::Local(t) => t.submit_async(cmd).await,
+            Submitter::Remote(c) => c.submit(cmd).await,
+        }
+    }
+}
+
+/// Mode, owner, group and modification time of a local entry.
+#[derive(Debug, Clone)]
+struct Attrs {
+    mode: u32,
+    owner: String,
+    group: String,
+    mtime_ms: u64,
+}
+
+/// What the walker found.
+enum Walked {
+    Dir {
+        path: String,
+        attrs: Attrs,
+    },
+    File {
+        path: String,
+        attrs: Attrs,
+        size: u64,
+    },
+    Symlink,
+    Other,
+    /// A local entry that could not be read or named.
+    Failed {
+        /// What could not be done (`cannot read directory`).
+        what: &'static str,
+        local: PathBuf,
+        error: Error,
+    },
+}
+
+/// User and group names by id, from the system's databases (numeric when
+/// an id has no name), each looked up once.
+#[derive(Default)]
+struct Names {
+    users: HashMap<u32, String>,
+    groups: HashMap<u32, String>,
+}
+
+impl Names {
+    fn user(&mut self, uid: u32) -> String {
+        self.users
+            .entry(uid)
+            .or_insert_with(|| user_name(uid).unwrap_or_else(|| uid.to_string()))
+            .clone()
+    }
+
+    fn group(&mut self, gid: u32) -> String {
+        self.groups
+            .entry(gid)
+            .or_insert_with(|| group_name(gid).unwrap_or_else(|| gid.to_string()))
+            .clone()
+    }
+}
+
+/// Calls a `get*_r` function with a buffer that grows while it is too small.
+fn with_buffer(mut call: impl FnMut(&mut [u8]) -> libc::c_int) -> bool {
+    let mut buf = vec![0u8; 1024];
+    loop {
+        match call(&mut buf) {
+            libc::ERANGE if buf.len() < 1 << 20 => buf.resize(buf.len() * 2, 0),
+            0 => return true,
+            _ => return false,
+        }
+    }
+}
+
+fn user_name(uid: u32) -> Option<String> {
+    let mut name = None;
+    with_buffer(|buf| {
+        // SAFETY: passwd is plain data; getpwuid_r writes it and the
+        // strings it points to into `buf`, which outlives their use here.
+        let mut pwd: libc::passwd = unsafe { std::mem::zeroed() };
+        let mut found: *mut libc::passwd = std::ptr::null_mut();
+        let rc = unsafe {
+            libc::getpwuid_r(
+                uid,
+                &mut pwd,
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+                &mut found,
+            )
+        };
+        if rc == 0 && !found.is_null() && !pwd.pw_name.is_null() {
+            // SAFETY: a NUL-terminated string inside `buf`.
+            let s = unsafe { CStr::from_ptr(pwd.pw_name) };
+            name = s.to_str().ok().map(str::to_owned);
+        }
+        rc
+    });
+    name.filter(|n| !n.is_empty())
+}
+
+fn group_name(gid: u32) -> Option<String> {
+    let mut name = None;
+    with_buffer(|buf| {
+        // SAFETY: as in user_name, for getgrgid_r.
+        let mut grp: libc::group = unsafe { std::mem::zeroed() };
+        let mut found: *mut libc::group = std::ptr::null_mut();
+        let rc = unsafe {
+            libc::getgrgid_r(
+                gid,
+                &mut grp,
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+                &mut found,
+            )
+        };
+        if rc == 0 && !found.is_null() && !grp.gr_name.is_null() {
+            // SAFETY: a NUL-terminated string inside `buf`.
+            let s = unsafe { CStr::from_ptr(grp.gr_name) };
+            name = s.to_str().ok().map(str::to_owned);
+        }
+        rc
+    });
+    name.filter(|n| !n.is_empty())
+}
+
+fn attrs_of(m: &std::fs::Metadata, names: &mut Names) -> Attrs {
+    // Before 1970 is shown as the epoch: treelog's times are unsigned.
+    let ms = m
+        .mtime()
+        .checked_mul(1000)
+        .and_then(|s| s.checked_add(m.mtime_nsec() / 1_000_000))
+        .unwrap_or(0)
+        .max(0) as u64;
+    Attrs {
+        mode: m.mode() & 0o7777,
+        owner: names.user(m.uid()),
+        group: names.group(m.gid()),
+        mtime_ms: ms,
+    }
+}
+
+fn shown(local: &Path) -> String {
+    quote_always(&local.to_string_lossy())
+}
+
+fn io_error(what: &str, local: &Path, e: std::io::Error) -> Error {
+    Error::Io(std::io::Error::new(
+        e.kind(),
+        format!("{what} {}: {e}", quote_always(&local.to_string_lossy())),
+    ))
+}
+
+/// Walks `root` (already sent as `dest`), depth first, sending what it
+/// finds; stops when the receiver is gone.
+fn walk(root: PathBuf, dest: String, tx: mpsc::Sender<Walked>, found: ProgressBar) {
+    let mut names = Names::default();
+    let mut stack = vec![(root, dest)];
+    let send = |w: Walked| {
+        found.inc_length(1);
+        tx.blocking_send(w).is_ok()
+    };
+    while let Some((dir, tdir)) = stack.pop() {
+        let mut entries =
+            match std::fs::read_dir(&dir).and_then(|rd| rd.collect::<std::io::Result<Vec<_>>>()) {
+                Ok(v) => v,
+                Err(e) => {
+                    if !send(Walked::Failed {
+                        what: "cannot read directory",
+                        error: Error::Io(e),
+                        local: dir,
+                    }) {
+                        return;
+                    }
+                    continue;
+                }
+            };
+        entries.sort_by_key(|e| e.file_name());
+        let mut subdirs = Vec::new();
+        for e in entries {
+            let local = e.path();
+            let w = match (e.file_name().to_str(), e.metadata()) {
+                (None, _) => Walked::Failed {
+                    what: "cannot import",
+                    error: Error::InvalidName {
+                        name: e.file_name().to_string_lossy().into_owned(),
+                        reason: "not valid UTF-8",
+                    },
+                    local,
+                },
+                (_, Err(err)) => Walked::Failed {
+                    what: "cannot stat",
+                    error: Error::Io(err),
+                    local,
+                },
+                (Some(name), Ok(m)) => {
+                    let path = crate::path::join(&tdir, name);
+                    let ft = m.file_type();
+                    if ft.is_dir() {
+                        subdirs.push((local, path.clone()));
+                        Walked::Dir {
+                            path,
+                            attrs: attrs_of(&m, &mut names),
+                        }
+                    } else if ft.is_file() {
+                        Walked::File {
+                            path,
+                            attrs: attrs_of(&m, &mut names),
+                            size: m.len(),
+                        }
+                    } else if ft.is_symlink() {
+                        Walked::Symlink
+                    } else {
+                        Walked::Other
+                    }
+                }
+            };
+            if !send(w) {
+                return;
+            }
+        }
+        // Popped in name order.
+        stack.extend(subdirs.into_iter().rev());
+    }
+}
+
+/// One entry's commands, each after the one before succeeded.
+async fn import_one(sub: Submitter<'_>, w: &Walked, block_size: u64) -> Result<()> {
+    match w {
+        Walked::Dir { path, attrs } => {
+            sub.submit(Command::Mkdir {
+                path: path.clone(),
+                parents: true,
+                mode: attrs.mode,
+                owner: attrs.owner.clone(),
+                group: attrs.group.clone(),
+            })
+            .await?;
+            // Also when the directory existed, or a child's create made it.
+            sub.submit(Command::SetAttr {
+                path: path.clone(),
+                mode: Some(attrs.mode),
+                owner: Some(attrs.owner.clone()),
+                group: Some(attrs.group.clone()),
+                mtime_ms: Some(attrs.mtime_ms),
+            })
+            .await?;
+        }
+        Walked::File { path, attrs, size } => {
+            sub.submit(Command::Create {
+                path: path.clone(),
+                parents: true,
+                mode: attrs.mode,
+                owner: attrs.owner.clone(),
+                group: attrs.group.clone(),
+                block_size,
+            })
+            .await?;
+            sub.submit(Command::Complete {
+                path: path.clone(),
+                size: *size,
+            })
+            .await?;
+            // Last: completing sets the time to now.
+            sub.submit(Command::SetAttr {
+                path: path.clone(),
+                mode: None,
+                owner: None,
+                group: None,
+                mtime_ms: Some(attrs.mtime_ms),
+            })
+            .await?;
+        }
+        Walked::Symlink | Walked::Other | Walked::Failed { .. } => {}
+    }
+    Ok(())
+}
+
+#[derive(Default)]
+struct Tally {
+    dirs: u64,
+    files: u64,
+    bytes: u64,
+    symlinks: u64,
+    other: u64,
+    failed: u64,
+    failure: FirstFailure,
+    /// The first failures, as printed.
+    first: Vec<String>,
+}
+
+impl Tally {
+    fn fail(&mut self, pb: &ProgressBar, line: String, e: &Error) {
+        self.failed += 1;
+        self.failure.note(e.kind());
+        pb.set_message(format!("{} failed", self.failed));
+        if self.failed <= SHOWN_FAILURES {
+            pb.suspend(|| {
+                let _ = writeln!(std::io::stderr(), "treelog: import: {line}");
+            });
+            self.first.push(line);
+        }
+    }
+}
+
+fn progress_bar(quiet: bool) -> ProgressBar {
+    let target = if quiet || !std::io::stderr().is_terminal() {
+        ProgressDrawTarget::hidden()
+    } else {
+        ProgressDrawTarget::stderr()
+    };
+    let pb = ProgressBar::with_draw_target(Some(0), target);
+    pb.set_style(
+        ProgressStyle::with_template(
+            "{spinner} importing: {pos}/{len} entries, {rate} entries/s, {elapsed} {msg}",
+        )
+        .expect("a valid template")
+        .with_key(
+            "rate",
+            |s: &indicatif::ProgressState, w: &mut dyn std::fmt::Write| {
+                let _ = write!(w, "{:.0}", s.per_sec());
+            },
+        ),
+    );
+    pb.enable_steady_tick(Duration::from_millis(200));
+    pb
+}
+
+async fn import(sub: Submitter<'_>, a: &ImportArgs, dest: &str, pb: &ProgressBar) -> Result<Tally> {
+    let root = std::fs::metadata(&a.dir).map_err(|e| io_error("cannot import", &a.dir, e))?;
+    if !root.is_dir() {
+        return Err(io_error(
+            "cannot import",
+            &a.dir,
+            std::io::ErrorKind::NotADirectory.into(),
+        ));
+    }
+    if dest != "/" {
+        // DEST and its parents, when missing, get DIR's attributes; an
+        // existing DEST is left as it is.
+        let attrs = attrs_of(&root, &mut Names::default());
+        sub.submit(Command::Mkdir {
+            path: dest.to_owned(),
+            parents: true,
+            mode: attrs.mode,
+            owner: attrs.owner,
+            group: attrs.group,
+        })
+        .await?;
+    }
+    let (tx, rx) = mpsc::channel(4096);
+    let walker = {
+        let (dir, dest, found) = (a.dir.clone(), dest.to_owned(), pb.clone());
+        std::thread::Builder::new()
+            .name("treelog-import-walk".into())
+            .spawn(move || walk(dir, dest, tx, found))?
+    };
+    let block_size = a.block_size;
+    let done =
+        futures_util::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|w| (w, rx)) })
+            .map(|w| async move {
+                let r = import_one(sub, &w, block_size).await;
+                (w, r)
+            })
+            .buffer_unordered(a.jobs.max(1));
+    let mut done = std::pin::pin!(done);
+    let mut tally = Tally::default();
+    while let Some((w, r)) = done.next().await {
+        pb.inc(1);
+        match (w, r) {
+            (Walked::Failed { what, local, error }, _) => {
+                let line = format!("{what} {}: {error}", shown(&local));
+                tally.fail(pb, line, &error);
+            }
+            (Walked::Dir { path, .. } | Walked::File { path, .. }, Err(e)) => {
+                let line = format!(
+                    "cannot import {}: {}",
+                    quote_always(&path),
+                    reason(&e, &[&path])
+                );
+                tally.fail(pb, line, &e);
+            }
+            (Walked::Dir { .. }, Ok(())) => tally.dirs += 1,
+            (Walked::File { size, .. }, Ok(())) => {
+                tally.files += 1;
+                tally.bytes += size;
+            }
+            (Walked::Symlink, _) => tally.symlinks += 1,
+            (Walked::Other, _) => tally.other += 1,
+        }
+    }
+    // The channel closed: the walker has returned.
+    let _ = walker.join();
+    Ok(tally)
+}
+
+pub fn run(cli: &Cli, out: &Out, a: &ImportArgs) -> Result<u8> {
+    let dest = crate::path::canonical(&a.dest)?;
+    let t = open(cli)?;
+    let pb = progress_bar(a.quiet);
+    let started = Instant::now();
+    let tally = match &t {
+        Backend::Local(t) => tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?
+            .block_on(import(Submitter::Local(t), a, &dest, &pb)),
+        Backend::Remote { rt, client } => {
+            rt.block_on(import(Submitter::Remote(client), a, &dest, &pb))
+        }
+    };
+    pb.finish_and_clear();
+    let tally = tally?;
+    let secs = started.elapsed().as_secs_f64();
+    let entries = tally.dirs + tally.files;
+    let rate = entries as f64 / secs.max(1e-9);
+    let skipped = tally.symlinks + tally.other;
+    if skipped > 0 {
+        let _ = writeln!(
+            std::io::stderr(),
+            "treelog: import: skipped {skipped} entries that are neither directories nor regular files (symbolic links: {}, other: {})",
+            tally.symlinks,
+            tally.other
+        );
+    }
+    if tally.failed > SHOWN_FAILURES {
+        let _ = writeln!(
+            std::io::stderr(),
+            "treelog: import: {} more failures not shown",
+            tally.failed - SHOWN_FAILURES
+        );
+    }
+    if out.json {
+        out.print_json(&serde_json::json!({
+            "ok": tally.failed == 0,
+            "op": "import",
+            "source": a.dir.to_string_lossy(),
+            "dest": dest,
+            "directories": tally.dirs,
+            "files": tally.files,
+            "bytes": tally.bytes,
+            "skipped": {"symlinks": tally.symlinks, "other": tally.other},
+            "failed": tally.failed,
+            "first_failures": tally.first,
+            "seconds": secs,
+            "entries_per_sec": rate,
+        }))?;
+    } else {
+        outln!(
+            out,
+            "imported {entries} entries ({} directories, {} files ({})) into {} in {secs:.2} s, {rate:.0} entries/s; {skipped} skipped, {} failed",
+            tally.dirs,
+            tally.files,
+            human_size(tally.bytes),
+            crate::output::quote(&dest),
+            tally.failed
+        )?;
+    }
+    Ok(tally.failure.code())
+}
