@@ -32,6 +32,7 @@ mod readview;
 pub mod recovery;
 mod replay_progress;
 mod shared;
+mod supervisor;
 mod treelog;
 mod watermark;
 mod writer;

@@ -6,7 +6,6 @@
 
 use std::path::Path;
 use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Sender, TrySendError};
@@ -21,6 +20,7 @@ use crate::readview::{Read, ReadAt};
 use crate::retention::{CursorInfo, RetentionPolicy, RetentionReport};
 use crate::store::{Store, StoreOptions};
 use crate::stream::{SubscribeOptions, Subscription};
+use crate::supervisor::{Stop, Supervisor};
 use crate::types::{Inode, ListPage, DEFAULT_BLOCK_SIZE, DEFAULT_DIR_MODE, DEFAULT_FILE_MODE};
 use crate::watermark::Watermark;
 use crate::writer::{Request, Shared, Writer, WriterConfig, WriterStatsSnapshot};
@@ -159,9 +159,8 @@ fn reply_lost() -> Error {
 pub struct Treelog {
     shared: Arc<Shared>,
     tx: Option<Sender<Request>>,
-    writer: Option<JoinHandle<()>>,
-    retention: Option<RetentionHandle>,
-    notifier: Option<JoinHandle<()>>,
+    /// Every thread of this store (see [`crate::supervisor`]).
+    threads: Supervisor,
     report: OpenReport,
 }
 
@@ -214,33 +213,32 @@ impl Treelog {
             opts.read_cache_entries,
             metrics,
         )?);
-        let notifier = if opts.wake_interval.is_zero() {
-            None
-        } else {
-            let sh = shared.clone();
+        let mut threads = Supervisor::default();
+        if !opts.wake_interval.is_zero() {
+            let (sh, stopper) = (shared.clone(), shared.clone());
             let every = opts.wake_interval;
-            Some(
-                std::thread::Builder::new()
-                    .name("treelog-notifier".into())
-                    .spawn(move || sh.committed.run_notifier(every))?,
-            )
-        };
+            threads.spawn(
+                "treelog-notifier",
+                Stop::Signal(Box::new(move || stopper.committed.stop_notifier())),
+                move || sh.committed.run_notifier(every),
+            )?;
+        }
         let (tx, rx) = crossbeam_channel::bounded(opts.queue_capacity.max(1));
         let w = Writer::new(shared.clone(), state, last_seq, last_time, opts.writer);
-        let writer = std::thread::Builder::new()
-            .name("treelog-writer".into())
-            .spawn(move || w.run(rx))?;
-        let retention = if opts.retention.is_unbounded() {
-            None
-        } else {
-            Some(spawn_retention(shared.clone(), opts.retention.clone())?)
-        };
+        threads.spawn("treelog-writer", Stop::InputClosed, move || w.run(rx))?;
+        if !opts.retention.is_unbounded() {
+            let (sh, policy) = (shared.clone(), opts.retention.clone());
+            let interval = policy.interval.unwrap_or(Duration::from_secs(10));
+            threads.spawn_periodic("treelog-retention", interval, move || {
+                if let Err(e) = sh.run_retention(&policy) {
+                    tracing::warn!(error = %e, "retention pass failed");
+                }
+            })?;
+        }
         Ok(Treelog {
             shared,
             tx: Some(tx),
-            writer: Some(writer),
-            notifier,
-            retention,
+            threads,
             report: OpenReport {
                 replayed,
                 applied_seq: applied,
@@ -675,19 +673,14 @@ impl Treelog {
     }
 
     fn shutdown(&mut self) {
-        if let Some((stop, h)) = self.retention.take() {
-            *stop.0.lock().unwrap_or_else(|p| p.into_inner()) = true;
-            stop.1.notify_all();
-            let _ = h.join();
-        }
+        // The writer answers what is queued, then ends with its channel.
         self.tx.take();
-        if let Some(h) = self.writer.take() {
-            let _ = h.join();
-        }
-        if let Some(h) = self.notifier.take() {
-            self.shared.committed.stop_notifier();
-            let _ = h.join();
-        }
+        self.threads.stop_all();
+    }
+
+    /// The names of the store's threads (see [`crate::supervisor`]).
+    pub fn thread_names(&self) -> Vec<&'static str> {
+        self.threads.names()
     }
 }
 
@@ -720,36 +713,6 @@ fn list_page(
         entries,
         next_start_after,
     })
-}
-
-type RetentionHandle = (
-    Arc<(std::sync::Mutex<bool>, std::sync::Condvar)>,
-    JoinHandle<()>,
-);
-
-fn spawn_retention(shared: Arc<Shared>, policy: RetentionPolicy) -> Result<RetentionHandle> {
-    let stop = Arc::new((std::sync::Mutex::new(false), std::sync::Condvar::new()));
-    let stop2 = stop.clone();
-    let interval = policy.interval.unwrap_or(Duration::from_secs(10));
-    let h = std::thread::Builder::new()
-        .name("treelog-retention".into())
-        .spawn(move || loop {
-            {
-                // A timer, not synchronisation: wait for the interval or stop.
-                let g = stop2.0.lock().unwrap_or_else(|p| p.into_inner());
-                let (g, _) = stop2
-                    .1
-                    .wait_timeout_while(g, interval, |stopped| !*stopped)
-                    .unwrap_or_else(|p| p.into_inner());
-                if *g {
-                    return;
-                }
-            }
-            if let Err(e) = shared.run_retention(&policy) {
-                tracing::warn!(error = %e, "retention pass failed");
-            }
-        })?;
-    Ok((stop, h))
 }
 
 impl Drop for Treelog {

@@ -237,3 +237,25 @@ fn cf_option(dir: &std::path::Path, cf: &str, option: &str) -> String {
         .expect("the option")
         .to_owned()
 }
+
+#[test]
+fn the_store_runs_the_threads_its_options_ask_for_and_stops_them_at_close() {
+    let dir = tempfile::tempdir().unwrap();
+    let plain = Treelog::open(dir.path().join("a"), Options::default()).unwrap();
+    assert_eq!(plain.thread_names(), ["treelog-notifier", "treelog-writer"]);
+    plain.close().unwrap();
+
+    let opts = Options {
+        wake_interval: std::time::Duration::ZERO,
+        retention: treelog::retention::RetentionPolicy {
+            max_records: Some(10),
+            ..Default::default()
+        },
+        ..Options::default()
+    };
+    let t = Treelog::open(dir.path().join("b"), opts).unwrap();
+    assert_eq!(t.thread_names(), ["treelog-writer", "treelog-retention"]);
+    // close() returns only once every thread has been stopped and joined
+    // (a thread that never stopped would hang it).
+    t.close().unwrap();
+}
