@@ -326,7 +326,7 @@ pub async fn start(mut cfg: ServerConfig) -> Result<ServerHandle> {
         shutdown: stop_rx.clone(),
         delivery,
     });
-    tokio::spawn(http_server(http_listener, state.clone()));
+    let http = tokio::spawn(http_server(http_listener, state.clone()));
     // Open the store (replay) off the runtime threads.
     let (data, opts) = (state.cfg.data.clone(), state.cfg.store.clone());
     let t = tokio::task::spawn_blocking(move || Treelog::open(data, opts))
@@ -358,7 +358,7 @@ pub async fn start(mut cfg: ServerConfig) -> Result<ServerHandle> {
     );
     let config = state.cfg.clone();
     let metrics = state.metrics().cloned();
-    let done = tokio::spawn(accept_loop(rpc_listener, state));
+    let done = tokio::spawn(accept_loop(rpc_listener, state, http));
     Ok(ServerHandle {
         bound,
         config,
@@ -533,7 +533,13 @@ impl AcceptBackoff {
     }
 }
 
-async fn accept_loop(listener: TcpListener, state: Arc<State>) -> Result<()> {
+/// Serves the RPC port until the shutdown signal, then drains it, waits for
+/// the HTTP port (`http`) to end, and closes the store.
+async fn accept_loop(
+    listener: TcpListener,
+    state: Arc<State>,
+    http: tokio::task::JoinHandle<()>,
+) -> Result<()> {
     let mut shutdown = state.shutdown.clone();
     let mut conns = tokio::task::JoinSet::new();
     let mut backoff = AcceptBackoff::new();
@@ -599,6 +605,12 @@ async fn accept_loop(listener: TcpListener, state: Arc<State>) -> Result<()> {
     let _ = tokio::time::timeout(grace, async { while conns.join_next().await.is_some() {} }).await;
     tracing::info!(aborted = conns.len(), "connections drained");
     conns.abort_all();
+    // Every task that holds the store ends before it is closed: the aborted
+    // connections, and the HTTP port (which stops on the same signal).
+    // Otherwise the close below could find the store still shared, and the
+    // database would stay open (and locked) after `shutdown` returned.
+    while conns.join_next().await.is_some() {}
+    let _ = http.await;
     if let Some(t) = state.store.get() {
         state.ready.store(false, Ordering::Release);
         let t = t.clone();
@@ -606,7 +618,13 @@ async fn accept_loop(listener: TcpListener, state: Arc<State>) -> Result<()> {
         // Close when this is the last reference (connections are gone).
         tokio::task::spawn_blocking(move || match Arc::try_unwrap(t) {
             Ok(t) => t.close(),
-            Err(t) => t.store().flush(),
+            Err(t) => {
+                tracing::warn!(
+                    holders = Arc::strong_count(&t) - 1,
+                    "the store is still referenced at shutdown: flushed, closed when released"
+                );
+                t.store().flush()
+            }
         })
         .await
         .map_err(|e| Error::Protocol(format!("close task: {e}")))??;
@@ -1645,6 +1663,10 @@ async fn http_server(listener: TcpListener, state: Arc<State>) {
             drop(permit);
         });
     }
+    // Each connection finishes its request in progress within a second of
+    // the signal (above); wait for them, so that nothing of this port holds
+    // the store once this returns.
+    while conns.join_next().await.is_some() {}
 }
 
 async fn readyz(state: Arc<State>) -> (axum::http::StatusCode, String) {
