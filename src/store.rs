@@ -322,6 +322,18 @@ impl Store {
     /// here and rebuilt by the replay.
     pub fn open(path: &Path, so: &StoreOptions) -> Result<Store> {
         let cache = Cache::new_lru_cache(so.block_cache_bytes);
+        if path.join(CREATING_MARKER).exists() {
+            // A creation that never finished: nothing in here was ever
+            // acknowledged. Start it over.
+            if !so.create_if_missing {
+                return Err(incompatible(
+                    path,
+                    "the creation of a database here was interrupted (and creation was not requested)",
+                ));
+            }
+            let marker = CreationMarker::resume(path)?;
+            return Self::create(path, so, cache, marker);
+        }
         if path.join("CURRENT").exists() {
             let existing = DB::list_cf(&Options::default(), path)
                 .map_err(|e| incompatible(path, format!("cannot read column families: {e}")))?;
@@ -368,6 +380,19 @@ impl Store {
             ));
         }
         std::fs::create_dir_all(path)?;
+        let marker = CreationMarker::new(path)?;
+        Self::create(path, so, cache, marker)
+    }
+
+    /// Creates the database in `path`, empty but for `marker`, and removes
+    /// the marker once the empty namespace is durable.
+    fn create(
+        path: &Path,
+        so: &StoreOptions,
+        cache: Cache,
+        marker: CreationMarker,
+    ) -> Result<Store> {
+        crate::failpoint::crash_point("create::after_mark");
         let mut o = db_options();
         o.create_if_missing(true);
         o.create_missing_column_families(true);
@@ -376,8 +401,11 @@ impl Store {
             .map(|n| ColumnFamilyDescriptor::new(*n, cf_options(n, so, &cache)))
             .collect::<Vec<_>>();
         let db = DB::open_cf_descriptors(&o, path, descriptors)?;
+        crate::failpoint::crash_point("create::after_open");
         let store = Store::with_db(db, path, so, cache);
         store.initialize()?;
+        crate::failpoint::crash_point("create::before_unmark");
+        marker.finish()?;
         Ok(store)
     }
 
@@ -976,6 +1004,95 @@ impl Store {
 }
 
 /// Iterator over decoded log records.
+/// The file that marks a database under creation (see [`CreationMarker`]).
+pub const CREATING_MARKER: &str = "TREELOG-CREATING";
+
+/// Makes a database's creation all-or-nothing. Creating is not atomic in
+/// RocksDB (its files, then the column families, then treelog's empty
+/// namespace and format version), and a directory with only part of that
+/// would be refused by every later open as "not a treelog database". So the
+/// marker is made durable first, in the empty directory, and removed only
+/// once the empty namespace is: an open that finds it knows the creation
+/// was interrupted (it never returned, so nothing was acknowledged) and
+/// starts it over, with whatever the creation had written removed.
+///
+/// The marker is held with an exclusive `flock` while its creation runs, so
+/// that an open finding a live creation's marker refuses instead.
+struct CreationMarker {
+    dir: PathBuf,
+    file: std::fs::File,
+}
+
+impl CreationMarker {
+    /// Marks the empty directory `dir` (synced, with the directory).
+    fn new(dir: &Path) -> Result<CreationMarker> {
+        let file = std::fs::OpenOptions::new()
+            .create_new(true)
+            .write(true)
+            .open(dir.join(CREATING_MARKER))?;
+        let m = CreationMarker::locked(dir, file)?;
+        m.file.sync_all()?;
+        sync_dir(dir)?;
+        Ok(m)
+    }
+
+    /// Takes over the marker of an interrupted creation and empties `dir`
+    /// of what it had written.
+    fn resume(dir: &Path) -> Result<CreationMarker> {
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .open(dir.join(CREATING_MARKER))?;
+        let m = CreationMarker::locked(dir, file)?;
+        for entry in std::fs::read_dir(dir)? {
+            let entry = entry?;
+            if entry.file_name() == CREATING_MARKER {
+                continue;
+            }
+            if entry.file_type()?.is_dir() {
+                return Err(incompatible(
+                    dir,
+                    format!(
+                        "the creation of a database here was interrupted, but {} is a directory \
+                         that a creation does not make: remove it, or the marker {CREATING_MARKER}",
+                        entry.path().display()
+                    ),
+                ));
+            }
+            std::fs::remove_file(entry.path())?;
+        }
+        sync_dir(dir)?;
+        Ok(m)
+    }
+
+    fn locked(dir: &Path, file: std::fs::File) -> Result<CreationMarker> {
+        use std::os::fd::AsRawFd;
+        // SAFETY: flock on a descriptor this function owns.
+        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+            return Err(incompatible(
+                dir,
+                "another process is creating a database here",
+            ));
+        }
+        Ok(CreationMarker {
+            dir: dir.to_owned(),
+            file,
+        })
+    }
+
+    /// The creation is durable: remove the marker (synced).
+    fn finish(self) -> Result<()> {
+        std::fs::remove_file(self.dir.join(CREATING_MARKER))?;
+        sync_dir(&self.dir)?;
+        Ok(())
+    }
+}
+
+/// Makes the directory's entries (created, renamed, removed files) durable.
+fn sync_dir(dir: &Path) -> Result<()> {
+    std::fs::File::open(dir)?.sync_all()?;
+    Ok(())
+}
+
 /// One stored key and value, copied out.
 pub type KeyValue = (Box<[u8]>, Box<[u8]>);
 
