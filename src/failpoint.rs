@@ -4,6 +4,9 @@
 //! feature (every production build) a crash point compiles to nothing.
 //!
 //! The points, in the order an operation reaches them:
+//! - creation of a database: `create::after_mark` (the creation marker
+//!   durable), `create::after_open` (RocksDB's files and column families
+//!   made), `create::before_unmark` (the empty namespace durable);
 //! - log retention: `retention::before_start` (the index flushed, the new
 //!   log start not yet written), `retention::after_start` (written, the
 //!   records not yet deleted), `retention::after_delete` (range-deleted,
@@ -13,6 +16,9 @@
 //!   `rebuild::after_reset` (the empty index flushed), `replay::batch`
 //!   (after each replay batch is written), `rebuild::before_unmark` (the
 //!   rebuilt index flushed, the mark still set).
+//!
+//! Injected failures (the operation fails as an I/O error would, the
+//! process goes on): `writer::write_log` (a group's log append).
 
 /// Kills the process here if the failpoint `name` is configured.
 #[inline]
@@ -28,6 +34,22 @@ pub(crate) fn crash_point(name: &str) {
     }
     #[cfg(not(feature = "failpoints"))]
     let _ = name;
+}
+
+/// Whether the failure point `name` is configured to fail now (the caller
+/// then fails as the real operation would).
+#[inline]
+pub(crate) fn injected(name: &str) -> bool {
+    #[cfg(feature = "failpoints")]
+    {
+        configure_from_env();
+        fail::eval(name, |_| ()).is_some()
+    }
+    #[cfg(not(feature = "failpoints"))]
+    {
+        let _ = name;
+        false
+    }
 }
 
 /// Reads `FAILPOINTS` once per process, so that any binary built on the

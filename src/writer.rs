@@ -339,7 +339,14 @@ impl Writer {
         if fatal.is_none() && records > 0 {
             // Not synced here: the syncer's next fsync covers it, while
             // this thread goes on with the next group.
-            if let Err(e) = self.shared.store.write_log(batch, false) {
+            let appended = if crate::failpoint::injected("writer::write_log") {
+                Err(Error::Io(std::io::Error::other(
+                    "injected log write failure",
+                )))
+            } else {
+                self.shared.store.write_log(batch, false)
+            };
+            if let Err(e) = appended {
                 fatal = Some(format!("log write failed: {e}"));
                 written = true;
             }

@@ -272,6 +272,12 @@ pub struct ServeArgs {
     /// Serve --listen on a non-loopback address without a token.
     #[arg(long)]
     pub allow_insecure_listen: bool,
+    /// What serve does when its writer stops (a failed log write, fsync or
+    /// index write): `exit` drains, closes the store and exits non-zero, for
+    /// a service manager to restart it (the restart replays the log); `stay`
+    /// keeps serving reads, writes refused and /readyz failing.
+    #[arg(long, value_enum, default_value_t = OnWriterFailure::Exit)]
+    pub on_writer_failure: OnWriterFailure,
     #[arg(long, default_value_t = 300)]
     pub idle_timeout_secs: u64,
     /// Log retention: keep at most this many records.
@@ -426,4 +432,11 @@ pub struct ImportArgs {
     /// The block size recorded for each file.
     #[arg(long, default_value_t = DEFAULT_BLOCK_SIZE)]
     pub block_size: u64,
+}
+
+/// See `serve --on-writer-failure`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum OnWriterFailure {
+    Exit,
+    Stay,
 }

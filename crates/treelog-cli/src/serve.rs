@@ -19,6 +19,7 @@ pub fn run(cli: &Cli, a: &ServeArgs) -> Result<u8> {
     cfg.max_http_connections = a.max_http_connections;
     cfg.http_header_timeout = std::time::Duration::from_secs(a.http_header_timeout_secs);
     cfg.allow_insecure_listen = a.allow_insecure_listen;
+    cfg.exit_on_writer_failure = a.on_writer_failure == crate::args::OnWriterFailure::Exit;
     cfg.idle_timeout = std::time::Duration::from_secs(a.idle_timeout_secs);
     cfg.stream_priority = a.stream_priority;
     cfg.store = Options::default().durability(cli.durability.into());

@@ -71,6 +71,12 @@ pub struct ServerConfig {
     /// this long is closed.
     pub idle_timeout: Duration,
     pub shutdown_grace: Duration,
+    /// When the writer stops (a failed log write, fsync or index write),
+    /// drain and end the server with `WriterStopped`, so that a service
+    /// manager restarts it (the restart replays the log: nothing
+    /// acknowledged is lost). Otherwise keep serving reads, with writes
+    /// refused and `/readyz` failing, until an operator restarts it.
+    pub exit_on_writer_failure: bool,
     /// HTTP connections at once; more are answered 503 and closed.
     pub max_http_connections: usize,
     /// Time an HTTP client has to send a request's headers (also the
@@ -99,6 +105,7 @@ impl ServerConfig {
             handshake_timeout: Duration::from_secs(5),
             idle_timeout: Duration::from_secs(300),
             shutdown_grace: Duration::from_secs(10),
+            exit_on_writer_failure: true,
             max_http_connections: 64,
             http_header_timeout: Duration::from_secs(10),
             allow_insecure_listen: false,
@@ -249,6 +256,8 @@ struct State {
     /// Rate limits of the refused-connection warnings.
     refusals: logging::Refusals,
     shutdown: watch::Receiver<bool>,
+    /// Stops both ports (the handle's shutdown, or the writer's failure).
+    stop: Arc<watch::Sender<bool>>,
     /// Subscriptions are delivered here, at a lower priority than request
     /// handling and the writer (see [`crate::stream::DeliveryRuntime`]).
     delivery: crate::stream::DeliveryRuntime,
@@ -274,7 +283,7 @@ pub struct ServerHandle {
     /// fit the open-file limit).
     pub config: ServerConfig,
     metrics: Option<Arc<Metrics>>,
-    stop: watch::Sender<bool>,
+    stop: Arc<watch::Sender<bool>>,
     done: tokio::task::JoinHandle<Result<()>>,
 }
 
@@ -282,6 +291,15 @@ impl ServerHandle {
     /// The server's metrics (`None` when the store runs without them).
     pub fn metrics(&self) -> Option<&Arc<Metrics>> {
         self.metrics.as_ref()
+    }
+
+    /// Waits until the server ends by itself: when the writer stopped and
+    /// [`ServerConfig::exit_on_writer_failure`] is set, with
+    /// `WriterStopped`, once it has drained and closed the store.
+    pub async fn ended(&mut self) -> Result<()> {
+        (&mut self.done)
+            .await
+            .map_err(|e| Error::Protocol(format!("server task: {e}")))?
     }
 
     /// Graceful shutdown; waits until the store is closed.
@@ -307,6 +325,7 @@ pub async fn start(mut cfg: ServerConfig) -> Result<ServerHandle> {
     }
     fit_fd_limit(&mut cfg)?;
     let (stop_tx, stop_rx) = watch::channel(false);
+    let stop_tx = Arc::new(stop_tx);
     let http_listener = TcpListener::bind(cfg.http).await?;
     let rpc_listener = TcpListener::bind(cfg.listen).await?;
     let bound = Bound {
@@ -324,6 +343,7 @@ pub async fn start(mut cfg: ServerConfig) -> Result<ServerHandle> {
         auth: Default::default(),
         refusals: Default::default(),
         shutdown: stop_rx.clone(),
+        stop: stop_tx.clone(),
         delivery,
     });
     let http = tokio::spawn(http_server(http_listener, state.clone()));
@@ -456,10 +476,16 @@ pub async fn run(cfg: ServerConfig) -> Result<()> {
     // Handlers first: a signal sent once "ready" is logged must find them.
     let signalled = signal_handlers();
     tracing::info!(rpc = %h.bound.rpc, http = %h.bound.http, "ready");
-    let signal = signalled.await;
-    tracing::info!(signal, "signal received: shutting down");
-    // Logs the drain and the store's close.
-    h.shutdown().await
+    let mut h = h;
+    tokio::select! {
+        signal = signalled => {
+            tracing::info!(signal, "signal received: shutting down");
+            // Logs the drain and the store's close.
+            h.shutdown().await
+        }
+        // The writer stopped: the server drained and closed the store.
+        ended = h.ended() => ended,
+    }
 }
 
 /// Installs the SIGINT/SIGTERM handlers now; the future ends at the first
@@ -543,9 +569,26 @@ async fn accept_loop(
     let mut shutdown = state.shutdown.clone();
     let mut conns = tokio::task::JoinSet::new();
     let mut backoff = AcceptBackoff::new();
+    // How often the loop looks at the writer (a stopped writer is rare;
+    // ending within a second of it is soon enough).
+    let mut writer_check = tokio::time::interval(Duration::from_secs(1));
+    let mut writer_failure = None;
     loop {
         tokio::select! {
             _ = shutdown.changed() => break,
+            _ = writer_check.tick(), if state.cfg.exit_on_writer_failure => {
+                if let Some(why) = state.store.get().and_then(|t| t.writer_failure()) {
+                    tracing::error!(
+                        reason = %why,
+                        "the writer stopped: draining and ending the server, to be restarted \
+                         (the restart replays the log)"
+                    );
+                    writer_failure = Some(why);
+                    // The HTTP port stops on the same signal.
+                    let _ = state.stop.send(true);
+                    break;
+                }
+            }
             accepted = listener.accept() => {
                 let (sock, peer) = match accepted {
                     Ok(x) => {
@@ -630,7 +673,10 @@ async fn accept_loop(
         .map_err(|e| Error::Protocol(format!("close task: {e}")))??;
         tracing::info!("store closed");
     }
-    Ok(())
+    match writer_failure {
+        Some(why) => Err(Error::WriterStopped(why)),
+        None => Ok(()),
+    }
 }
 
 async fn refuse(mut sock: TcpStream, kind: ErrorKind, msg: &str) -> Result<()> {
