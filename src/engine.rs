@@ -308,6 +308,23 @@ impl<'c> Perms<'c> {
     fn new(mode: u32, owner: &'c str, group: &'c str) -> Perms<'c> {
         Perms { mode, owner, group }
     }
+
+    /// The attributes of a new inode of `kind` with these owner and group:
+    /// empty, created and modified `now`; a directory is complete at once,
+    /// a file once `complete` says its size.
+    fn new_inode(&self, kind: FileType, mode: u32, block_size: u64, now: u64) -> Attrs {
+        Attrs {
+            kind,
+            size: 0,
+            block_size,
+            ctime_ms: now,
+            mtime_ms: now,
+            mode,
+            complete: kind.is_dir(),
+            owner: self.owner.to_owned(),
+            group: self.group.to_owned(),
+        }
+    }
 }
 
 impl Engine {
@@ -453,17 +470,7 @@ impl Engine {
             return Err(Error::NotFound(path::join_all(&comps[..=existing])));
         }
         self.check_owner_group(perms.owner, perms.group)?;
-        let attrs = Attrs {
-            kind: FileType::Directory,
-            size: 0,
-            block_size: 0,
-            ctime_ms: now,
-            mtime_ms: now,
-            mode: perms.mode,
-            complete: true,
-            owner: perms.owner.to_owned(),
-            group: perms.group.to_owned(),
-        };
+        let attrs = perms.new_inode(FileType::Directory, perms.mode, 0, now);
         let events = self.create_chain(&comps, existing, dir, &attrs, &attrs)?;
         Ok(Plan::Events(events))
     }
@@ -491,28 +498,8 @@ impl Engine {
             return Err(Error::NotFound(path::join_all(&comps[..=existing])));
         }
         self.check_owner_group(perms.owner, perms.group)?;
-        let dir_attrs = Attrs {
-            kind: FileType::Directory,
-            size: 0,
-            block_size: 0,
-            ctime_ms: now,
-            mtime_ms: now,
-            mode: DEFAULT_DIR_MODE,
-            complete: true,
-            owner: perms.owner.to_owned(),
-            group: perms.group.to_owned(),
-        };
-        let file_attrs = Attrs {
-            kind: FileType::File,
-            size: 0,
-            block_size,
-            ctime_ms: now,
-            mtime_ms: now,
-            mode: perms.mode,
-            complete: false,
-            owner: perms.owner.to_owned(),
-            group: perms.group.to_owned(),
-        };
+        let dir_attrs = perms.new_inode(FileType::Directory, DEFAULT_DIR_MODE, 0, now);
+        let file_attrs = perms.new_inode(FileType::File, perms.mode, block_size, now);
         let events = self.create_chain(&comps, existing, dir, &dir_attrs, &file_attrs)?;
         Ok(Plan::Events(events))
     }
