@@ -108,10 +108,6 @@ impl OverlayWrites {
         self.inodes.is_empty() && self.edges.is_empty()
     }
 
-    pub fn len(&self) -> usize {
-        self.inodes.len() + self.edges.len()
-    }
-
     fn map(&self, cf: Cf) -> &BTreeMap<Vec<u8>, Option<Vec<u8>>> {
         match cf {
             Cf::Inodes => &self.inodes,

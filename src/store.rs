@@ -732,7 +732,7 @@ impl Store {
     }
 
     /// Every durable cursor (`meta` `cursor/<name>`).
-    pub fn load_cursors(&self) -> Result<BTreeMap<String, CursorState>> {
+    pub(crate) fn load_cursors(&self) -> Result<BTreeMap<String, CursorState>> {
         let mut out = BTreeMap::new();
         let it = self.db.iterator_cf(
             self.cf(CF_META)?,
@@ -753,14 +753,14 @@ impl Store {
 
     /// Persists cursor `name` (synced when `sync`; an unsynced one reaches
     /// the disk with the next synced write).
-    pub fn put_cursor(&self, name: &str, st: &CursorState, sync: bool) -> Result<()> {
+    pub(crate) fn put_cursor(&self, name: &str, st: &CursorState, sync: bool) -> Result<()> {
         let mut b = WriteBatch::default();
         b.put_cf(self.cf(CF_META)?, meta::cursor_key(name), st.encode()?);
         self.write_meta(b, sync)
     }
 
     /// Removes cursor `name` (synced).
-    pub fn delete_cursor(&self, name: &str) -> Result<()> {
+    pub(crate) fn delete_cursor(&self, name: &str) -> Result<()> {
         let mut b = WriteBatch::default();
         b.delete_cf(self.cf(CF_META)?, meta::cursor_key(name));
         self.write_meta(b, true)
@@ -769,7 +769,7 @@ impl Store {
     /// Retention's first step, one synced batch: the new log start (when
     /// `start` is set: records below it are gone for every reader from now
     /// on, whether or not they are deleted yet) and the cursors it expired.
-    pub fn retire_log_below(
+    pub(crate) fn retire_log_below(
         &self,
         start: Option<u64>,
         cursors: &[(String, CursorState)],
@@ -787,7 +787,7 @@ impl Store {
 
     /// Range-deletes every log record below `start` and compacts the range
     /// (retention's last step, after [`Store::retire_log_below`]).
-    pub fn delete_log_below(&self, start: u64) -> Result<()> {
+    pub(crate) fn delete_log_below(&self, start: u64) -> Result<()> {
         let cf = self.cf(CF_LOG)?;
         let mut b = WriteBatch::default();
         b.delete_range_cf(cf, format::log_key(0), format::log_key(start));
@@ -806,7 +806,7 @@ impl Store {
     }
 
     /// An empty batch of log records (see [`Store::write_log`]).
-    pub fn log_batch(&self) -> Result<LogBatch<'_>> {
+    pub(crate) fn log_batch(&self) -> Result<LogBatch<'_>> {
         Ok(LogBatch {
             batch: WriteBatch::default(),
             cf: self.cf(CF_LOG)?,
@@ -814,7 +814,7 @@ impl Store {
     }
 
     /// Appends `batch` (log records) and writes it durably when `sync`.
-    pub fn write_log(&self, batch: LogBatch<'_>, sync: bool) -> Result<()> {
+    pub(crate) fn write_log(&self, batch: LogBatch<'_>, sync: bool) -> Result<()> {
         let mut wo = WriteOptions::default();
         wo.set_sync(sync);
         self.db.write_opt(batch.batch, &wo)?;
@@ -822,19 +822,19 @@ impl Store {
     }
 
     /// An empty batch of index writes (see [`Store::write_index_batch`]).
-    pub fn index_batch(&self) -> IndexBatch {
+    pub(crate) fn index_batch(&self) -> IndexBatch {
         IndexBatch(WriteBatch::default())
     }
 
     /// Makes every log write that has returned durable (fsyncs the WAL).
     /// Writes may go on meanwhile, from other threads; RocksDB syncs only
     /// what was written before the call, without blocking them.
-    pub fn sync_log(&self) -> Result<()> {
+    pub(crate) fn sync_log(&self) -> Result<()> {
         self.db.flush_wal(true)?;
         Ok(())
     }
 
-    pub fn add_index_writes(&self, b: &mut IndexBatch, w: &OverlayWrites) -> Result<()> {
+    pub(crate) fn add_index_writes(&self, b: &mut IndexBatch, w: &OverlayWrites) -> Result<()> {
         self.add_index_writes_raw(&mut b.0, w)
     }
 
@@ -851,22 +851,9 @@ impl Store {
         Ok(())
     }
 
-    /// Writes index changes together with the new `applied_seq`, without
-    /// the WAL (the log is the durable copy).
-    pub fn write_index(
-        &self,
-        w: &OverlayWrites,
-        applied_seq: u64,
-        log_bytes: Option<u64>,
-    ) -> Result<()> {
-        let mut b = WriteBatch::default();
-        self.add_index_writes_raw(&mut b, w)?;
-        self.write_index_batch_raw(b, applied_seq, log_bytes)
-    }
-
     /// Writes a batch of index changes together with the new `applied_seq`,
     /// without the WAL.
-    pub fn write_index_batch(
+    pub(crate) fn write_index_batch(
         &self,
         b: IndexBatch,
         applied_seq: u64,
