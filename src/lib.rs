@@ -12,11 +12,13 @@
 // `treelog-proto`), under the names the library has always used.
 pub use treelog_proto::{command, cursor, error, event, path, read, types};
 
+/// The on-disk format's codecs (crate `treelog-format`, docs/FORMAT.md).
+pub use treelog_format as format;
+
 // The API: the namespace ([`Treelog`]), change streams, retention and
 // cursors, metrics, offline administration (verify, rebuild, dump), and the
 // on-disk format's codecs (docs/FORMAT.md).
 pub mod admin;
-pub mod format;
 pub mod metrics;
 pub mod retention;
 pub mod store;

@@ -9,6 +9,12 @@
 //!
 //! Decoders never panic: short, long or otherwise malformed input returns
 //! [`Error::Corruption`](crate::error::Error::Corruption).
+//!
+//! A crate of its own, without a storage engine: the codecs are the format,
+//! whatever stores the bytes (and they are fuzzed without building RocksDB).
+
+// The vocabulary the records and entries are made of.
+use treelog_proto::{error, event, types};
 
 pub mod dict;
 pub mod inode;

@@ -15,7 +15,8 @@
 //!
 //! Short mode by default (a few seconds in a debug build). The long mode
 //! runs N cases per property: `TREELOG_FUZZ_CASES=1000000 cargo test
-//! --release --test fuzz_decoders` (docs/OPERATIONS.md, "Decoder fuzzing").
+//! --release -p treelog-format --test fuzz_decoders` (docs/OPERATIONS.md,
+//! "Decoder fuzzing").
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
@@ -28,20 +29,21 @@ use proptest::prelude::*;
 use proptest::sample::Index;
 use tokio::io::{AsyncRead, ReadBuf};
 
-use treelog::command::Command;
-use treelog::error::{DictKind, ErrorKind};
-use treelog::event::{Event, Record, Update};
-use treelog::format::record::{
+use treelog_format as format;
+use treelog_format::record::{
     decode_record, decode_record_ref, encode_record, ENVELOPE_HEADER_LEN,
 };
-use treelog::format::{self, meta, Dict, InodeEntry};
-use treelog::retention::{CursorInfo, CursorState};
-use treelog::stream::{Filter, Scope, ScopedEvent, StartFrom, StreamItem, SubscribeOptions};
-use treelog::types::{Attrs, DirEntry, FileType, Inode, ListPage};
-use treelog::EventKind;
+use treelog_format::{meta, Dict, InodeEntry};
+use treelog_proto::command::Command;
+use treelog_proto::cursor::{CursorInfo, CursorState};
+use treelog_proto::error::{DictKind, ErrorKind};
+use treelog_proto::event::EventKind;
+use treelog_proto::event::{Event, Record, Update};
 use treelog_proto::protocol::{
     self, ClientMsg, Hello, RequestBody, ResponseBody, ServerMsg, FRAME_READ_CHUNK,
 };
+use treelog_proto::stream::{Filter, Scope, ScopedEvent, StartFrom, StreamItem, SubscribeOptions};
+use treelog_proto::types::{Attrs, DirEntry, FileType, Inode, ListPage};
 
 // ---------------------------------------------------------------------------
 // A global allocator that measures the peak of live bytes a call allocates on

@@ -2,11 +2,11 @@
 //! round trips, key order, and malformed input returning errors.
 
 use proptest::prelude::*;
-use treelog::error::{DictKind, ErrorKind};
-use treelog::event::{Event, Record, Update};
-use treelog::format::record::{decode_record, decode_record_ref, encode_record};
-use treelog::format::*;
-use treelog::types::{Attrs, FileType};
+use treelog_format::record::{decode_record, decode_record_ref, encode_record};
+use treelog_format::*;
+use treelog_proto::error::{DictKind, ErrorKind};
+use treelog_proto::event::{Event, Record, Update};
+use treelog_proto::types::{Attrs, FileType};
 
 fn unhex(s: &str) -> Vec<u8> {
     let s: String = s.chars().filter(|c| !c.is_whitespace()).collect();
