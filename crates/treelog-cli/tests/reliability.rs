@@ -10,6 +10,7 @@
 #[path = "../../../tests/common/mod.rs"]
 mod common;
 
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -422,9 +423,9 @@ fn a_full_disk_stops_the_writer_and_loses_nothing_acknowledged() {
 mod writer_failure {
     use super::*;
 
-    /// The address `treelog serve` logged as its RPC port in its "ready"
+    /// The RPC and HTTP addresses `treelog serve` logged in its "ready"
     /// line, read from its standard error (the rest is drained beside it).
-    fn ready_rpc(child: &mut std::process::Child) -> std::net::SocketAddr {
+    fn ready_addrs(child: &mut std::process::Child) -> (SocketAddr, SocketAddr) {
         use std::io::BufRead;
         let err = std::io::BufReader::new(child.stderr.take().unwrap());
         let (tx, rx) = std::sync::mpsc::channel();
@@ -433,18 +434,66 @@ mod writer_failure {
             for line in err.lines().map_while(Result::ok) {
                 eprintln!("serve: {line}");
                 if line.contains(" ready ") {
-                    let rpc = line
-                        .split_whitespace()
-                        .find_map(|w| w.strip_prefix("rpc="))
-                        .map(|a| a.parse().expect("the rpc address"));
-                    if let (Some(tx), Some(rpc)) = (tx.take(), rpc) {
-                        let _ = tx.send(rpc);
+                    let addr = |key: &str| {
+                        line.split_whitespace()
+                            .find_map(|w| w.strip_prefix(key))
+                            .map(|a| a.parse::<SocketAddr>().expect("an address"))
+                    };
+                    if let (Some(tx), Some(rpc), Some(http)) =
+                        (tx.take(), addr("rpc="), addr("http="))
+                    {
+                        let _ = tx.send((rpc, http));
                     }
                 }
             }
         });
         rx.recv_timeout(Duration::from_secs(60))
             .expect("serve did not log ready")
+    }
+
+    /// `treelog serve` on `data` with the log appends after the first 30
+    /// failing, and `extra` arguments; its addresses once ready.
+    fn serve_failing_after_30(
+        data: &Path,
+        extra: &[&str],
+    ) -> (std::process::Child, SocketAddr, SocketAddr) {
+        let serve = ["serve", "--listen", "127.0.0.1:0", "--http", "127.0.0.1:0"];
+        let mut child = cli::command(BIN, data, &serve)
+            .args(extra)
+            .env("FAILPOINTS", "writer::write_log=30*off->return")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn treelog serve");
+        let (rpc, http) = ready_addrs(&mut child);
+        (child, rpc, http)
+    }
+
+    /// Creates `/f0`, `/f1`, ... on `rpc` until one fails; returns the
+    /// acknowledged paths and the failure.
+    fn create_until_failure(
+        rt: &tokio::runtime::Runtime,
+        rpc: SocketAddr,
+    ) -> (Vec<String>, treelog::Error) {
+        rt.block_on(async {
+            let c = common::server::connect(rpc).await;
+            let mut acked = Vec::new();
+            for i in 0.. {
+                let p = format!("/f{i}");
+                match c.submit(common::commands::create(&p)).await {
+                    Ok(_) => acked.push(p),
+                    Err(e) => return (acked, e),
+                }
+            }
+            unreachable!()
+        })
+    }
+
+    fn runtime() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
     }
 
     /// A failed log write stops the writer; `serve` then drains, closes the
@@ -455,31 +504,8 @@ mod writer_failure {
     fn serve_ends_when_its_writer_stops_and_a_restart_recovers() {
         let dir = tempfile::tempdir().unwrap();
         let data = dir.path().join("db");
-        let serve = ["serve", "--listen", "127.0.0.1:0", "--http", "127.0.0.1:0"];
-        let mut child = cli::command(BIN, &data, &serve)
-            // The first 30 log appends succeed, every later one fails.
-            .env("FAILPOINTS", "writer::write_log=30*off->return")
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn treelog serve");
-        let rpc = ready_rpc(&mut child);
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        let mut acked = Vec::new();
-        let failure = rt.block_on(async {
-            let c = common::server::connect(rpc).await;
-            for i in 0.. {
-                let p = format!("/f{i}");
-                match c.submit(common::commands::create(&p)).await {
-                    Ok(_) => acked.push(p),
-                    Err(e) => return e,
-                }
-            }
-            unreachable!()
-        });
+        let (mut child, rpc, _) = serve_failing_after_30(&data, &[]);
+        let (acked, failure) = create_until_failure(&runtime(), rpc);
         // The group whose append failed: its outcome is unknown to the
         // caller (not applied, as it happens).
         assert!(
@@ -511,5 +537,31 @@ mod writer_failure {
         t.mkdir("/again", Default::default()).unwrap();
         assert!(admin::verify(t.store()).unwrap().ok());
         t.close().unwrap();
+    }
+
+    /// With `--on-writer-failure stay` the server stays up for reads: the
+    /// writes are refused, `/readyz` fails, a stat is answered.
+    #[test]
+    fn serve_told_to_stay_serves_reads_after_its_writer_stops() {
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("db");
+        let (mut child, rpc, http) =
+            serve_failing_after_30(&data, &["--on-writer-failure", "stay"]);
+        let rt = runtime();
+        let (acked, _) = create_until_failure(&rt, rpc);
+        rt.block_on(async {
+            let c = common::server::connect(rpc).await;
+            let e = c
+                .submit(common::commands::create("/later"))
+                .await
+                .unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::WriterStopped, "{e}");
+            assert!(c.stat(&acked[0]).await.is_ok());
+            let (status, body) = common::http::get(http, "/readyz").await;
+            assert_eq!(status, 503, "{body}");
+        });
+        assert!(child.try_wait().unwrap().is_none(), "serve ended");
+        child.kill().unwrap();
+        child.wait().unwrap();
     }
 }
