@@ -13,9 +13,11 @@
 pub use treelog_proto::{command, cursor, error, event, path, read, types};
 
 // The API: the namespace ([`Treelog`]), change streams, retention and
-// cursors, metrics, offline administration (verify, rebuild, dump), and the
+// cursors, metrics, offline administration (verify, rebuild, dump, backup
+// and restore), and the
 // on-disk format's codecs (docs/FORMAT.md).
 pub mod admin;
+pub mod backup;
 pub mod format;
 pub mod metrics;
 pub mod retention;

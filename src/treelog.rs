@@ -655,6 +655,53 @@ impl Treelog {
         m.render()
     }
 
+    /// Makes a backup of the store at one committed sequence in the new
+    /// directory `dest` (docs/FORMAT.md §13), while writes go on: see
+    /// [`Treelog::backup_with_progress`].
+    pub fn backup(&self, dest: impl AsRef<Path>) -> Result<crate::backup::BackupReport> {
+        self.backup_with_progress(dest, |_| {})
+    }
+
+    /// [`Treelog::backup`], telling `progress` what it has done. Writes
+    /// are not paused: the checkpoint is a RocksDB checkpoint (an atomic
+    /// flush, then hard links to the table files and a copy of the
+    /// write-ahead log), taken with log retention held off; its copy is
+    /// then caught up to the last record it holds, which the backup waits
+    /// for this store to commit, and copied into `dest` with checksums.
+    pub fn backup_with_progress(
+        &self,
+        dest: impl AsRef<Path>,
+        mut progress: impl FnMut(crate::backup::Progress<'_>),
+    ) -> Result<crate::backup::BackupReport> {
+        let checkpoint = {
+            let _no_retention = self.shared.retention.hold_passes();
+            crate::backup::take_checkpoint(&self.shared.store, dest.as_ref())?
+        };
+        let committed = |seq: u64| -> Result<()> {
+            let deadline = Instant::now() + BACKUP_COMMIT_WAIT;
+            loop {
+                if self
+                    .shared
+                    .committed
+                    .wait_for(seq, Duration::from_millis(100))
+                {
+                    return Ok(());
+                }
+                if let Some(why) = self.writer_failure() {
+                    return Err(Error::WriterStopped(why));
+                }
+                if Instant::now() >= deadline {
+                    return Err(Error::Busy(format!(
+                        "the backup's checkpoint ends at sequence {seq}, which was not \
+                         committed within {BACKUP_COMMIT_WAIT:?} (committed: {})",
+                        self.committed_seq()
+                    )));
+                }
+            }
+        };
+        checkpoint.finish(&committed, &mut progress)
+    }
+
     /// First sequence still in the log.
     pub fn log_start(&self) -> u64 {
         self.shared.retention.log_start()
@@ -683,6 +730,10 @@ impl Treelog {
         self.threads.names()
     }
 }
+
+/// How long a backup waits for the store to commit the last record of its
+/// checkpoint (appended to the log, at most one fsync away).
+const BACKUP_COMMIT_WAIT: Duration = Duration::from_secs(60);
 
 /// How long a read at `ReadAt::AtLeast` waits for the node to commit the
 /// sequence it asks for.

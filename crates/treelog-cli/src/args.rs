@@ -329,6 +329,25 @@ pub enum AdminCmd {
     /// corruption and discarding every record after it. Recorded in the
     /// database; `admin info` shows it.
     AcceptWalLoss,
+    /// Write a backup of the database, at one committed sequence, into the
+    /// new directory DEST: the database's files (copied, with a CRC-32C
+    /// each) and a manifest, written last (docs/FORMAT.md, Backups). Works
+    /// on a data directory no server has open; writes are not paused.
+    Backup {
+        /// A directory that does not exist yet (or is empty).
+        dest: PathBuf,
+    },
+    /// Make the new data directory DATA_DIR from the backup SRC: every file
+    /// is checked against the manifest as it is copied, the database is
+    /// opened and its sequence and index digest checked, and only then is
+    /// DATA_DIR made. A damaged, truncated or missing file is refused
+    /// (exit 10), naming it.
+    Restore {
+        /// The backup directory.
+        src: PathBuf,
+        /// A directory that does not exist yet (or is empty).
+        data_dir: PathBuf,
+    },
     /// Print log records and index entries.
     Dump {
         /// Only the log.

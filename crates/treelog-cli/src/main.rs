@@ -19,7 +19,9 @@ mod tail;
 mod timefmt;
 
 // The library's modules under the names the commands use.
-use treelog::{admin, command, error, event, format, path, retention, store, stream, types};
+use treelog::{
+    admin, backup, command, error, event, format, path, retention, store, stream, types,
+};
 use treelog_client as client;
 use treelog_proto::protocol;
 use treelog_server as server;
