@@ -218,6 +218,22 @@ pub struct BackupReport {
     /// Records the checkpoint's index lacked and the backup replayed.
     pub replayed: u64,
     pub elapsed_ms: u64,
+    /// Where the time went.
+    pub phases_ms: Phases,
+}
+
+/// The steps of a backup, in ms.
+#[derive(Debug, Clone, Copy, Default, serde::Serialize)]
+pub struct Phases {
+    /// RocksDB's checkpoint: its flush, the links and the WAL's copy.
+    pub checkpoint: u64,
+    /// Opening the checkpoint, replaying what its index lacks, waiting for
+    /// the source to commit its end, and flushing it.
+    pub catch_up: u64,
+    /// The index digest.
+    pub digest: u64,
+    /// Copying the files with their checksums, and the manifest.
+    pub copy: u64,
 }
 
 /// What [`restore`] made.
@@ -243,6 +259,7 @@ pub struct Checkpoint {
     /// Where the backup goes.
     dest: PathBuf,
     started: Instant,
+    checkpoint_ms: u64,
 }
 
 impl Drop for Checkpoint {
@@ -274,6 +291,15 @@ static CHECKPOINTS: AtomicU64 = AtomicU64::new(0);
 pub fn take_checkpoint(store: &Store, dest: &Path) -> Result<Checkpoint> {
     let started = Instant::now();
     check_new_dir(dest, "backup destination")?;
+    if let (Ok(data), Some(d)) = (store.path().canonicalize(), resolved(dest)) {
+        if d.starts_with(&data) {
+            return Err(Error::InvalidArgument(format!(
+                "the backup destination {} is inside the data directory {}",
+                dest.display(),
+                store.path().display()
+            )));
+        }
+    }
     remove_stale_checkpoints(store.path());
     let dir = store.path().join(format!(
         "{CHECKPOINT_PREFIX}{}-{}",
@@ -283,13 +309,30 @@ pub fn take_checkpoint(store: &Store, dest: &Path) -> Result<Checkpoint> {
     // Left by an earlier run of this process id (a crash): ours now.
     let _ = std::fs::remove_dir_all(&dir);
     let _ = std::fs::remove_dir_all(tmp_of(&dir));
-    let cp = Checkpoint {
+    let mut cp = Checkpoint {
         dir,
         dest: dest.to_owned(),
         started,
+        checkpoint_ms: 0,
     };
     rocksdb::checkpoint::Checkpoint::new(store.db())?.create_checkpoint(&cp.dir)?;
+    cp.checkpoint_ms = ms(started);
     Ok(cp)
+}
+
+/// `path` with its nearest existing ancestor resolved (symbolic links,
+/// `..`) and the rest appended.
+fn resolved(path: &Path) -> Option<PathBuf> {
+    let abs = std::path::absolute(path).ok()?;
+    let mut rest = Vec::new();
+    let mut at = abs.as_path();
+    loop {
+        if let Ok(c) = at.canonicalize() {
+            return Some(rest.iter().rev().fold(c, |p, n| p.join(n)));
+        }
+        rest.push(at.file_name()?.to_owned());
+        at = at.parent()?;
+    }
 }
 
 /// Removes the checkpoints that other processes left in `data` (they
@@ -333,7 +376,12 @@ impl Checkpoint {
             block_cache_bytes: 8 << 20,
             ..StoreOptions::default()
         };
+        let mut phases = Phases {
+            checkpoint: self.checkpoint_ms,
+            ..Phases::default()
+        };
         let (mut manifest, replayed) = {
+            let t = Instant::now();
             let staged = Store::open(&self.dir, &so)?;
             let replayed = crate::recovery::replay(&staged, |_, _| {})?;
             let seq = staged.last_log_seq()?;
@@ -348,7 +396,10 @@ impl Checkpoint {
             }
             committed(seq)?;
             staged.flush()?;
+            phases.catch_up = ms(t);
+            let t = Instant::now();
             let summary = crate::admin::index_summary(&staged)?;
+            phases.digest = ms(t);
             let state = EngineState::load(&staged.index())?;
             let dict = |kind| -> Result<Vec<String>> {
                 let d = state.dicts.get(kind);
@@ -380,6 +431,7 @@ impl Checkpoint {
             total_bytes,
         });
 
+        let t = Instant::now();
         let staging = Staging::beside(dest, "partial")?;
         let db = staging.dir.join(DB_DIR);
         at(&db, std::fs::create_dir(&db))?;
@@ -417,6 +469,7 @@ impl Checkpoint {
                 }),
         )?;
         staging.install(dest)?;
+        phases.copy = ms(t);
         Ok(BackupReport {
             dest: dest.clone(),
             seq: manifest.seq,
@@ -426,9 +479,14 @@ impl Checkpoint {
             files: manifest.files.len(),
             bytes: done_bytes,
             replayed,
-            elapsed_ms: self.started.elapsed().as_millis() as u64,
+            elapsed_ms: ms(self.started),
+            phases_ms: phases,
         })
     }
+}
+
+fn ms(since: Instant) -> u64 {
+    since.elapsed().as_millis() as u64
 }
 
 /// A backup of the closed database at `data` (offline: nothing else
@@ -761,6 +819,6 @@ pub fn restore(
         files: manifest.files.len(),
         bytes: done_bytes,
         replayed,
-        elapsed_ms: started.elapsed().as_millis() as u64,
+        elapsed_ms: ms(started),
     })
 }

@@ -671,35 +671,45 @@ impl Treelog {
     pub fn backup_with_progress(
         &self,
         dest: impl AsRef<Path>,
-        mut progress: impl FnMut(crate::backup::Progress<'_>),
+        mut progress: impl FnMut(crate::backup::Progress<'_>) + Send,
     ) -> Result<crate::backup::BackupReport> {
         let checkpoint = {
             let _no_retention = self.shared.retention.hold_passes();
             crate::backup::take_checkpoint(&self.shared.store, dest.as_ref())?
         };
+        let shared = &self.shared;
         let committed = |seq: u64| -> Result<()> {
             let deadline = Instant::now() + BACKUP_COMMIT_WAIT;
             loop {
-                if self
-                    .shared
-                    .committed
-                    .wait_for(seq, Duration::from_millis(100))
-                {
+                if shared.committed.wait_for(seq, Duration::from_millis(100)) {
                     return Ok(());
                 }
-                if let Some(why) = self.writer_failure() {
+                if let Some(why) = shared.failure() {
                     return Err(Error::WriterStopped(why));
                 }
                 if Instant::now() >= deadline {
                     return Err(Error::Busy(format!(
                         "the backup's checkpoint ends at sequence {seq}, which was not \
                          committed within {BACKUP_COMMIT_WAIT:?} (committed: {})",
-                        self.committed_seq()
+                        shared.committed.get()
                     )));
                 }
             }
         };
-        checkpoint.finish(&committed, &mut progress)
+        // The rest (the catch-up, the digest, the copy) is background work:
+        // on its own thread at a lower priority, it takes the CPU the
+        // writer leaves and yields it to the writer when both want it.
+        std::thread::scope(|s| {
+            std::thread::Builder::new()
+                .name("treelog-backup".into())
+                .spawn_scoped(s, move || {
+                    #[cfg(target_os = "linux")]
+                    crate::sched::set_niceness(BACKUP_NICENESS);
+                    checkpoint.finish(&committed, &mut progress)
+                })?
+                .join()
+                .unwrap_or_else(|_| Err(Error::corrupt("backup", "the backup thread panicked")))
+        })
     }
 
     /// First sequence still in the log.
@@ -734,6 +744,9 @@ impl Treelog {
 /// How long a backup waits for the store to commit the last record of its
 /// checkpoint (appended to the log, at most one fsync away).
 const BACKUP_COMMIT_WAIT: Duration = Duration::from_secs(60);
+
+/// The niceness of a backup's thread (the writer's threads are at 0).
+const BACKUP_NICENESS: i32 = 10;
 
 /// How long a read at `ReadAt::AtLeast` waits for the node to commit the
 /// sequence it asks for.
