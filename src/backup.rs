@@ -1,4 +1,4 @@
-//! Point-in-time backups and their restore (docs/FORMAT.md §13).
+//! Point-in-time backups and their restore (docs/FORMAT.md §12).
 //!
 //! A backup is a directory: `db/`, a closed treelog database whose index
 //! is caught up with its log at one committed sequence, and
@@ -53,7 +53,7 @@ const TRAILER_PREFIX: &str = "sha256 ";
 /// Bytes copied per read.
 const COPY_CHUNK: usize = 1 << 20;
 
-/// The manifest of a backup (its JSON body; see docs/FORMAT.md §13.2).
+/// The manifest of a backup (its JSON body; see docs/FORMAT.md §12.3).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Manifest {
     /// [`BACKUP_FORMAT`].
@@ -316,6 +316,7 @@ pub fn take_checkpoint(store: &Store, dest: &Path) -> Result<Checkpoint> {
         checkpoint_ms: 0,
     };
     rocksdb::checkpoint::Checkpoint::new(store.db())?.create_checkpoint(&cp.dir)?;
+    crate::failpoint::crash_point("backup::after_checkpoint");
     cp.checkpoint_ms = ms(started);
     Ok(cp)
 }
@@ -468,6 +469,7 @@ impl Checkpoint {
                     f.sync_all()
                 }),
         )?;
+        crate::failpoint::crash_point("backup::before_install");
         staging.install(dest)?;
         phases.copy = ms(t);
         Ok(BackupReport {
@@ -809,6 +811,7 @@ pub fn restore(
         store.flush()?;
         (replayed, summary, log_start)
     };
+    crate::failpoint::crash_point("restore::before_install");
     staging.install(data)?;
     Ok(RestoreReport {
         data_dir: data.to_owned(),

@@ -15,7 +15,11 @@
 //!   dropping `inodes` and `edges`), `rebuild::after_create`,
 //!   `rebuild::after_reset` (the empty index flushed), `replay::batch`
 //!   (after each replay batch is written), `rebuild::before_unmark` (the
-//!   rebuilt index flushed, the mark still set).
+//!   rebuilt index flushed, the mark still set);
+//! - backup: `backup::after_checkpoint` (the checkpoint made in the data
+//!   directory), `backup::before_install` (the backup complete, manifest
+//!   included, under its staging name); restore: `restore::before_install`
+//!   (the new data directory checked, under its staging name).
 //!
 //! Injected failures (the operation fails as an I/O error would, the
 //! process goes on): `writer::write_log` (a group's log append).

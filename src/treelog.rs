@@ -656,7 +656,7 @@ impl Treelog {
     }
 
     /// Makes a backup of the store at one committed sequence in the new
-    /// directory `dest` (docs/FORMAT.md §13), while writes go on: see
+    /// directory `dest` (docs/FORMAT.md §12), while writes go on: see
     /// [`Treelog::backup_with_progress`].
     pub fn backup(&self, dest: impl AsRef<Path>) -> Result<crate::backup::BackupReport> {
         self.backup_with_progress(dest, |_| {})

@@ -227,3 +227,57 @@ fn damaged_backups_are_refused_with_exit_10_naming_the_file() {
     assert!(!tmp.path().join("nothing").exists());
     assert!(!tmp.path().join("b2").exists());
 }
+
+/// Crash points (the `failpoints` feature): a backup or a restore killed at
+/// each step leaves no backup and no data directory under the names asked
+/// for, and a source that opens and verifies; the next attempt succeeds
+/// (and removes the checkpoint the killed process left in the data
+/// directory).
+#[cfg(feature = "failpoints")]
+#[test]
+fn backups_and_restores_killed_at_each_step_leave_nothing_half_made() {
+    use std::os::unix::process::ExitStatusExt;
+
+    let killed = |args: &[&str], data: &Path, point: &str| {
+        let out =
+            cli::output(cli::command(BIN, data, args).env("FAILPOINTS", format!("{point}=return")));
+        assert_eq!(
+            out.status.signal(),
+            Some(9),
+            "{args:?} did not reach the crash point {point}: {out:?}"
+        );
+    };
+    let checkpoints = |data: &Path| -> Vec<String> {
+        std::fs::read_dir(data)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with(".treelog-checkpoint-"))
+            .collect()
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    populate(&data);
+    for point in ["backup::after_checkpoint", "backup::before_install"] {
+        let dest = tmp.path().join(point.replace("::", "-"));
+        killed(&["admin", "backup", s(&dest)], &data, point);
+        assert!(!dest.exists(), "{point}: {dest:?} was made");
+        ok(&data, &["admin", "verify"]);
+        if point == "backup::after_checkpoint" {
+            assert_eq!(checkpoints(&data).len(), 1, "{point}");
+        }
+        ok(&data, &["admin", "backup", s(&dest)]);
+        assert!(checkpoints(&data).is_empty(), "{point}");
+    }
+
+    let src = tmp.path().join("backup-before_install");
+    let new = tmp.path().join("restored");
+    killed(
+        &["admin", "restore", s(&src), s(&new)],
+        tmp.path(),
+        "restore::before_install",
+    );
+    assert!(!new.exists());
+    ok(tmp.path(), &["admin", "restore", s(&src), s(&new)]);
+    ok(&new, &["admin", "verify"]);
+    assert_eq!(tree(&new), tree(&data));
+}
