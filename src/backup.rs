@@ -170,6 +170,13 @@ impl Manifest {
     }
 }
 
+impl BackupFile {
+    /// The file's CRC-32C (`decode` checked that it parses).
+    pub fn crc(&self) -> u32 {
+        parse_crc(&self.crc32c).unwrap_or_default()
+    }
+}
+
 fn valid_file_name(n: &str) -> bool {
     !n.is_empty() && n != "." && n != ".." && !n.contains(['/', '\\', '\0'])
 }
@@ -256,8 +263,8 @@ pub struct RestoreReport {
 /// dropped.
 pub struct Checkpoint {
     dir: PathBuf,
-    /// Where the backup goes.
-    dest: PathBuf,
+    /// Where the backup goes (none for one to be served).
+    dest: Option<PathBuf>,
     started: Instant,
     checkpoint_ms: u64,
 }
@@ -279,8 +286,7 @@ fn tmp_of(dir: &Path) -> PathBuf {
 static CHECKPOINTS: AtomicU64 = AtomicU64::new(0);
 
 /// Takes a checkpoint of `store` as it is now, for a backup at `dest`
-/// (which must not exist, or be an empty directory; checked first): RocksDB
-/// flushes every column
+/// (checked first, see [`check_dest`]): RocksDB flushes every column
 /// family (atomically: the index with its `applied_seq`), then hard-links
 /// the table files and copies the write-ahead log, into a directory inside
 /// the data directory (the same file system, so the links work). Writes go
@@ -289,7 +295,19 @@ static CHECKPOINTS: AtomicU64 = AtomicU64::new(0);
 /// up by [`Checkpoint::finish`]). Log retention must not run meanwhile (see
 /// `Treelog::backup`).
 pub fn take_checkpoint(store: &Store, dest: &Path) -> Result<Checkpoint> {
-    let started = Instant::now();
+    check_dest(store, dest)?;
+    checkpoint(store, Some(dest))
+}
+
+/// [`take_checkpoint`] for a backup to be served over the protocol
+/// ([`Checkpoint::serve`]).
+pub fn take_checkpoint_to_serve(store: &Store) -> Result<Checkpoint> {
+    checkpoint(store, None)
+}
+
+/// A backup's destination must not exist (or be an empty directory), and
+/// must not be inside the data directory.
+pub fn check_dest(store: &Store, dest: &Path) -> Result<()> {
     check_new_dir(dest, "backup destination")?;
     if let (Ok(data), Some(d)) = (store.path().canonicalize(), resolved(dest)) {
         if d.starts_with(&data) {
@@ -300,6 +318,11 @@ pub fn take_checkpoint(store: &Store, dest: &Path) -> Result<Checkpoint> {
             )));
         }
     }
+    Ok(())
+}
+
+fn checkpoint(store: &Store, dest: Option<&Path>) -> Result<Checkpoint> {
+    let started = Instant::now();
     remove_stale_checkpoints(store.path());
     let dir = store.path().join(format!(
         "{CHECKPOINT_PREFIX}{}-{}",
@@ -311,7 +334,7 @@ pub fn take_checkpoint(store: &Store, dest: &Path) -> Result<Checkpoint> {
     let _ = std::fs::remove_dir_all(tmp_of(&dir));
     let mut cp = Checkpoint {
         dir,
-        dest: dest.to_owned(),
+        dest: dest.map(Path::to_owned),
         started,
         checkpoint_ms: 0,
     };
@@ -359,72 +382,84 @@ fn remove_stale_checkpoints(data: &Path) {
 }
 
 impl Checkpoint {
-    /// Makes the backup from this checkpoint: opens it, replays the records its
-    /// index lacks, calls `committed(seq)` with its last sequence (which
-    /// returns once the source has committed it: the checkpoint's copy of
-    /// the write-ahead log may end with records not yet synced), flushes
-    /// and closes it, and copies its files into the backup with their
-    /// checksums, the manifest last.
-    pub fn finish(
-        self,
+    /// Opens the checkpoint, replays the records its index lacks, calls
+    /// `committed(seq)` with its last sequence (which returns once the
+    /// source has committed it: the checkpoint's copy of the write-ahead
+    /// log may end with records not yet synced), flushes it, and makes the
+    /// manifest (without its files) from it; the database is closed when
+    /// this returns, its files no longer change.
+    fn catch_up(
+        &self,
         committed: &dyn Fn(u64) -> Result<()>,
-        progress: &mut dyn FnMut(Progress<'_>),
-    ) -> Result<BackupReport> {
-        let dest = &self.dest;
-        check_new_dir(dest, "backup destination")?;
+        phases: &mut Phases,
+    ) -> Result<(Manifest, u64)> {
         let so = StoreOptions {
             create_if_missing: false,
             block_cache_bytes: 8 << 20,
             ..StoreOptions::default()
         };
+        let t = Instant::now();
+        let staged = Store::open(&self.dir, &so)?;
+        let replayed = crate::recovery::replay(&staged, |_, _| {})?;
+        let seq = staged.last_log_seq()?;
+        if staged.applied_seq()? != seq {
+            return Err(Error::corrupt(
+                "checkpoint",
+                format!(
+                    "its index is at {} after the replay, its log ends at {seq}",
+                    staged.applied_seq()?
+                ),
+            ));
+        }
+        committed(seq)?;
+        staged.flush()?;
+        phases.catch_up = ms(t);
+        let t = Instant::now();
+        let summary = crate::admin::index_summary(&staged)?;
+        phases.digest = ms(t);
+        let state = EngineState::load(&staged.index())?;
+        let dict = |kind| -> Result<Vec<String>> {
+            let d = state.dicts.get(kind);
+            (1..=d.len())
+                .map(|i| d.lookup(i as u8).map(str::to_owned))
+                .collect()
+        };
+        let manifest = Manifest {
+            backup_format: BACKUP_FORMAT,
+            created_by: format!("treelog {}", env!("CARGO_PKG_VERSION")),
+            created_ms: crate::clock::now_ms(),
+            format_version: staged.format_version()?,
+            seq,
+            log_start: staged.log_start()?,
+            log_bytes: staged.log_bytes()?,
+            inodes: summary.inodes,
+            index_digest: summary.digest,
+            owners: dict(DictKind::Owner)?,
+            groups: dict(DictKind::Group)?,
+            files: Vec::new(),
+        };
+        Ok((manifest, replayed))
+    }
+
+    /// Makes the backup at the destination it was taken for from this
+    /// checkpoint: catches it up (see [`Checkpoint::catch_up`]; `committed`
+    /// waits for the source to commit the checkpoint's last sequence), then
+    /// copies its files into the backup with their checksums, the manifest
+    /// last.
+    pub fn finish(
+        self,
+        committed: &dyn Fn(u64) -> Result<()>,
+        progress: &mut dyn FnMut(Progress<'_>),
+    ) -> Result<BackupReport> {
+        let dest = self.dest.as_ref().ok_or_else(|| {
+            Error::InvalidArgument("this checkpoint was taken to be served, not copied".into())
+        })?;
+        check_new_dir(dest, "backup destination")?;
         let mut phases = Phases {
             checkpoint: self.checkpoint_ms,
             ..Phases::default()
         };
-        let (mut manifest, replayed) = {
-            let t = Instant::now();
-            let staged = Store::open(&self.dir, &so)?;
-            let replayed = crate::recovery::replay(&staged, |_, _| {})?;
-            let seq = staged.last_log_seq()?;
-            if staged.applied_seq()? != seq {
-                return Err(Error::corrupt(
-                    "checkpoint",
-                    format!(
-                        "its index is at {} after the replay, its log ends at {seq}",
-                        staged.applied_seq()?
-                    ),
-                ));
-            }
-            committed(seq)?;
-            staged.flush()?;
-            phases.catch_up = ms(t);
-            let t = Instant::now();
-            let summary = crate::admin::index_summary(&staged)?;
-            phases.digest = ms(t);
-            let state = EngineState::load(&staged.index())?;
-            let dict = |kind| -> Result<Vec<String>> {
-                let d = state.dicts.get(kind);
-                (1..=d.len())
-                    .map(|i| d.lookup(i as u8).map(str::to_owned))
-                    .collect()
-            };
-            let manifest = Manifest {
-                backup_format: BACKUP_FORMAT,
-                created_by: format!("treelog {}", env!("CARGO_PKG_VERSION")),
-                created_ms: crate::clock::now_ms(),
-                format_version: staged.format_version()?,
-                seq,
-                log_start: staged.log_start()?,
-                log_bytes: staged.log_bytes()?,
-                inodes: summary.inodes,
-                index_digest: summary.digest,
-                owners: dict(DictKind::Owner)?,
-                groups: dict(DictKind::Group)?,
-                files: Vec::new(),
-            };
-            (manifest, replayed)
-            // The staged database closes here: its files stop changing.
-        };
+        let (mut manifest, replayed) = self.catch_up(committed, &mut phases)?;
         let sources = db_files(&self.dir)?;
         let total_bytes = sources.iter().map(|(_, size)| size).sum();
         progress(Progress::Checkpointed {
@@ -456,19 +491,7 @@ impl Checkpoint {
             });
         }
         sync_dir(&db)?;
-        let mf = staging.dir.join(MANIFEST_FILE);
-        let bytes = manifest.encode()?;
-        at(
-            &mf,
-            std::fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .open(&mf)
-                .and_then(|mut f| {
-                    f.write_all(&bytes)?;
-                    f.sync_all()
-                }),
-        )?;
+        write_new_synced(&staging.dir.join(MANIFEST_FILE), &manifest.encode()?)?;
         crate::failpoint::crash_point("backup::before_install");
         staging.install(dest)?;
         phases.copy = ms(t);
@@ -485,6 +508,115 @@ impl Checkpoint {
             phases_ms: phases,
         })
     }
+
+    /// Makes a backup to be served in chunks (over the protocol) from this
+    /// checkpoint: catches it up (see [`Checkpoint::finish`]) and reads
+    /// each file once for its CRC-32C. The files stay where they are
+    /// (hard links in the data directory) until the [`ServedBackup`] is
+    /// dropped.
+    pub fn serve(self, committed: &dyn Fn(u64) -> Result<()>) -> Result<ServedBackup> {
+        let mut phases = Phases {
+            checkpoint: self.checkpoint_ms,
+            ..Phases::default()
+        };
+        let (mut manifest, _) = self.catch_up(committed, &mut phases)?;
+        for (name, _) in db_files(&self.dir)? {
+            let path = self.dir.join(&name);
+            let (size, crc) = at(&path, file_crc(&path))?;
+            manifest.files.push(BackupFile {
+                name,
+                size,
+                crc32c: crc_hex(crc),
+            });
+        }
+        let manifest_bytes = manifest.encode()?;
+        Ok(ServedBackup {
+            checkpoint: self,
+            manifest,
+            manifest_bytes,
+        })
+    }
+}
+
+/// A caught-up checkpoint whose files are read in chunks, for a backup
+/// over the protocol (docs/PROTOCOL.md): the client gets the manifest
+/// first, then asks for each file's bytes.
+pub struct ServedBackup {
+    checkpoint: Checkpoint,
+    manifest: Manifest,
+    manifest_bytes: Vec<u8>,
+}
+
+impl ServedBackup {
+    pub fn manifest(&self) -> &Manifest {
+        &self.manifest
+    }
+
+    /// The manifest file's bytes (its checksum line included).
+    pub fn manifest_bytes(&self) -> &[u8] {
+        &self.manifest_bytes
+    }
+
+    /// Up to `len` bytes of file `name` (of the manifest) from `offset`,
+    /// fewer only at the file's end, and their CRC-32C.
+    pub fn read_chunk(&self, name: &str, offset: u64, len: usize) -> Result<(Vec<u8>, u32)> {
+        use std::os::unix::fs::FileExt;
+        let f = self
+            .manifest
+            .files
+            .iter()
+            .find(|f| f.name == name)
+            .ok_or_else(|| Error::NotFound(format!("no file {name:?} in this backup")))?;
+        if offset > f.size {
+            return Err(Error::InvalidArgument(format!(
+                "offset {offset} is past the end of {name} ({} bytes)",
+                f.size
+            )));
+        }
+        let len = len.min((f.size - offset) as usize);
+        let path = self.checkpoint.dir.join(name);
+        let file = at(&path, std::fs::File::open(&path))?;
+        let mut buf = vec![0u8; len];
+        at(&path, file.read_exact_at(&mut buf, offset))?;
+        let crc = crc32c::crc32c(&buf);
+        if crate::failpoint::injected("backup::bad_chunk") && !buf.is_empty() {
+            // Damaged after its checksum was taken, as on the way.
+            buf[0] ^= 1;
+        }
+        Ok((buf, crc))
+    }
+}
+
+/// The size and CRC-32C of the file at `path`.
+fn file_crc(path: &Path) -> std::io::Result<(u64, u32)> {
+    let mut r = std::fs::File::open(path)?;
+    let mut buf = vec![0u8; COPY_CHUNK];
+    let (mut n, mut crc) = (0u64, 0u32);
+    loop {
+        let k = match r.read(&mut buf) {
+            Ok(0) => return Ok((n, crc)),
+            Ok(k) => k,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        crc = crc32c::crc32c_append(crc, &buf[..k]);
+        n += k as u64;
+    }
+}
+
+/// Writes the new file `path` with `bytes`, synced.
+pub fn write_new_synced(path: &Path, bytes: &[u8]) -> Result<()> {
+    at(
+        path,
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(path)
+            .and_then(|mut f| {
+                f.write_all(bytes)?;
+                f.sync_all()
+            }),
+    )
 }
 
 fn ms(since: Instant) -> u64 {
@@ -566,7 +698,8 @@ fn copy_file(src: &Path, dst: &Path, limit: Option<u64>) -> std::io::Result<(u64
     Ok((n, crc))
 }
 
-fn sync_dir(dir: &Path) -> Result<()> {
+/// Makes the directory's entries durable.
+pub fn sync_dir(dir: &Path) -> Result<()> {
     at(dir, std::fs::File::open(dir).and_then(|f| f.sync_all()))
 }
 
@@ -580,8 +713,9 @@ fn at<T>(path: &Path, r: std::io::Result<T>) -> Result<T> {
     })
 }
 
-/// `dir` must not exist, or be an empty directory.
-fn check_new_dir(dir: &Path, what: &str) -> Result<()> {
+/// `dir` must not exist, or be an empty directory (`AlreadyExists`
+/// otherwise); `what` names it in the error.
+pub fn check_new_dir(dir: &Path, what: &str) -> Result<()> {
     match std::fs::read_dir(dir) {
         Ok(mut it) => {
             if it.next().is_some() {
@@ -739,9 +873,7 @@ pub fn restore(
                 ),
             ));
         }
-        // `decode` checked that it parses.
-        let want = parse_crc(&f.crc32c).unwrap_or_default();
-        if crc != want {
+        if crc != f.crc() {
             return Err(backup_corrupt(
                 &from,
                 format!(

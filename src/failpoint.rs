@@ -22,11 +22,13 @@
 //!   (the new data directory checked, under its staging name).
 //!
 //! Injected failures (the operation fails as an I/O error would, the
-//! process goes on): `writer::write_log` (a group's log append).
+//! process goes on): `writer::write_log` (a group's log append);
+//! `backup::bad_chunk` (a served backup's chunk is damaged after its
+//! checksum was taken).
 
 /// Kills the process here if the failpoint `name` is configured.
 #[inline]
-pub(crate) fn crash_point(name: &str) {
+pub fn crash_point(name: &str) {
     #[cfg(feature = "failpoints")]
     configure_from_env();
     #[cfg(feature = "failpoints")]
@@ -43,7 +45,7 @@ pub(crate) fn crash_point(name: &str) {
 /// Whether the failure point `name` is configured to fail now (the caller
 /// then fails as the real operation would).
 #[inline]
-pub(crate) fn injected(name: &str) -> bool {
+pub fn injected(name: &str) -> bool {
     #[cfg(feature = "failpoints")]
     {
         configure_from_env();

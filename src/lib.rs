@@ -27,7 +27,6 @@ pub mod stream;
 // The machinery behind it.
 mod clock;
 mod engine;
-mod failpoint;
 mod index;
 mod reader_cache;
 mod readview;
@@ -42,6 +41,11 @@ mod writer;
 /// Thread scheduling classes, shared with the server's request workers.
 #[doc(hidden)]
 pub mod sched;
+
+/// Crash points and injected failures of the reliability tests (also the
+/// CLI's own, with its `failpoints` feature).
+#[doc(hidden)]
+pub mod failpoint;
 
 pub use crate::treelog::{
     CreateOptions, MkdirOptions, OpenReport, Options, PendingCommit, SetAttrs, Treelog,

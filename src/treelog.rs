@@ -673,43 +673,50 @@ impl Treelog {
         dest: impl AsRef<Path>,
         mut progress: impl FnMut(crate::backup::Progress<'_>) + Send,
     ) -> Result<crate::backup::BackupReport> {
+        crate::backup::check_dest(&self.shared.store, dest.as_ref())?;
         let checkpoint = {
             let _no_retention = self.shared.retention.hold_passes();
             crate::backup::take_checkpoint(&self.shared.store, dest.as_ref())?
         };
-        let shared = &self.shared;
-        let committed = |seq: u64| -> Result<()> {
-            let deadline = Instant::now() + BACKUP_COMMIT_WAIT;
-            loop {
-                if shared.committed.wait_for(seq, Duration::from_millis(100)) {
-                    return Ok(());
-                }
-                if let Some(why) = shared.failure() {
-                    return Err(Error::WriterStopped(why));
-                }
-                if Instant::now() >= deadline {
-                    return Err(Error::Busy(format!(
-                        "the backup's checkpoint ends at sequence {seq}, which was not \
-                         committed within {BACKUP_COMMIT_WAIT:?} (committed: {})",
-                        shared.committed.get()
-                    )));
-                }
-            }
-        };
-        // The rest (the catch-up, the digest, the copy) is background work:
-        // on its own thread at a lower priority, it takes the CPU the
-        // writer leaves and yields it to the writer when both want it.
-        std::thread::scope(|s| {
-            std::thread::Builder::new()
-                .name("treelog-backup".into())
-                .spawn_scoped(s, move || {
-                    #[cfg(target_os = "linux")]
-                    crate::sched::set_niceness(BACKUP_NICENESS);
-                    checkpoint.finish(&committed, &mut progress)
-                })?
-                .join()
-                .unwrap_or_else(|_| Err(Error::corrupt("backup", "the backup thread panicked")))
+        let committed = |seq| self.committed_for_backup(seq);
+        in_background("treelog-backup", move || {
+            checkpoint.finish(&committed, &mut progress)
         })
+    }
+
+    /// Takes a backup to be served in chunks (the server's `BackupBegin`,
+    /// docs/PROTOCOL.md): a checkpoint as [`Treelog::backup`] takes,
+    /// caught up to a committed sequence, with its manifest; its files
+    /// stay in the data directory (hard links) until it is dropped.
+    pub fn serve_backup(&self) -> Result<crate::backup::ServedBackup> {
+        let checkpoint = {
+            let _no_retention = self.shared.retention.hold_passes();
+            crate::backup::take_checkpoint_to_serve(&self.shared.store)?
+        };
+        let committed = |seq| self.committed_for_backup(seq);
+        in_background("treelog-backup", move || checkpoint.serve(&committed))
+    }
+
+    /// Waits until this store has committed `seq`, the last record of a
+    /// backup's checkpoint (appended to the log, at most an fsync away).
+    fn committed_for_backup(&self, seq: u64) -> Result<()> {
+        let shared = &self.shared;
+        let deadline = Instant::now() + BACKUP_COMMIT_WAIT;
+        loop {
+            if shared.committed.wait_for(seq, Duration::from_millis(100)) {
+                return Ok(());
+            }
+            if let Some(why) = shared.failure() {
+                return Err(Error::WriterStopped(why));
+            }
+            if Instant::now() >= deadline {
+                return Err(Error::Busy(format!(
+                    "the backup's checkpoint ends at sequence {seq}, which was not \
+                     committed within {BACKUP_COMMIT_WAIT:?} (committed: {})",
+                    shared.committed.get()
+                )));
+            }
+        }
     }
 
     /// First sequence still in the log.
@@ -747,6 +754,23 @@ const BACKUP_COMMIT_WAIT: Duration = Duration::from_secs(60);
 
 /// The niceness of a backup's thread (the writer's threads are at 0).
 const BACKUP_NICENESS: i32 = 10;
+
+/// Runs `work` (a backup's catch-up, digest and copy: background work) on
+/// a thread of its own named `name` at [`BACKUP_NICENESS`]: it takes the
+/// CPU the writer leaves and yields it to the writer when both want it.
+fn in_background<T: Send>(name: &str, work: impl FnOnce() -> Result<T> + Send) -> Result<T> {
+    std::thread::scope(|s| {
+        std::thread::Builder::new()
+            .name(name.into())
+            .spawn_scoped(s, move || {
+                #[cfg(target_os = "linux")]
+                crate::sched::set_niceness(BACKUP_NICENESS);
+                work()
+            })?
+            .join()
+            .unwrap_or_else(|_| Err(Error::corrupt("backup", "the backup thread panicked")))
+    })
+}
 
 /// How long a read at `ReadAt::AtLeast` waits for the node to commit the
 /// sequence it asks for.

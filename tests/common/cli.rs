@@ -41,3 +41,29 @@ pub fn output(cmd: &mut Command) -> Ran {
 pub fn run(bin: &str, data: &Path, args: &[&str]) -> Ran {
     output(&mut command(bin, data, args))
 }
+
+/// The address `treelog serve` logged as its RPC port in its "ready" line,
+/// read from its standard error (piped; the rest is drained beside it and
+/// echoed to this process's standard error).
+pub fn ready_rpc(child: &mut std::process::Child) -> std::net::SocketAddr {
+    use std::io::BufRead;
+    let err = std::io::BufReader::new(child.stderr.take().expect("serve's stderr piped"));
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut tx = Some(tx);
+        for line in err.lines().map_while(Result::ok) {
+            eprintln!("serve: {line}");
+            if line.contains(" ready ") {
+                let rpc = line
+                    .split_whitespace()
+                    .find_map(|w| w.strip_prefix("rpc="))
+                    .map(|a| a.parse().expect("the rpc address"));
+                if let (Some(tx), Some(rpc)) = (tx.take(), rpc) {
+                    let _ = tx.send(rpc);
+                }
+            }
+        }
+    });
+    rx.recv_timeout(std::time::Duration::from_secs(60))
+        .expect("serve did not log ready")
+}

@@ -82,11 +82,42 @@ pub fn run(cli: &Cli, out: &Out, cmd: &AdminCmd) -> Result<u8> {
             }
             Ok(0)
         }
-        AdminCmd::Backup { dest } => {
-            if cli.server.is_some() {
-                return Err(crate::error::Error::InvalidArgument(
-                    "admin backup works on a local --data directory only".into(),
-                ));
+        AdminCmd::Backup { dest, chunk_bytes } => {
+            if let Some(addr) = &cli.server {
+                let token = crate::backend::read_token(cli.token_file.as_deref())?;
+                let crate::backend::Backend::Remote { rt, client } =
+                    crate::backend::Backend::remote(addr, token)?
+                else {
+                    unreachable!("a remote backend")
+                };
+                let note = |m: &str| {
+                    let _ = writeln!(std::io::stderr(), "treelog: {m}");
+                };
+                let r = rt.block_on(crate::fetch_backup::fetch(
+                    &client,
+                    dest,
+                    (*chunk_bytes).max(1),
+                    note,
+                ))?;
+                if out.json {
+                    out.print_json(&serde_json::json!({"ok": true, "report": r}))?;
+                } else {
+                    outln!(
+                        out,
+                        "backup of sequence {} ({} inodes) from {addr} in {}: {} files, {} bytes \
+                         ({} fetched before, {} chunks fetched again), {} ms",
+                        r.seq,
+                        r.inodes,
+                        r.dest.display(),
+                        r.files,
+                        r.bytes,
+                        r.resumed_bytes,
+                        r.retried_chunks,
+                        r.elapsed_ms
+                    )?;
+                    outln!(out, "index digest: {}", r.index_digest)?;
+                }
+                return Ok(0);
             }
             let r = backup::backup_path(&cli.data, dest, &so, &mut |_| {})?;
             if out.json {

@@ -422,31 +422,6 @@ fn a_full_disk_stops_the_writer_and_loses_nothing_acknowledged() {
 mod writer_failure {
     use super::*;
 
-    /// The address `treelog serve` logged as its RPC port in its "ready"
-    /// line, read from its standard error (the rest is drained beside it).
-    fn ready_rpc(child: &mut std::process::Child) -> std::net::SocketAddr {
-        use std::io::BufRead;
-        let err = std::io::BufReader::new(child.stderr.take().unwrap());
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let mut tx = Some(tx);
-            for line in err.lines().map_while(Result::ok) {
-                eprintln!("serve: {line}");
-                if line.contains(" ready ") {
-                    let rpc = line
-                        .split_whitespace()
-                        .find_map(|w| w.strip_prefix("rpc="))
-                        .map(|a| a.parse().expect("the rpc address"));
-                    if let (Some(tx), Some(rpc)) = (tx.take(), rpc) {
-                        let _ = tx.send(rpc);
-                    }
-                }
-            }
-        });
-        rx.recv_timeout(Duration::from_secs(60))
-            .expect("serve did not log ready")
-    }
-
     /// A failed log write stops the writer; `serve` then drains, closes the
     /// store and exits (for its service manager to restart it), instead of
     /// staying up with writes refused for good. The restart has every
@@ -463,7 +438,7 @@ mod writer_failure {
             .stderr(Stdio::piped())
             .spawn()
             .expect("spawn treelog serve");
-        let rpc = ready_rpc(&mut child);
+        let rpc = cli::ready_rpc(&mut child);
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
