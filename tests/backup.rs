@@ -424,3 +424,80 @@ fn damaged_backups_are_refused_naming_the_file() {
     assert_eq!(e.kind(), ErrorKind::AlreadyExists, "{e}");
     t.close().unwrap();
 }
+
+/// A backup to be served (the server's `BackupBegin`): the manifest of a
+/// caught-up checkpoint, and chunks of its files with their CRC-32C that
+/// add up to the manifest's; nothing outside the manifest is served.
+#[test]
+fn a_served_backup_gives_the_manifest_and_checksummed_chunks() {
+    let tmp = tempfile::tempdir().unwrap();
+    let t = Treelog::open(tmp.path().join("data"), Options::default()).unwrap();
+    populate(&t);
+    // The standard check value of CRC-32C.
+    assert_eq!(crc32c(b"123456789"), 0xe306_9283);
+    let served = t.serve_backup().unwrap();
+    let m = backup::Manifest::decode(served.manifest_bytes(), Path::new("served")).unwrap();
+    assert_eq!(&m, served.manifest());
+    assert_eq!(m.seq, t.committed_seq());
+    assert_eq!(m.index_digest, admin::index_digest(t.store()).unwrap());
+    for f in &m.files {
+        let (mut at, mut crc) = (0u64, 0u32);
+        while at < f.size {
+            let (data, sum) = served.read_chunk(&f.name, at, 1000).unwrap();
+            assert!(!data.is_empty() && data.len() <= 1000);
+            assert_eq!(crc32c(&data), sum);
+            crc = crc32c_append(crc, &data);
+            at += data.len() as u64;
+        }
+        assert_eq!(
+            (at, format!("{crc:08x}")),
+            (f.size, f.crc32c.clone()),
+            "{}",
+            f.name
+        );
+        assert!(served.read_chunk(&f.name, f.size, 10).unwrap().0.is_empty());
+        let e = served.read_chunk(&f.name, f.size + 1, 10).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidArgument);
+    }
+    for name in ["LOCK", "../data/CURRENT", "nope"] {
+        let e = served.read_chunk(name, 0, 10).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::NotFound, "{name}");
+    }
+    // Its checkpoint lives in the data directory until it is dropped.
+    let held = |t: &Treelog| {
+        std::fs::read_dir(t.store().path())
+            .unwrap()
+            .filter(|e| {
+                e.as_ref()
+                    .unwrap()
+                    .file_name()
+                    .to_string_lossy()
+                    .starts_with(".treelog-checkpoint-")
+            })
+            .count()
+    };
+    assert_eq!(held(&t), 1);
+    drop(served);
+    assert_eq!(held(&t), 0);
+    t.close().unwrap();
+}
+
+/// CRC-32C (Castagnoli), bit by bit: an independent check of the sums.
+fn crc32c_append(crc: u32, data: &[u8]) -> u32 {
+    let mut c = !crc;
+    for &b in data {
+        c ^= u32::from(b);
+        for _ in 0..8 {
+            c = if c & 1 != 0 {
+                (c >> 1) ^ 0x82f6_3b78
+            } else {
+                c >> 1
+            };
+        }
+    }
+    !c
+}
+
+fn crc32c(data: &[u8]) -> u32 {
+    crc32c_append(0, data)
+}
