@@ -151,8 +151,9 @@ impl Backups {
     pub async fn run_expiry(self: Arc<Self>, mut shutdown: tokio::sync::watch::Receiver<bool>) {
         loop {
             tokio::select! {
-                _ = shutdown.changed() => {
-                    if *shutdown.borrow() {
+                changed = shutdown.changed() => {
+                    // Stopping, or nobody left to stop the server.
+                    if changed.is_err() || *shutdown.borrow() {
                         break;
                     }
                 }
