@@ -14,10 +14,30 @@ use crate::store::{Store, StoreOptions, WalRecovery, CF_EDGES, CF_INODES};
 /// SHA-256 over every key and value of `inodes` then `edges`, in key order.
 /// Two stores with the same digest have byte-identical index CFs.
 pub fn index_digest(store: &Store) -> Result<String> {
+    index_summary(store).map(|s| s.digest)
+}
+
+/// The index's digest ([`index_digest`]) and size, from one scan.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct IndexSummary {
+    pub digest: String,
+    /// Inodes, the root included (the dictionaries and `next_id` are not).
+    pub inodes: u64,
+    pub edges: u64,
+}
+
+/// See [`IndexSummary`].
+pub fn index_summary(store: &Store) -> Result<IndexSummary> {
     let mut h = Sha256::new();
+    let (mut inodes, mut edges) = (0u64, 0u64);
     for (tag, name) in [(b'I', CF_INODES), (b'E', CF_EDGES)] {
         for item in store.scan_cf(name)? {
             let (k, v) = item?;
+            if tag == b'E' {
+                edges += 1;
+            } else if format::decode_inode_key(&k).is_ok_and(|id| id <= MAX_INODE_ID) {
+                inodes += 1;
+            }
             h.update([tag]);
             h.update((k.len() as u32).to_be_bytes());
             h.update(&k);
@@ -25,7 +45,11 @@ pub fn index_digest(store: &Store) -> Result<String> {
             h.update(&v);
         }
     }
-    Ok(hex::encode(h.finalize()))
+    Ok(IndexSummary {
+        digest: hex::encode(h.finalize()),
+        inodes,
+        edges,
+    })
 }
 
 /// Checks the index's structure: every edge points to an inode that names

@@ -15,14 +15,20 @@
 //!   dropping `inodes` and `edges`), `rebuild::after_create`,
 //!   `rebuild::after_reset` (the empty index flushed), `replay::batch`
 //!   (after each replay batch is written), `rebuild::before_unmark` (the
-//!   rebuilt index flushed, the mark still set).
+//!   rebuilt index flushed, the mark still set);
+//! - backup: `backup::after_checkpoint` (the checkpoint made in the data
+//!   directory), `backup::before_install` (the backup complete, manifest
+//!   included, under its staging name); restore: `restore::before_install`
+//!   (the new data directory checked, under its staging name).
 //!
 //! Injected failures (the operation fails as an I/O error would, the
-//! process goes on): `writer::write_log` (a group's log append).
+//! process goes on): `writer::write_log` (a group's log append);
+//! `backup::bad_chunk` (a served backup's chunk is damaged after its
+//! checksum was taken).
 
 /// Kills the process here if the failpoint `name` is configured.
 #[inline]
-pub(crate) fn crash_point(name: &str) {
+pub fn crash_point(name: &str) {
     #[cfg(feature = "failpoints")]
     configure_from_env();
     #[cfg(feature = "failpoints")]
@@ -39,7 +45,7 @@ pub(crate) fn crash_point(name: &str) {
 /// Whether the failure point `name` is configured to fail now (the caller
 /// then fails as the real operation would).
 #[inline]
-pub(crate) fn injected(name: &str) -> bool {
+pub fn injected(name: &str) -> bool {
     #[cfg(feature = "failpoints")]
     {
         configure_from_env();

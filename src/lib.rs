@@ -16,9 +16,11 @@ pub use treelog_proto::{command, cursor, error, event, path, read, types};
 pub use treelog_format as format;
 
 // The API: the namespace ([`Treelog`]), change streams, retention and
-// cursors, metrics, offline administration (verify, rebuild, dump), and the
+// cursors, metrics, offline administration (verify, rebuild, dump, backup
+// and restore), and the
 // on-disk format's codecs (docs/FORMAT.md).
 pub mod admin;
+pub mod backup;
 pub mod metrics;
 pub mod retention;
 pub mod store;
@@ -27,7 +29,6 @@ pub mod stream;
 // The machinery behind it.
 mod clock;
 mod engine;
-mod failpoint;
 mod index;
 mod reader_cache;
 mod readview;
@@ -42,6 +43,11 @@ mod writer;
 /// Thread scheduling classes, shared with the server's request workers.
 #[doc(hidden)]
 pub mod sched;
+
+/// Crash points and injected failures of the reliability tests (also the
+/// CLI's own, with its `failpoints` feature).
+#[doc(hidden)]
+pub mod failpoint;
 
 pub use crate::treelog::{
     CreateOptions, MkdirOptions, OpenReport, Options, PendingCommit, SetAttrs, Treelog,

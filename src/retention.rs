@@ -92,6 +92,14 @@ fn expired_error(name: &str, st: &CursorState) -> Error {
 }
 
 impl LogRetention {
+    /// Holds off retention passes while the guard lives: a backup takes
+    /// its checkpoint under it, so that no pass moves the log's start
+    /// between the checkpoint's flush and its copy of the write-ahead log
+    /// (see `crate::backup`).
+    pub(crate) fn hold_passes(&self) -> std::sync::MutexGuard<'_, ()> {
+        self.pass.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     /// The state persisted in `store`.
     pub fn load(store: &Store) -> Result<LogRetention> {
         Ok(LogRetention {

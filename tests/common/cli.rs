@@ -2,6 +2,7 @@
 //! caller's (`env!("CARGO_BIN_EXE_treelog")`: only the crate that builds
 //! it has it).
 
+use std::net::SocketAddr;
 use std::path::Path;
 use std::process::{Command, ExitStatus, Stdio};
 
@@ -40,4 +41,37 @@ pub fn output(cmd: &mut Command) -> Ran {
 /// Runs `bin --data DATA ARGS` to its end.
 pub fn run(bin: &str, data: &Path, args: &[&str]) -> Ran {
     output(&mut command(bin, data, args))
+}
+
+/// The RPC and HTTP addresses `treelog serve` logged in its "ready" line,
+/// read from its standard error (piped; the rest is drained beside it and
+/// echoed to the test's).
+pub fn ready_addrs(child: &mut std::process::Child) -> (SocketAddr, SocketAddr) {
+    use std::io::BufRead;
+    let err = std::io::BufReader::new(child.stderr.take().expect("serve's stderr piped"));
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut tx = Some(tx);
+        for line in err.lines().map_while(Result::ok) {
+            eprintln!("serve: {line}");
+            if line.contains(" ready ") {
+                let addr = |key: &str| {
+                    line.split_whitespace()
+                        .find_map(|w| w.strip_prefix(key))
+                        .map(|a| a.parse::<SocketAddr>().expect("an address"))
+                };
+                if let (Some(tx), Some(rpc), Some(http)) = (tx.take(), addr("rpc="), addr("http="))
+                {
+                    let _ = tx.send((rpc, http));
+                }
+            }
+        }
+    });
+    rx.recv_timeout(std::time::Duration::from_secs(60))
+        .expect("serve did not log ready")
+}
+
+/// The RPC address of [`ready_addrs`].
+pub fn ready_rpc(child: &mut std::process::Child) -> SocketAddr {
+    ready_addrs(child).0
 }

@@ -11,6 +11,7 @@
 //!   one name can both succeed) — shown so nobody is misled by RocksDB's own
 //!   write grouping.
 
+pub mod backup;
 pub mod network;
 pub mod seed;
 pub mod streams;
@@ -107,6 +108,19 @@ pub enum BenchCmd {
         /// Creates per run.
         #[arg(long, default_value_t = 40_000)]
         ops: usize,
+        /// Where to put the scratch databases (default: a temp directory).
+        #[arg(long)]
+        dir: Option<std::path::PathBuf>,
+    },
+    /// A backup of a large namespace: its time and size, the creates per
+    /// second of writers during it beside right after it, and the restore.
+    Backup {
+        /// Inodes in the namespace backed up.
+        #[arg(long, default_value_t = 1_000_000)]
+        inodes: u64,
+        /// Writer threads (one synced create at a time each).
+        #[arg(long, default_value_t = 8)]
+        callers: usize,
         /// Where to put the scratch databases (default: a temp directory).
         #[arg(long)]
         dir: Option<std::path::PathBuf>,
@@ -575,6 +589,18 @@ pub fn run(args: &BenchArgs) -> Result<u8> {
         BenchCmd::Network { ops, dir } => {
             let base = scratch(dir)?;
             network::run(&base, *ops)?;
+            if dir.is_none() {
+                let _ = std::fs::remove_dir_all(&base);
+            }
+            Ok(0)
+        }
+        BenchCmd::Backup {
+            inodes,
+            callers,
+            dir,
+        } => {
+            let base = scratch(dir)?;
+            backup::run(&base, *inodes, *callers)?;
             if dir.is_none() {
                 let _ = std::fs::remove_dir_all(&base);
             }

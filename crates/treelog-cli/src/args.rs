@@ -329,6 +329,31 @@ pub enum AdminCmd {
     /// corruption and discarding every record after it. Recorded in the
     /// database; `admin info` shows it.
     AcceptWalLoss,
+    /// Write a backup of the database, at one committed sequence, into the
+    /// new directory DEST: the database's files (copied, with a CRC-32C
+    /// each) and a manifest, written last (docs/FORMAT.md, Backups). With
+    /// --server, the server takes it while it serves (writes are not
+    /// paused) and it is fetched in chunks with a checksum each; an
+    /// interrupted fetch is resumed by running the same command again.
+    /// Without, of a data directory no server has open.
+    Backup {
+        /// A directory that does not exist yet (or is empty).
+        dest: PathBuf,
+        /// Bytes per chunk fetched from a server.
+        #[arg(long, hide = true, default_value_t = crate::protocol::MAX_BACKUP_CHUNK)]
+        chunk_bytes: u32,
+    },
+    /// Make the new data directory DATA_DIR from the backup SRC: every file
+    /// is checked against the manifest as it is copied, the database is
+    /// opened and its sequence and index digest checked, and only then is
+    /// DATA_DIR made. A damaged, truncated or missing file is refused
+    /// (exit 10), naming it.
+    Restore {
+        /// The backup directory.
+        src: PathBuf,
+        /// A directory that does not exist yet (or is empty).
+        data_dir: PathBuf,
+    },
     /// Print log records and index entries.
     Dump {
         /// Only the log.

@@ -9,6 +9,7 @@ mod backend;
 mod demo;
 mod describe;
 mod exit;
+mod fetch_backup;
 mod fs;
 mod import;
 mod list;
@@ -19,7 +20,9 @@ mod tail;
 mod timefmt;
 
 // The library's modules under the names the commands use.
-use treelog::{admin, command, error, event, format, path, retention, store, stream, types};
+use treelog::{
+    admin, backup, command, error, event, failpoint, format, path, retention, store, stream, types,
+};
 use treelog_client as client;
 use treelog_proto::protocol;
 use treelog_server as server;

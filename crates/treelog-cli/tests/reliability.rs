@@ -423,34 +423,6 @@ fn a_full_disk_stops_the_writer_and_loses_nothing_acknowledged() {
 mod writer_failure {
     use super::*;
 
-    /// The RPC and HTTP addresses `treelog serve` logged in its "ready"
-    /// line, read from its standard error (the rest is drained beside it).
-    fn ready_addrs(child: &mut std::process::Child) -> (SocketAddr, SocketAddr) {
-        use std::io::BufRead;
-        let err = std::io::BufReader::new(child.stderr.take().unwrap());
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let mut tx = Some(tx);
-            for line in err.lines().map_while(Result::ok) {
-                eprintln!("serve: {line}");
-                if line.contains(" ready ") {
-                    let addr = |key: &str| {
-                        line.split_whitespace()
-                            .find_map(|w| w.strip_prefix(key))
-                            .map(|a| a.parse::<SocketAddr>().expect("an address"))
-                    };
-                    if let (Some(tx), Some(rpc), Some(http)) =
-                        (tx.take(), addr("rpc="), addr("http="))
-                    {
-                        let _ = tx.send((rpc, http));
-                    }
-                }
-            }
-        });
-        rx.recv_timeout(Duration::from_secs(60))
-            .expect("serve did not log ready")
-    }
-
     /// `treelog serve` on `data` with the log appends after the first 30
     /// failing, and `extra` arguments; its addresses once ready.
     fn serve_failing_after_30(
@@ -465,7 +437,7 @@ mod writer_failure {
             .stderr(Stdio::piped())
             .spawn()
             .expect("spawn treelog serve");
-        let (rpc, http) = ready_addrs(&mut child);
+        let (rpc, http) = cli::ready_addrs(&mut child);
         (child, rpc, http)
     }
 

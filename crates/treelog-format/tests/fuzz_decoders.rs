@@ -613,6 +613,16 @@ fn request_body() -> impl Strategy<Value = RequestBody> {
             .prop_map(|(seq, timeout_ms)| RequestBody::WaitFor { seq, timeout_ms }),
         Just(RequestBody::Ping),
         Just(RequestBody::Info),
+        prop::option::of(any::<u64>()).prop_map(|resume| RequestBody::BackupBegin { resume }),
+        (any::<u64>(), text(), any::<u64>(), any::<u32>()).prop_map(|(id, file, offset, len)| {
+            RequestBody::BackupChunk {
+                id,
+                file,
+                offset,
+                len,
+            }
+        }),
+        any::<u64>().prop_map(|id| RequestBody::BackupEnd { id }),
     ]
 }
 
@@ -720,6 +730,18 @@ fn response_body() -> impl Strategy<Value = ResponseBody> {
                 log_bytes,
             }
         ),
+        (any::<u64>(), prop::collection::vec(any::<u8>(), 0..64))
+            .prop_map(|(id, manifest)| ResponseBody::Backup { id, manifest }),
+        (
+            any::<u64>(),
+            prop::collection::vec(any::<u8>(), 0..64),
+            any::<u32>()
+        )
+            .prop_map(|(offset, data, crc32c)| ResponseBody::Chunk {
+                offset,
+                data,
+                crc32c
+            }),
     ]
 }
 

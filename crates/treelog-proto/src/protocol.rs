@@ -95,7 +95,23 @@ pub enum RequestBody {
     PinView,
     /// Releases a pin; answered with `Done` (`NotFound` if it had expired).
     UnpinView { seq: u64 },
+    /// Takes a backup on the server to be fetched in chunks, or with
+    /// `resume` finds the one of that id again; answered with `Backup`.
+    BackupBegin { resume: Option<u64> },
+    /// Up to `len` bytes of the file `file` of backup `id` from `offset`
+    /// (at most [`MAX_BACKUP_CHUNK`]); answered with `Chunk`.
+    BackupChunk {
+        id: u64,
+        file: String,
+        offset: u64,
+        len: u32,
+    },
+    /// Releases backup `id` on the server; answered with `Done`.
+    BackupEnd { id: u64 },
 }
+
+/// The most bytes one `BackupChunk` returns.
+pub const MAX_BACKUP_CHUNK: u32 = 1 << 20;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum ServerMsg {
@@ -146,6 +162,19 @@ pub enum ResponseBody {
     PageAt {
         page: ListPage,
         seq: u64,
+    },
+    /// A backup on the server (reply to `BackupBegin`): its id for the
+    /// next requests and its manifest file's bytes (docs/FORMAT.md §12.3).
+    Backup {
+        id: u64,
+        manifest: Vec<u8>,
+    },
+    /// Bytes of a backup's file from `offset`, with their CRC-32C (reply
+    /// to `BackupChunk`); fewer than asked only at the file's end.
+    Chunk {
+        offset: u64,
+        data: Vec<u8>,
+        crc32c: u32,
     },
 }
 

@@ -29,6 +29,7 @@ use tokio::sync::{mpsc, oneshot, watch, Notify, OwnedSemaphorePermit, Semaphore}
 use treelog::{error, metrics, sched, stream};
 use treelog_proto::protocol;
 
+mod backups;
 mod logging;
 pub use logging::{init_logging, LogFormat};
 
@@ -261,6 +262,8 @@ struct State {
     /// Subscriptions are delivered here, at a lower priority than request
     /// handling and the writer (see [`crate::stream::DeliveryRuntime`]).
     delivery: crate::stream::DeliveryRuntime,
+    /// Backups being fetched over the RPC port.
+    backups: Arc<backups::Backups>,
 }
 
 impl State {
@@ -345,7 +348,9 @@ pub async fn start(mut cfg: ServerConfig) -> Result<ServerHandle> {
         shutdown: stop_rx.clone(),
         stop: stop_tx.clone(),
         delivery,
+        backups: Default::default(),
     });
+    tokio::spawn(state.backups.clone().run_expiry(stop_rx.clone()));
     let http = tokio::spawn(http_server(http_listener, state.clone()));
     // Open the store (replay) off the runtime threads.
     let (data, opts) = (state.cfg.data.clone(), state.cfg.store.clone());
@@ -1132,6 +1137,7 @@ struct ConnCtx {
     shutdown: watch::Receiver<bool>,
     max_subscriptions: usize,
     delivery: tokio::runtime::Handle,
+    backups: Arc<backups::Backups>,
 }
 
 /// Reads the Hello and checks it; `Ok(None)` when the client went away.
@@ -1250,6 +1256,7 @@ async fn serve_connection(
         shutdown: state.shutdown.clone(),
         max_subscriptions: cfg.max_subscriptions,
         delivery: state.delivery.handle().clone(),
+        backups: state.backups.clone(),
     });
     let mut tasks = tokio::task::JoinSet::new();
     let result = loop {
@@ -1354,6 +1361,9 @@ fn request_name(b: &RequestBody) -> &'static str {
         RequestBody::ListAt { .. } => "list",
         RequestBody::PinView => "pin_view",
         RequestBody::UnpinView { .. } => "unpin_view",
+        RequestBody::BackupBegin { .. } => "backup_begin",
+        RequestBody::BackupChunk { .. } => "backup_chunk",
+        RequestBody::BackupEnd { .. } => "backup_end",
     }
 }
 
@@ -1470,6 +1480,14 @@ async fn handle(
                 Err(Error::NotFound(format!("no pinned read view at {seq}")))
             }
         }
+        RequestBody::BackupBegin { resume } => ctx.backups.begin(t, resume).await,
+        RequestBody::BackupChunk {
+            id,
+            file,
+            offset,
+            len,
+        } => ctx.backups.chunk(id, file, offset, len).await,
+        RequestBody::BackupEnd { id } => ctx.backups.end(id).await,
         RequestBody::Subscribe(opts) => {
             drop(permit);
             let outcome = match cancel {

@@ -1,0 +1,145 @@
+//! `treelog-bench backup`: the time and size of a backup of a large
+//! namespace, the creates per second of writers while it runs beside
+//! without it, and the time of its restore.
+
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::error::{Error, Result};
+use treelog::{CreateOptions, Options, Treelog};
+
+/// Files per loaded directory.
+const FILES_PER_DIR: u64 = 1000;
+
+pub fn run(base: &Path, inodes: u64, callers: usize) -> Result<()> {
+    let data = base.join("backup-source");
+    let (dest, restored) = (base.join("backup"), base.join("restored"));
+    for d in [&data, &dest, &restored] {
+        let _ = std::fs::remove_dir_all(d);
+    }
+    let t = Arc::new(Treelog::open(&data, Options::default())?);
+
+    // The namespace: /load/d<j>/f<k>, 1,000 files a directory.
+    let started = Instant::now();
+    t.mkdir_p("/load")?;
+    let dirs = inodes.div_ceil(FILES_PER_DIR + 1).max(1);
+    let files = inodes.saturating_sub(dirs + 2);
+    crate::bulk_load(
+        &t,
+        dirs,
+        1024,
+        |j| treelog::Command::Mkdir {
+            path: format!("/load/d{j}"),
+            parents: false,
+            mode: 0o755,
+            owner: String::new(),
+            group: String::new(),
+        },
+        None,
+    )?;
+    crate::bulk_load(
+        &t,
+        files,
+        1024,
+        |i| treelog::Command::Create {
+            path: format!("/load/d{}/f{}", i % dirs, i / dirs),
+            parents: false,
+            mode: 0o644,
+            owner: String::new(),
+            group: String::new(),
+            block_size: 0,
+        },
+        None,
+    )?;
+    println!(
+        "loaded {} inodes ({} records) in {:.1} s",
+        dirs + files + 2,
+        t.committed_seq(),
+        started.elapsed().as_secs_f64()
+    );
+
+    // Writers: `callers` threads creating files, each in its directory,
+    // one synced create at a time, through both windows below.
+    for c in 0..callers {
+        t.mkdir_p(&format!("/w/c{c}"))?;
+    }
+    let (stop, done) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicU64::new(0)),
+    );
+    let threads: Vec<_> = (0..callers)
+        .map(|c| {
+            let (t, stop, done) = (t.clone(), stop.clone(), done.clone());
+            std::thread::spawn(move || -> Result<()> {
+                let mut k = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    t.create(&format!("/w/c{c}/f{k}"), CreateOptions::default())?;
+                    done.fetch_add(1, Ordering::Relaxed);
+                    k += 1;
+                }
+                Ok(())
+            })
+        })
+        .collect();
+    // The writers are up before anything is measured.
+    while done.load(Ordering::Relaxed) < 1000 {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+
+    // Window 1: a backup runs.
+    let (c0, t0) = (done.load(Ordering::Relaxed), Instant::now());
+    let mut caught_up = Duration::ZERO;
+    let report = t.backup_with_progress(&dest, |p| {
+        if let treelog::backup::Progress::Checkpointed { .. } = p {
+            caught_up = t0.elapsed();
+        }
+    })?;
+    let during = t0.elapsed();
+    let c1 = done.load(Ordering::Relaxed);
+    // Window 2, right after and as long: no backup.
+    let (c2, t2) = (done.load(Ordering::Relaxed), Instant::now());
+    std::thread::sleep(during);
+    let (c3, without) = (done.load(Ordering::Relaxed), t2.elapsed());
+    stop.store(true, Ordering::Relaxed);
+    for h in threads {
+        h.join()
+            .map_err(|_| Error::InvalidArgument("writer thread panicked".into()))??;
+    }
+    let rate = |n: u64, d: Duration| n as f64 / d.as_secs_f64();
+    println!(
+        "backup: sequence {}, {} inodes, {} files, {:.1} MiB, {:.2} s (checkpoint taken, caught up ({} records replayed) and digested in {:.2} s, then copied)",
+        report.seq,
+        report.inodes,
+        report.files,
+        report.bytes as f64 / (1 << 20) as f64,
+        during.as_secs_f64(),
+        report.replayed,
+        caught_up.as_secs_f64()
+    );
+    println!("  phases (ms): {:?}", report.phases_ms);
+    println!(
+        "{callers} writers, synced creates: {:.0}/s during the backup ({} in {:.2} s), {:.0}/s without ({} in {:.2} s): {:.2}x",
+        rate(c1 - c0, during),
+        c1 - c0,
+        during.as_secs_f64(),
+        rate(c3 - c2, without),
+        c3 - c2,
+        without.as_secs_f64(),
+        rate(c1 - c0, during) / rate(c3 - c2, without)
+    );
+    Arc::into_inner(t)
+        .ok_or_else(|| Error::InvalidArgument("the store is still shared".into()))?
+        .close()?;
+
+    let t0 = Instant::now();
+    let r = treelog::backup::restore(&dest, &restored, &mut |_| {})?;
+    println!(
+        "restore: {} files, {:.1} MiB checked and copied, opened, digest checked, in {:.2} s",
+        r.files,
+        r.bytes as f64 / (1 << 20) as f64,
+        t0.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
