@@ -338,7 +338,7 @@ fn checkpoint(store: &Store, dest: Option<&Path>) -> Result<Checkpoint> {
         started,
         checkpoint_ms: 0,
     };
-    rocksdb::checkpoint::Checkpoint::new(store.db())?.create_checkpoint(&cp.dir)?;
+    store.checkpoint_to(&cp.dir)?;
     crate::failpoint::crash_point("backup::after_checkpoint");
     cp.checkpoint_ms = ms(started);
     Ok(cp)
