@@ -57,6 +57,11 @@
 #   - a: every ACKed create/rename/delete of the worker is reflected exactly:
 #     each thread's files equal the ACKed model, or the model plus that
 #     thread's one in-flight (BEGIN without ACK) op; every ACK seq <= last_seq
+#   - a, cut while the worker's open was still creating the database (the
+#     marker TREELOG-CREATING is there): the worker must not have printed
+#     READY; `admin info` must refuse (exit 10, "the creation of a database
+#     here was interrupted"); the write (`touch`, which may create) must
+#     succeed, `admin verify` exit 0, and the namespace hold only that file
 #   - b, c: `ls -R --json /` equals the snapshot of the database before the
 #     command (retention and rebuild must not change the namespace)
 #   - the database still takes a write (`touch /powercut-after-cut`)
@@ -104,10 +109,11 @@
 #   the repository holding this script; --worker `crash-test` next to the
 #   treelog binary; --lazyfs ./lazyfs/lazyfs/build/lazyfs; --work ./runs;
 #   --trials 12 per scenario; --seed 1.
-#   Run times with a debug build on 2 cores, about 5 to 7 s a trial (LazyFS
-#   start and unmount included): the default run (12 trials per scenario
-#   and 4 profiles) ~6 min; `--scenarios b,c,d --exhaustive` ~330 trials,
-#   ~40 min.
+#   Run times with a debug build on 2 cores (LazyFS's start and unmount
+#   included, 4 to 8 s a trial): `--scenarios a --trials 12` 13 trials,
+#   ~1.5-2 min; `--scenarios b,c,d --exhaustive` 333 trials, ~30 min
+#   (b 83 trials ~8 min, c 121 ~13 min, d 129 ~9 min; ~10 s for the
+#   b/c database); the default run (12 trials per scenario) ~5 min.
 #   Each scenario is profiled first (one uncut run with
 #   log_all_operations=true counts the fsync/unlink/create/rename/truncate
 #   calls and times the run); the cut points K and T are drawn from those
@@ -440,7 +446,37 @@ def check_created(db, tdir, cmd_rc):
     return res, errs
 
 
+def check_cut_creation(db, tdir):
+    """Scenario a, cut while the worker's open was creating the database: the marker is
+    there, so commands that do not create refuse it, and one that may create starts over."""
+    res, errs = {"creation_cut": True}, []
+    w = open(os.path.join(tdir, "worker.out"), errors="replace").read()
+    if any(ln.startswith("READY ") for ln in w.split("\n")) or worker_acks(w):
+        errs.append(f"{CREATING} left behind although the worker's open had returned (READY printed)")
+    rc, out, err = tl(db, "admin", "info")
+    res["info_rc"] = rc
+    if rc != 10 or "the creation of a database here was interrupted" not in err:
+        errs.append(f"admin info on an interrupted creation: exit {rc} (want 10, 'the creation of a "
+                    f"database here was interrupted'): {(err or out).strip()[:300]}")
+    rc, out, err = tl(db, "touch", "/powercut-after-cut")
+    res["touch_rc"] = rc
+    if rc != 0:
+        errs.append(f"touch (may create) after a cut creation: exit {rc}: {(err or out).strip()[:300]}")
+        return res, errs
+    rc, out, err = tl(db, "admin", "verify")
+    res["verify_rc"] = rc
+    if rc != 0:
+        errs.append(f"admin verify exit {rc}: {(err or out).strip()[-400:]}")
+    rc, out, err = tl(db, "ls", "-R", "--json", "/")
+    paths = sorted(e["path"] for e in json.loads(out)) if rc == 0 else None
+    if paths != ["/powercut-after-cut"]:
+        errs.append(f"the database created again is not empty but for the touched file: ls exit {rc}, {paths}")
+    return res, errs
+
+
 def check_db(db, scen, tdir, base):
+    if scen == "a" and os.path.exists(os.path.join(db, CREATING)):
+        return check_cut_creation(db, tdir)
     res, errs = {}, []
     rc, out, err = tl(db, "admin", "info")
     res["info_rc"] = rc
@@ -602,7 +638,10 @@ def fmt(r):
         extra = (f"cut-dir={r.get('state')}({r.get('files')} files) info-before={r.get('pre_info_rc')} "
                  f"touch={r.get('touch_rc')} verify={r.get('verify_rc')} mkdir-acked={r.get('mkdir_acked')} "
                  f"/a/b={r.get('a_b_exists')}")
-    if r["scenario"] == "a":
+    if r["scenario"] == "a" and r.get("creation_cut"):
+        extra = (f"creation cut ({CREATING} left, no READY): info={r.get('info_rc')} "
+                 f"touch={r.get('touch_rc')} verify={r.get('verify_rc')}")
+    elif r["scenario"] == "a":
         extra += f" acks={r.get('acks')} max_ack={r.get('max_ack_seq')}"
     line = f"{s} {r['trial']:<28} {r['method']:<28} cut={'yes' if r['cut'] else 'no '} rc={r['cmd_rc']} {r['elapsed']:>6}s {extra} [{r['how']}]"
     for e in r["errors"]:
