@@ -5,6 +5,8 @@
 //! replays nothing and passes `admin verify`; a backup of a quiet store
 //! restores byte for byte; damaged backups are refused, naming the file.
 
+mod common;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -14,31 +16,7 @@ use std::time::Duration;
 use treelog::backup::{self, Progress};
 use treelog::{admin, CreateOptions, ErrorKind, Options, Treelog};
 
-/// Acknowledgements counted by the writer threads, to wait on.
-#[derive(Default)]
-struct Acks {
-    n: Mutex<u64>,
-    cv: Condvar,
-}
-
-impl Acks {
-    fn add(&self) {
-        *self.n.lock().unwrap() += 1;
-        self.cv.notify_all();
-    }
-
-    fn get(&self) -> u64 {
-        *self.n.lock().unwrap()
-    }
-
-    /// Waits until at least `n` acknowledgements were counted; false after
-    /// `timeout` (a failure guard, not a timing assumption).
-    fn wait_for(&self, n: u64, timeout: Duration) -> bool {
-        let g = self.n.lock().unwrap();
-        let (g, _) = self.cv.wait_timeout_while(g, timeout, |v| *v < n).unwrap();
-        *g >= n
-    }
-}
+type Acks = common::poll::Counter;
 
 /// One acknowledged command: its sequence and what it did to which paths.
 #[derive(Debug, Clone)]

@@ -30,3 +30,30 @@ pub fn peak(
     });
     (peak, task)
 }
+
+/// A count that threads raise and a test waits on (acknowledgements made
+/// by writer threads, typically).
+#[derive(Default)]
+pub struct Counter {
+    n: std::sync::Mutex<u64>,
+    cv: std::sync::Condvar,
+}
+
+impl Counter {
+    pub fn add(&self) {
+        *self.n.lock().unwrap() += 1;
+        self.cv.notify_all();
+    }
+
+    pub fn get(&self) -> u64 {
+        *self.n.lock().unwrap()
+    }
+
+    /// Waits until at least `n` were counted; false after `timeout` (a
+    /// failure guard, not a timing assumption).
+    pub fn wait_for(&self, n: u64, timeout: Duration) -> bool {
+        let g = self.n.lock().unwrap();
+        let (g, _) = self.cv.wait_timeout_while(g, timeout, |v| *v < n).unwrap();
+        *g >= n
+    }
+}

@@ -317,33 +317,7 @@ fn stop(mut child: Child) {
     assert!(st.success(), "serve: {st:?}");
 }
 
-/// Acknowledgements counted by the writers, to wait on.
-#[derive(Default)]
-struct Acks {
-    n: Mutex<u64>,
-    cv: Condvar,
-}
-
-impl Acks {
-    fn add(&self) {
-        *self.n.lock().unwrap() += 1;
-        self.cv.notify_all();
-    }
-
-    fn get(&self) -> u64 {
-        *self.n.lock().unwrap()
-    }
-
-    /// Waits until `n` were counted (the timeout is a failure guard).
-    fn wait_for(&self, n: u64) {
-        let g = self.n.lock().unwrap();
-        let (g, _) = self
-            .cv
-            .wait_timeout_while(g, Duration::from_secs(120), |v| *v < n)
-            .unwrap();
-        assert!(*g >= n, "the writers made {} acknowledgements, not {n}", *g);
-    }
-}
+type Acks = common::poll::Counter;
 
 /// One acknowledged command.
 #[derive(Debug, Clone)]
@@ -479,7 +453,11 @@ fn fetched_under_load(interrupt: bool) {
     let (server, rpc) = serve(&data, &[]);
     let addr = rpc.to_string();
     let load = Load::start(rpc, 4);
-    load.acks.wait_for(300);
+    assert!(
+        load.acks.wait_for(300, Duration::from_secs(120)),
+        "the writers made {} acknowledgements, not 300",
+        load.acks.get()
+    );
 
     // Small chunks: many requests.
     let args = [
@@ -504,7 +482,12 @@ fn fetched_under_load(interrupt: bool) {
         assert!(tmp.path().join(".b.fetching").is_dir());
         // The server holds the backup; writes go on meanwhile.
         let now = load.acks.get();
-        load.acks.wait_for(now + 300);
+        assert!(
+            load.acks.wait_for(now + 300, Duration::from_secs(120)),
+            "the writers made {} acknowledgements, not {}",
+            load.acks.get(),
+            now + 300
+        );
     }
     let before = load.acks.get();
     let out = cli::output(&mut cli::command(BIN, tmp.path(), &args));
