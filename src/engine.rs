@@ -512,10 +512,7 @@ impl Engine {
         size: u64,
         now: u64,
     ) -> Result<Plan> {
-        let (ino, canon) = resolve_canon(view, &self.state.dicts, p)?;
-        if ino.attrs.kind.is_dir() {
-            return Err(Error::IsADirectory(canon));
-        }
+        let (ino, canon) = resolve_file(view, &self.state.dicts, p)?;
         if ino.attrs.complete {
             return if ino.attrs.size == size {
                 Ok(Plan::NoOp)
@@ -541,10 +538,7 @@ impl Engine {
         size: u64,
         now: u64,
     ) -> Result<Plan> {
-        let (ino, canon) = resolve_canon(view, &self.state.dicts, p)?;
-        if ino.attrs.kind.is_dir() {
-            return Err(Error::IsADirectory(canon));
-        }
+        let (ino, canon) = resolve_file(view, &self.state.dicts, p)?;
         let mut new = ino.attrs.clone();
         new.size = size;
         new.mtime_ms = now;
@@ -733,6 +727,20 @@ fn resolve_canon(
 ) -> Result<(Inode, String)> {
     let canon = path::canonical(p)?;
     Ok((resolve(view, dicts, &canon)?, canon))
+}
+
+/// [`resolve_canon`] for a command that takes a file: a directory is
+/// `IsADirectory`.
+fn resolve_file(
+    view: &(impl IndexRead + ?Sized),
+    dicts: &DictSet,
+    p: &str,
+) -> Result<(Inode, String)> {
+    let (ino, canon) = resolve_canon(view, dicts, p)?;
+    if ino.attrs.kind.is_dir() {
+        return Err(Error::IsADirectory(canon));
+    }
+    Ok((ino, canon))
 }
 
 /// The deepest existing inode on the path `comps`: its id, whether it is a
