@@ -34,6 +34,34 @@ pub struct ClientOptions {
     pub connect_timeout: Duration,
     /// How long a subscription keeps trying to reconnect before it gives up.
     pub resume_for: Duration,
+    /// The read-your-writes token this client shares with others (see
+    /// [`Session`]); `None`: a token of its own.
+    pub session: Option<Session>,
+}
+
+/// The highest sequence a set of clients has seen in any reply (a write's
+/// sequence, the state a read was at): every `stat` and `list` asks the
+/// node for a state at least that new (`ReadAt::AtLeast`). Clients built
+/// with the same session — one writing on the leader, one reading on a
+/// replica — never read a state older than one they have seen; a replica
+/// that has not caught up within its bound answers `Lagging`.
+#[derive(Debug, Clone, Default)]
+pub struct Session(Arc<AtomicU64>);
+
+impl Session {
+    pub fn new() -> Session {
+        Session::default()
+    }
+
+    /// The highest sequence seen.
+    pub fn seen(&self) -> u64 {
+        self.0.load(Ordering::Acquire)
+    }
+
+    /// Raises the token to `seq` (a sequence learned elsewhere).
+    pub fn saw(&self, seq: u64) {
+        self.0.fetch_max(seq, Ordering::AcqRel);
+    }
 }
 
 impl Default for ClientOptions {
@@ -43,6 +71,7 @@ impl Default for ClientOptions {
             max_frame: 256 << 20,
             connect_timeout: Duration::from_secs(5),
             resume_for: Duration::from_secs(60),
+            session: None,
         }
     }
 }
@@ -59,8 +88,9 @@ struct Inner {
     next_id: AtomicU64,
     committed_at_connect: u64,
     /// The highest sequence any reply carried (a mutation's, a read's
-    /// state, a `Ping`): a read-your-writes token for any node.
-    seen_seq: AtomicU64,
+    /// state, a `Ping`): a read-your-writes token for any node, shared
+    /// with the other clients of its session.
+    seen_seq: Session,
     /// Why the connection ended, when reconnecting cannot help (a reply
     /// larger than this client accepts): subscriptions end with it
     /// instead of resuming.
@@ -183,7 +213,11 @@ impl Client {
             pending: Mutex::new(Some(HashMap::new())),
             next_id: AtomicU64::new(1),
             committed_at_connect: committed,
-            seen_seq: AtomicU64::new(committed),
+            seen_seq: {
+                let session = opts.session.clone().unwrap_or_default();
+                session.saw(committed);
+                session
+            },
             terminal: Mutex::new(None),
         });
         tokio::spawn(protocol::write_loop(out_rx, w.into_inner()));
@@ -211,8 +245,8 @@ impl Client {
                 let Some(inner) = weak.upgrade() else { return };
                 match protocol::decode::<ServerMsg>(&frame) {
                     Ok(ServerMsg::Response { id, body }) => {
-                        let end =
-                            matches!(body, ResponseBody::StreamEnd | ResponseBody::Error { .. });
+                        let end = matches!(body, ResponseBody::StreamEnd)
+                            || protocol::response_error(&body).is_some();
                         let waiter = inner.pending.lock().ok().and_then(|mut p| {
                             let p = p.as_mut()?;
                             match p.get(&id) {
@@ -291,11 +325,26 @@ impl Client {
     /// The highest sequence this client has seen in a reply (a token to
     /// pass as `ReadAt::AtLeast` to any node for read-your-writes).
     pub fn seen_seq(&self) -> u64 {
-        self.inner.seen_seq.load(Ordering::Acquire)
+        self.inner.seen_seq.seen()
+    }
+
+    /// This client's read-your-writes session (shared with the clients
+    /// given the same [`ClientOptions::session`]).
+    pub fn session(&self) -> &Session {
+        &self.inner.seen_seq
     }
 
     fn saw(&self, seq: u64) {
-        self.inner.seen_seq.fetch_max(seq, Ordering::AcqRel);
+        self.inner.seen_seq.saw(seq);
+    }
+
+    /// What a plain read asks for: a state at least as new as any this
+    /// client's session has seen.
+    fn read_at(&self) -> ReadAt {
+        match self.seen_seq() {
+            0 => ReadAt::Latest,
+            s => ReadAt::AtLeast(s),
+        }
     }
 
     /// Sends one request and waits for its reply.
@@ -316,18 +365,16 @@ impl Client {
             }
             r => r?,
         };
-        match reply {
-            ResponseBody::Error { kind, message } => Err(protocol::remote_error(kind, message)),
-            other => {
-                match &other {
-                    ResponseBody::Seq(s)
-                    | ResponseBody::InodeAt { seq: s, .. }
-                    | ResponseBody::PageAt { seq: s, .. } => self.saw(*s),
-                    _ => {}
-                }
-                Ok(other)
-            }
+        if let Some(e) = protocol::response_error(&reply) {
+            return Err(e);
         }
+        match &reply {
+            ResponseBody::Seq(s)
+            | ResponseBody::InodeAt { seq: s, .. }
+            | ResponseBody::PageAt { seq: s, .. } => self.saw(*s),
+            _ => {}
+        }
+        Ok(reply)
     }
 
     /// Runs a mutation; returns its sequence number. A connection lost
@@ -433,42 +480,27 @@ impl Client {
         Ok(out)
     }
 
+    /// Stat at a state at least as new as any this client's session has
+    /// seen (read-your-writes, on the leader or a replica).
     pub async fn stat(&self, path: &str) -> Result<Inode> {
-        match self
-            .call(RequestBody::Stat {
-                path: path.to_owned(),
-            })
-            .await?
-        {
-            ResponseBody::Inode(i) => Ok(i),
-            other => Err(unexpected(other)),
-        }
+        Ok(self.stat_at(path, self.read_at()).await?.value)
     }
 
     pub async fn stat_id(&self, id: u64) -> Result<Inode> {
-        match self.call(RequestBody::StatId { id }).await? {
-            ResponseBody::Inode(i) => Ok(i),
-            other => Err(unexpected(other)),
-        }
+        Ok(self.stat_id_at(id, self.read_at()).await?.value)
     }
 
+    /// A listing page, read-your-writes as [`Client::stat`].
     pub async fn list(
         &self,
         path: &str,
         start_after: Option<&str>,
         limit: u32,
     ) -> Result<ListPage> {
-        match self
-            .call(RequestBody::List {
-                path: path.to_owned(),
-                start_after: start_after.map(str::to_owned),
-                limit,
-            })
+        Ok(self
+            .list_at(path, start_after, limit, self.read_at())
             .await?
-        {
-            ResponseBody::Page(p) => Ok(p),
-            other => Err(unexpected(other)),
-        }
+            .value)
     }
 
     pub async fn ack(&self, cursor: &str, seq: u64) -> Result<()> {
@@ -529,6 +561,20 @@ impl Client {
         }
     }
 
+    /// Sends a request answered with a stream of replies (`Replicate`,
+    /// `Subscribe`) on this connection and returns them as they come,
+    /// without resuming: the stream ends with `StreamEnd`, an error reply
+    /// (returned as an error), or the connection's loss. At most `queue`
+    /// replies wait unread: beyond, the connection stops reading.
+    pub async fn stream(&self, body: RequestBody, queue: usize) -> Result<ReplyStream> {
+        let (tx, rx) = mpsc::channel(queue.max(1));
+        self.send_request(body, Waiter::Many(tx)).await?;
+        Ok(ReplyStream {
+            _client: self.clone(),
+            rx,
+        })
+    }
+
     /// Subscribes on a connection of its own, resumed automatically after a
     /// reconnect.
     pub async fn subscribe(&self, opts: SubscribeOptions) -> Result<RemoteSubscription> {
@@ -545,6 +591,28 @@ impl Client {
         };
         s.open().await?;
         Ok(s)
+    }
+}
+
+/// Replies of a streaming request (see [`Client::stream`]).
+pub struct ReplyStream {
+    _client: Client,
+    rx: mpsc::Receiver<Result<ResponseBody>>,
+}
+
+impl ReplyStream {
+    /// The next reply; `None` after `StreamEnd`. An error reply or the
+    /// connection's loss is an error.
+    pub async fn next(&mut self) -> Option<Result<ResponseBody>> {
+        match self.rx.recv().await {
+            Some(Ok(ResponseBody::StreamEnd)) => None,
+            Some(Ok(body)) => match protocol::response_error(&body) {
+                Some(e) => Some(Err(e)),
+                None => Some(Ok(body)),
+            },
+            Some(Err(e)) => Some(Err(e)),
+            None => Some(Err(lost("the connection ended"))),
+        }
     }
 }
 
@@ -667,11 +735,13 @@ impl RemoteSubscription {
                     // The server is shutting down: resume on its successor.
                     self.conn = None;
                 }
-                Some(Ok(ResponseBody::Error { kind, message })) => {
-                    self.conn = None;
-                    return Some(Err(protocol::remote_error(kind, message)));
+                Some(Ok(other)) => {
+                    if let Some(e) = protocol::response_error(&other) {
+                        self.conn = None;
+                        return Some(Err(e));
+                    }
+                    return Some(Err(unexpected(other)));
                 }
-                Some(Ok(other)) => return Some(Err(unexpected(other))),
                 Some(Err(e)) => {
                     if let Some(t) = conn._client.terminal() {
                         return Some(Err(self.end(t)));

@@ -487,6 +487,8 @@ fn error_kind() -> impl Strategy<Value = ErrorKind> {
         ErrorKind::Unauthorized,
         ErrorKind::Busy,
         ErrorKind::Io,
+        ErrorKind::OutcomeUnknown,
+        ErrorKind::Lagging,
     ])
 }
 

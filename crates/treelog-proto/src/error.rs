@@ -32,7 +32,8 @@ pub enum ErrorKind {
     /// The owner or group dictionary has no room for another distinct string
     /// (format v1 keeps at most 255 of each).
     DictionaryFull,
-    /// This node does not accept writes (a follower).
+    /// This node does not accept writes (a replica); the error names the
+    /// leader's address when the node knows it.
     NotLeader,
     /// The requested log position was removed by retention.
     Compacted,
@@ -66,6 +67,11 @@ pub enum ErrorKind {
     /// read the state (or the log) before retrying a command that is not
     /// idempotent.
     OutcomeUnknown,
+    /// A replica has not applied the sequence a read asked for
+    /// (`ReadAt::AtLeast`) within the wait bound; the error says how far it
+    /// is and where the leader is. Retry, or read on the leader.
+    /// (Last: the kinds are numbered on the wire in this order.)
+    Lagging,
 }
 
 impl ErrorKind {
@@ -82,6 +88,7 @@ impl ErrorKind {
             ErrorKind::InvalidArgument => "invalid_argument",
             ErrorKind::DictionaryFull => "dictionary_full",
             ErrorKind::NotLeader => "not_leader",
+            ErrorKind::Lagging => "lagging",
             ErrorKind::Compacted => "compacted",
             ErrorKind::CursorExpired => "cursor_expired",
             ErrorKind::Corruption => "corruption",
@@ -169,8 +176,15 @@ pub enum Error {
     InvalidArgument(String),
     #[error("{0} dictionary is full: format v1 holds at most 255 distinct non-empty {0} strings")]
     DictionaryFull(DictKind),
-    #[error("this node is not the leader")]
-    NotLeader,
+    #[error("this node is a replica and does not accept writes{}", leader_hint(.leader))]
+    NotLeader { leader: Option<String> },
+    #[error("this replica has applied up to sequence {applied}, not {wanted} (waited {waited_ms} ms){}", leader_hint(.leader))]
+    Lagging {
+        applied: u64,
+        wanted: u64,
+        waited_ms: u64,
+        leader: Option<String>,
+    },
     #[error("log position {requested} was compacted away; first available is {first_available}")]
     Compacted {
         requested: u64,
@@ -223,7 +237,8 @@ impl Error {
             Error::InvalidPath { .. } => ErrorKind::InvalidPath,
             Error::InvalidArgument(_) => ErrorKind::InvalidArgument,
             Error::DictionaryFull(_) => ErrorKind::DictionaryFull,
-            Error::NotLeader => ErrorKind::NotLeader,
+            Error::NotLeader { .. } => ErrorKind::NotLeader,
+            Error::Lagging { .. } => ErrorKind::Lagging,
             Error::Compacted { .. } | Error::ViewNotRetained { .. } => ErrorKind::Compacted,
             Error::CursorExpired { .. } => ErrorKind::CursorExpired,
             Error::Corruption { .. } => ErrorKind::Corruption,
@@ -251,6 +266,13 @@ impl Error {
             what,
             detail: detail.into(),
         }
+    }
+}
+
+fn leader_hint(leader: &Option<String>) -> String {
+    match leader {
+        Some(l) => format!("; the leader is {l}"),
+        None => String::new(),
     }
 }
 

@@ -108,6 +108,57 @@ pub enum RequestBody {
     },
     /// Releases backup `id` on the server; answered with `Done`.
     BackupEnd { id: u64 },
+    /// Streams the committed log from sequence `from` as its stored bytes,
+    /// for a replica (docs/PROTOCOL.md §14): answered with a stream of
+    /// `Records`, until cancelled or an error (`Compacted` once `from` is
+    /// below the log's start, `Incompatible` for another namespace or a
+    /// history that diverged at `from - 1`).
+    Replicate(ReplicateFrom),
+    /// The node's role and positions; answered with `Status`.
+    Status,
+}
+
+/// Where a replica continues, and what it has, so that the source can
+/// refuse a replica of another namespace or of a diverged history.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReplicateFrom {
+    /// The first sequence wanted (the replica's applied sequence + 1).
+    pub from: u64,
+    /// The replica's namespace id (`meta.namespace_id`, FORMAT §4).
+    pub namespace: String,
+    /// The CRC-32C field of the replica's record `from - 1` (none when
+    /// `from` is 1): the source checks it against its own record there.
+    pub prev_crc: Option<u32>,
+    /// The most bytes of records per `Records` reply (at least one record
+    /// is sent, whatever its size).
+    pub max_batch_bytes: u32,
+}
+
+/// A node's role and positions (reply to `Status`, `treelog admin
+/// status`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeStatus {
+    /// `leader` or `replica`.
+    pub role: String,
+    /// The leader's address (a replica's source).
+    pub leader: Option<String>,
+    /// The namespace id shared by a leader and its replicas.
+    pub namespace: String,
+    /// The highest sequence this node has committed (applied and durable).
+    pub applied_seq: u64,
+    /// The leader's committed sequence, as this node last heard it (its own
+    /// on a leader).
+    pub leader_committed_seq: u64,
+    /// Records the node is behind its leader (0 on a leader).
+    pub lag_records: u64,
+    /// How old the newest state this node has is, when the leader has a
+    /// newer one: now minus the time of the last record applied (0 when
+    /// caught up).
+    pub lag_ms: u64,
+    /// A replica is connected to its leader and streaming.
+    pub connected: bool,
+    pub log_start: u64,
+    pub log_bytes: u64,
 }
 
 /// The most bytes one `BackupChunk` returns.
@@ -176,13 +227,76 @@ pub enum ResponseBody {
         data: Vec<u8>,
         crc32c: u32,
     },
+    /// Log records `first..first + records.len()`, each its stored bytes
+    /// (docs/FORMAT.md §3: the envelope with its CRC), and the source's
+    /// committed sequence and clock (ms since the epoch) when it sent them.
+    /// An empty batch is a heartbeat.
+    Records {
+        first: u64,
+        records: Vec<Vec<u8>>,
+        committed: u64,
+        now_ms: u64,
+    },
+    Status(NodeStatus),
+    /// `NotLeader` with the leader's address.
+    NotLeader {
+        leader: Option<String>,
+        message: String,
+    },
+    /// `Lagging`: what the replica has applied, what was wanted.
+    Lagging {
+        applied: u64,
+        wanted: u64,
+        waited_ms: u64,
+        leader: Option<String>,
+    },
 }
 
-/// Error details a client turns back into an [`Error`].
+/// Error details a client turns back into an [`Error`]; `NotLeader` and
+/// `Lagging` keep their fields (see [`response_error`]).
 pub fn error_body(e: &Error) -> ResponseBody {
-    ResponseBody::Error {
-        kind: e.kind(),
-        message: e.to_string(),
+    match e {
+        Error::NotLeader { leader } => ResponseBody::NotLeader {
+            leader: leader.clone(),
+            message: e.to_string(),
+        },
+        Error::Lagging {
+            applied,
+            wanted,
+            waited_ms,
+            leader,
+        } => ResponseBody::Lagging {
+            applied: *applied,
+            wanted: *wanted,
+            waited_ms: *waited_ms,
+            leader: leader.clone(),
+        },
+        e => ResponseBody::Error {
+            kind: e.kind(),
+            message: e.to_string(),
+        },
+    }
+}
+
+/// The error a reply carries, if it is one.
+pub fn response_error(body: &ResponseBody) -> Option<Error> {
+    match body {
+        ResponseBody::Error { kind, message } => Some(remote_error(*kind, message.clone())),
+        ResponseBody::NotLeader { leader, .. } => Some(Error::NotLeader {
+            leader: leader.clone(),
+        }),
+        ResponseBody::Lagging {
+            applied,
+            wanted,
+            waited_ms,
+            leader,
+        } => Some(Error::Lagging {
+            applied: *applied,
+            wanted: *wanted,
+            waited_ms: *waited_ms,
+            leader: leader.clone(),
+        }),
+        _ => None,
     }
 }
 
