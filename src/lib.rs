@@ -34,6 +34,7 @@ mod reader_cache;
 mod readview;
 pub mod recovery;
 mod replay_progress;
+pub mod replica;
 mod shared;
 mod supervisor;
 mod treelog;
@@ -52,6 +53,7 @@ pub mod failpoint;
 pub use crate::treelog::{
     CreateOptions, MkdirOptions, OpenReport, Options, PendingCommit, SetAttrs, Treelog,
 };
+pub use clock::now_ms;
 pub use command::Command;
 pub use engine::{DEFAULT_MAX_DELETE_INODES, DEFAULT_MAX_RECORD_BYTES};
 pub use error::{Error, ErrorKind, Result};

@@ -466,6 +466,60 @@ impl Metrics {
         ]
     }
 
+    /// Registers a replica's metrics (see [`ReplicaMetrics`]).
+    pub fn register_replica(&self) -> prometheus::Result<ReplicaMetrics> {
+        let g = |name: &str, help: &str| IntGauge::new(name, help);
+        let c = |name: &str, help: &str| IntCounter::new(name, help);
+        let m = ReplicaMetrics {
+            leader_committed_seq: g(
+                "treelog_replica_leader_committed_seq",
+                "The source's committed sequence, as the replica last heard it",
+            )?,
+            lag_records: g(
+                "treelog_replica_lag_records",
+                "Records the replica is behind its source",
+            )?,
+            lag_seconds: prometheus::Gauge::new(
+                "treelog_replica_lag_seconds",
+                "How old the replica's newest state is while its source has a newer one (0 when caught up)",
+            )?,
+            connected: g(
+                "treelog_replica_connected",
+                "1 while the replica streams from its source",
+            )?,
+            reconnects: c(
+                "treelog_replica_reconnects_total",
+                "Times the replica connected to its source again after losing it",
+            )?,
+            rebootstraps: c(
+                "treelog_replica_rebootstraps_total",
+                "Times the replica bootstrapped again from a new checkpoint (its position was compacted on the source, or its history diverged)",
+            )?,
+            bootstrap_bytes: g(
+                "treelog_replica_bootstrap_bytes",
+                "Bytes of checkpoint fetched by the last bootstrap",
+            )?,
+            bootstrap_seconds: prometheus::Gauge::new(
+                "treelog_replica_bootstrap_seconds",
+                "Duration of the last bootstrap (fetch, check and install)",
+            )?,
+        };
+        let r = &self.registry;
+        for g in [
+            &m.leader_committed_seq,
+            &m.lag_records,
+            &m.connected,
+            &m.bootstrap_bytes,
+        ] {
+            r.register(Box::new(g.clone()))?;
+        }
+        r.register(Box::new(m.lag_seconds.clone()))?;
+        r.register(Box::new(m.bootstrap_seconds.clone()))?;
+        r.register(Box::new(m.reconnects.clone()))?;
+        r.register(Box::new(m.rebootstraps.clone()))?;
+        Ok(m)
+    }
+
     /// Prometheus text exposition of everything.
     pub fn render(&self) -> String {
         use prometheus::Encoder;
@@ -475,5 +529,40 @@ impl Metrics {
             return String::new();
         }
         String::from_utf8(buf).unwrap_or_default()
+    }
+}
+
+/// A replica's metrics (`treelog_replica_*`), set on scrape from its
+/// [`crate::replica::ReplicaState`] (which outlives a re-bootstrap: the
+/// counters go on from where they were).
+pub struct ReplicaMetrics {
+    pub leader_committed_seq: IntGauge,
+    pub lag_records: IntGauge,
+    pub lag_seconds: prometheus::Gauge,
+    pub connected: IntGauge,
+    pub reconnects: IntCounter,
+    pub rebootstraps: IntCounter,
+    pub bootstrap_bytes: IntGauge,
+    pub bootstrap_seconds: prometheus::Gauge,
+}
+
+impl ReplicaMetrics {
+    pub fn refresh(
+        &self,
+        status: &treelog_proto::protocol::NodeStatus,
+        c: &crate::replica::ReplicaCounters,
+    ) {
+        self.leader_committed_seq
+            .set(status.leader_committed_seq as i64);
+        self.lag_records.set(status.lag_records as i64);
+        self.lag_seconds.set(status.lag_ms as f64 / 1e3);
+        self.connected.set(i64::from(c.connected));
+        // Counters rise to the state's totals.
+        self.reconnects
+            .inc_by(c.reconnects.saturating_sub(self.reconnects.get()));
+        self.rebootstraps
+            .inc_by(c.rebootstraps.saturating_sub(self.rebootstraps.get()));
+        self.bootstrap_bytes.set(c.bootstrap_bytes as i64);
+        self.bootstrap_seconds.set(c.bootstrap_ms as f64 / 1e3);
     }
 }

@@ -365,6 +365,10 @@ impl Store {
             store
                 .flushed_applied
                 .store(store.applied_seq()?, Ordering::Release);
+            if store.get_meta(meta::NAMESPACE_ID_KEY)?.is_none() {
+                // Made by a build before namespace ids.
+                store.put_meta_synced(meta::NAMESPACE_ID_KEY, new_namespace_id(path).as_bytes())?;
+            }
             return Ok(store);
         }
         if !dir_is_empty(path)? {
@@ -542,6 +546,11 @@ impl Store {
             format!("treelog {}", env!("CARGO_PKG_VERSION")).as_bytes(),
         );
         b.put_cf(m, meta::APPLIED_SEQ_KEY, meta::encode_u64(0));
+        b.put_cf(
+            m,
+            meta::NAMESPACE_ID_KEY,
+            new_namespace_id(&self.path).as_bytes(),
+        );
         b.put_cf(m, meta::LOG_START_KEY, meta::encode_u64(1));
         b.put_cf(m, meta::LOG_BYTES_KEY, meta::encode_u64(0));
         // The initial state goes through the WAL, synced, and is flushed so
@@ -575,6 +584,15 @@ impl Store {
             ));
         }
         Ok(())
+    }
+
+    /// The namespace's identity (`meta.namespace_id`), shared with its
+    /// backups and replicas.
+    pub fn namespace_id(&self) -> Result<String> {
+        let v = self
+            .get_meta(meta::NAMESPACE_ID_KEY)?
+            .ok_or_else(|| Error::corrupt("meta", "the database has no namespace_id"))?;
+        String::from_utf8(v).map_err(|_| Error::corrupt("meta", "namespace_id is not UTF-8"))
     }
 
     pub fn format_version(&self) -> Result<u64> {
@@ -651,6 +669,55 @@ impl Store {
             Some(v) => Ok(Some(record::decode_record(&v, Some(seq))?)),
             None => Ok(None),
         }
+    }
+
+    /// One record as stored (its envelope), not decoded.
+    pub fn read_record_bytes(&self, seq: u64) -> Result<Option<Vec<u8>>> {
+        Ok(self.db.get_cf(self.cf(CF_LOG)?, format::log_key(seq))?)
+    }
+
+    /// Records `from..=upto` as stored, in order, until `max_bytes` of
+    /// them (at least one): for a replica. `Compacted` when the log no
+    /// longer holds `from`; `Corruption` for a gap.
+    pub fn committed_log_bytes(
+        &self,
+        from: u64,
+        upto: u64,
+        max_bytes: usize,
+    ) -> Result<Vec<Vec<u8>>> {
+        let mut ro = ReadOptions::default();
+        ro.set_iterate_upper_bound(format::log_key(upto + 1).to_vec());
+        let mut it = self.db.raw_iterator_cf_opt(self.cf(CF_LOG)?, ro);
+        it.seek(format::log_key(from));
+        let (mut out, mut bytes, mut want) = (Vec::new(), 0usize, from);
+        while let (Some(k), Some(v)) = (it.key(), it.value()) {
+            let seq = format::decode_log_key(k)?;
+            if seq != want {
+                return Err(if want == from {
+                    Error::Compacted {
+                        requested: from,
+                        first_available: self.log_start()?,
+                    }
+                } else {
+                    Error::corrupt("log", format!("expected sequence {want}, found {seq}"))
+                });
+            }
+            if !out.is_empty() && bytes + v.len() > max_bytes {
+                break;
+            }
+            bytes += v.len();
+            out.push(v.to_vec());
+            want += 1;
+            it.next();
+        }
+        it.status()?;
+        if out.is_empty() && from <= upto {
+            return Err(Error::Compacted {
+                requested: from,
+                first_available: self.log_start()?,
+            });
+        }
+        Ok(out)
     }
 
     /// Iterates records from `from` (inclusive) in order, checking that the
@@ -1083,6 +1150,24 @@ impl CreationMarker {
 }
 
 /// Makes the directory's entries (created, renamed, removed files) durable.
+/// A new namespace id: 128 bits of SHA-256 over the clock, the process,
+/// the path and the address of a stack value, in hex (unique enough to
+/// tell namespaces apart; nothing depends on it being secret).
+fn new_namespace_id(path: &Path) -> String {
+    use sha2::{Digest, Sha256};
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    let here = 0u8;
+    let mut h = Sha256::new();
+    h.update(nanos.to_le_bytes());
+    h.update(std::process::id().to_le_bytes());
+    h.update((&here as *const u8 as usize).to_le_bytes());
+    h.update(path.as_os_str().as_encoded_bytes());
+    hex::encode(&h.finalize()[..16])
+}
+
 fn sync_dir(dir: &Path) -> Result<()> {
     std::fs::File::open(dir)?.sync_all()?;
     Ok(())

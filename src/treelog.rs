@@ -23,7 +23,7 @@ use crate::stream::{SubscribeOptions, Subscription};
 use crate::supervisor::{Stop, Supervisor};
 use crate::types::{Inode, ListPage, DEFAULT_BLOCK_SIZE, DEFAULT_DIR_MODE, DEFAULT_FILE_MODE};
 use crate::watermark::Watermark;
-use crate::writer::{Request, Shared, Writer, WriterConfig, WriterStatsSnapshot};
+use crate::writer::{Request, Shared, Work, Writer, WriterConfig, WriterStatsSnapshot};
 
 pub use crate::writer::Durability;
 
@@ -48,6 +48,12 @@ pub struct Options {
     /// Index entries (inodes and edges) kept in memory for readers (see
     /// [`crate::reader_cache`]); about 130 bytes each. Zero disables it.
     pub read_cache_entries: usize,
+    /// Open as a replica (see [`crate::replica`]): commands are refused
+    /// with `NotLeader`, records come from [`Treelog::replicate`].
+    pub replica: Option<Arc<crate::replica::ReplicaState>>,
+    /// How long a read at `ReadAt::AtLeast(seq)` waits for this node to
+    /// commit `seq` before it fails (`Lagging` on a replica).
+    pub min_seq_wait: Duration,
 }
 
 impl Default for Options {
@@ -61,6 +67,8 @@ impl Default for Options {
             metrics: true,
             wake_interval: Duration::from_micros(500),
             read_cache_entries: 1 << 19,
+            replica: None,
+            min_seq_wait: Duration::from_secs(5),
         }
     }
 }
@@ -162,6 +170,10 @@ pub struct Treelog {
     /// Every thread of this store (see [`crate::supervisor`]).
     threads: Supervisor,
     report: OpenReport,
+    /// Set on a replica.
+    pub(crate) replica: Option<Arc<crate::replica::ReplicaState>>,
+    replica_metrics: Option<crate::metrics::ReplicaMetrics>,
+    min_seq_wait: Duration,
 }
 
 impl Treelog {
@@ -235,7 +247,19 @@ impl Treelog {
                 }
             })?;
         }
+        let replica_metrics = match (&opts.replica, &shared.metrics) {
+            (Some(_), Some(m)) => Some(m.register_replica().map_err(|e| {
+                Error::InvalidArgument(format!("cannot register replica metrics: {e}"))
+            })?),
+            _ => None,
+        };
+        if let Some(r) = &opts.replica {
+            r.set_applied_time_ms(last_time);
+        }
         Ok(Treelog {
+            replica: opts.replica.clone(),
+            replica_metrics,
+            min_seq_wait: opts.min_seq_wait,
             shared,
             tx: Some(tx),
             threads,
@@ -282,10 +306,11 @@ impl Treelog {
     /// Returns the sequence number of its record (for a no-op, the committed
     /// sequence it was decided against).
     pub fn submit(&self, cmd: Command) -> Result<u64> {
+        self.check_leader()?;
         let (reply, rx) = tokio::sync::oneshot::channel();
         self.sender()?
             .send(Request {
-                cmd,
+                work: Work::Command(cmd),
                 reply,
                 enqueued: Instant::now(),
             })
@@ -297,10 +322,11 @@ impl Treelog {
     /// one thread are executed in the order they were queued. Blocks only
     /// while the queue is full.
     pub fn submit_pipelined(&self, cmd: Command) -> Result<PendingCommit> {
+        self.check_leader()?;
         let (reply, rx) = tokio::sync::oneshot::channel();
         self.sender()?
             .send(Request {
-                cmd,
+                work: Work::Command(cmd),
                 reply,
                 enqueued: Instant::now(),
             })
@@ -310,9 +336,15 @@ impl Treelog {
 
     /// Submits a command from async code without blocking the runtime.
     pub async fn submit_async(&self, cmd: Command) -> Result<u64> {
+        self.check_leader()?;
+        self.send_async(Work::Command(cmd)).await
+    }
+
+    /// Hands `work` to the writer from async code and waits for its reply.
+    pub(crate) async fn send_async(&self, work: Work) -> Result<u64> {
         let (reply, rx) = tokio::sync::oneshot::channel();
         let req = Request {
-            cmd,
+            work,
             reply,
             enqueued: Instant::now(),
         };
@@ -480,11 +512,8 @@ impl Treelog {
         match at {
             ReadAt::Latest => {}
             ReadAt::AtLeast(seq) => {
-                if !self.shared.committed.wait_for(seq, MIN_SEQ_WAIT) {
-                    return Err(Error::Busy(format!(
-                        "not caught up to sequence {seq} within {MIN_SEQ_WAIT:?} (committed: {})",
-                        self.shared.committed.get()
-                    )));
+                if !self.shared.committed.wait_for(seq, self.min_seq_wait) {
+                    return Err(self.not_caught_up(seq, self.min_seq_wait));
                 }
             }
             ReadAt::Exactly(seq) => {
@@ -642,6 +671,9 @@ impl Treelog {
         m.log_bytes.set(self.log_bytes() as i64);
         m.writer_failed
             .set(i64::from(self.writer_failure().is_some()));
+        if let (Some(rm), Some(r)) = (&self.replica_metrics, &self.replica) {
+            rm.refresh(&self.status(), &r.counters());
+        }
         m.cursor_acked.reset();
         m.cursor_lag.reset();
         for c in self.cursors() {
@@ -720,6 +752,11 @@ impl Treelog {
     }
 
     /// First sequence still in the log.
+    /// How long a read at `ReadAt::AtLeast` waits (`Options::min_seq_wait`).
+    pub fn min_seq_wait(&self) -> Duration {
+        self.min_seq_wait
+    }
+
     pub fn log_start(&self) -> u64 {
         self.shared.retention.log_start()
     }
@@ -771,10 +808,6 @@ fn in_background<T: Send>(name: &str, work: impl FnOnce() -> Result<T> + Send) -
             .unwrap_or_else(|_| Err(Error::corrupt("backup", "the backup thread panicked")))
     })
 }
-
-/// How long a read at `ReadAt::AtLeast` waits for the node to commit the
-/// sequence it asks for.
-const MIN_SEQ_WAIT: Duration = Duration::from_secs(5);
 
 /// One listing page of `dir` read through `idx`.
 fn list_page(

@@ -94,10 +94,35 @@ impl Default for WriterConfig {
     }
 }
 
-/// Counters of the writer, for tests, the CLI and metrics.
-/// A command and where to send its result (the record's sequence number).
+/// What the writer is asked to do.
+pub enum Work {
+    /// A mutation, validated against the namespace (a leader's work).
+    Command(Command),
+    /// A replica's records from its source, as stored there (envelopes with
+    /// their checksums), continuing this log in order: appended and applied
+    /// as they are, so that the replica's log and index are the source's.
+    Replicated(Vec<Vec<u8>>),
+}
+
+impl Work {
+    fn approx_bytes(&self) -> usize {
+        match self {
+            Work::Command(c) => c.approx_bytes(),
+            Work::Replicated(r) => r.iter().map(|v| v.len() + 16).sum(),
+        }
+    }
+
+    fn name(&self) -> &'static str {
+        match self {
+            Work::Command(c) => c.name(),
+            Work::Replicated(_) => "replicate",
+        }
+    }
+}
+
+/// Work and where to send its result (the last record's sequence number).
 pub struct Request {
-    pub cmd: Command,
+    pub work: Work,
     pub reply: tokio::sync::oneshot::Sender<Result<u64>>,
     pub enqueued: Instant,
 }
@@ -170,12 +195,12 @@ impl Writer {
             // travels to the syncer and is freed there, and a large
             // allocation per group costs more than growing a small one.
             let mut group: Vec<Request> = Vec::with_capacity(GROUP_CAPACITY);
-            let mut bytes = first.cmd.approx_bytes();
+            let mut bytes = first.work.approx_bytes();
             group.push(first);
             while group.len() < self.cfg.max_group_commands && bytes < self.cfg.max_group_bytes {
                 match rx.try_recv() {
                     Ok(r) => {
-                        bytes += r.cmd.approx_bytes();
+                        bytes += r.work.approx_bytes();
                         group.push(r);
                     }
                     Err(_) => break,
@@ -265,7 +290,7 @@ impl Writer {
                     .observe(t_group.saturating_duration_since(r.enqueued).as_secs_f64());
             }
         }
-        let time_ms = now_ms().max(self.last_time_ms);
+        let mut time_ms = now_ms().max(self.last_time_ms);
         let dicts_before = (
             self.engine.state.dicts.owners.len(),
             self.engine.state.dicts.groups.len(),
@@ -298,7 +323,31 @@ impl Writer {
         let mut decoded: Vec<Arc<crate::stream::memo::SharedRecord>> = Vec::new();
         let mut fatal: Option<String> = None;
         for req in requests.iter() {
-            match self.engine.execute(&req.cmd, &mut overlay, time_ms) {
+            let cmd = match &req.work {
+                Work::Command(cmd) => cmd,
+                Work::Replicated(recs) => {
+                    match apply_replicated(&mut self.engine.state, recs, seq, &mut overlay) {
+                        Ok(applied) => {
+                            for (rec, v) in applied.into_iter().zip(recs) {
+                                seq = rec.seq;
+                                time_ms = time_ms.max(rec.time_ms);
+                                bytes += v.len() as u64;
+                                batch.put(seq, v);
+                                decoded.push(Arc::new(rec.into()));
+                            }
+                            results.push(Ok(seq));
+                        }
+                        Err(Executed::Refused(e)) => results.push(Err(e)),
+                        Err(Executed::Fault(e)) => {
+                            fatal = Some(format!("applying replicated records: {e}"));
+                            break;
+                        }
+                        Err(_) => unreachable!("apply_replicated fails with Refused or Fault"),
+                    }
+                    continue;
+                }
+            };
+            match self.engine.execute(cmd, &mut overlay, time_ms) {
                 Executed::Applied(events) => {
                     seq += 1;
                     let rec = Record {
@@ -400,6 +449,38 @@ impl Writer {
             decoded,
         })
     }
+}
+
+/// Checks a replica's records (each one's envelope and checksum, and
+/// that they continue the log from `last`) and applies their events to
+/// `overlay` with the same function as replay. A record that fails its
+/// checks refuses the whole batch before anything is applied
+/// (`Refused`); a record that passes them and cannot be applied means
+/// this index is not the source's (`Fault`: the writer stops).
+fn apply_replicated(
+    state: &mut EngineState,
+    recs: &[Vec<u8>],
+    last: u64,
+    overlay: &mut impl crate::index::IndexWrite,
+) -> std::result::Result<Vec<Record>, Executed> {
+    let mut out = Vec::with_capacity(recs.len());
+    for (i, v) in recs.iter().enumerate() {
+        let want = last + 1 + i as u64;
+        match record::decode_record(v, Some(want)) {
+            Ok(r) => out.push(r),
+            Err(e) => {
+                return Err(Executed::Refused(Error::corrupt(
+                    "replicated record",
+                    format!("record {want} from the source: {e}"),
+                )))
+            }
+        }
+    }
+    for v in recs {
+        let r = record::decode_record_ref(v, None).map_err(Executed::Fault)?;
+        crate::engine::apply_events(r.events, overlay, state).map_err(Executed::Fault)?;
+    }
+    Ok(out)
 }
 
 /// The largest group the writer commits on its own thread (see the module
@@ -727,7 +808,7 @@ impl Committer {
                         Ok(_) => "ok",
                         Err(e) => e.kind().as_str(),
                     };
-                    let name = req.cmd.name();
+                    let name = req.work.name();
                     match counts.iter_mut().find(|c| c.0 == name && c.1 == outcome) {
                         Some(c) => c.2 += 1,
                         None => counts.push((name, outcome, 1)),
@@ -780,7 +861,7 @@ mod tests {
     fn request(cmd: Command) -> (Request, ReplyRx) {
         let (reply, rx) = tokio::sync::oneshot::channel();
         let r = Request {
-            cmd,
+            work: Work::Command(cmd),
             reply,
             enqueued: Instant::now(),
         };

@@ -27,6 +27,11 @@ pub const REBUILD_KEY: &[u8] = b"rebuild_in_progress";
 /// `admin accept-wal-loss` (UTF-8 JSON: time, the log's end after recovery,
 /// what RocksDB reported).
 pub const WAL_LOSS_KEY: &[u8] = b"wal_loss_accepted";
+/// The namespace's identity (UTF-8, 32 lowercase hex digits): made once
+/// when the database is created (or first opened by a build that knows it),
+/// and carried by its backups and replicas, whose sources refuse to feed a
+/// database of another namespace.
+pub const NAMESPACE_ID_KEY: &[u8] = b"namespace_id";
 /// Prefix of durable named cursors: `cursor/<name>` -> postcard `CursorState`.
 pub const CURSOR_PREFIX: &[u8] = b"cursor/";
 

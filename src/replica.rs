@@ -1,0 +1,286 @@
+//! Replication, the library's part (docs/REPLICATION.md).
+//!
+//! A store is a **leader**, which takes commands, or a **replica** of a
+//! source (a leader or another replica), which refuses commands
+//! (`NotLeader`, naming its source) and takes the source's log records
+//! instead: as they are stored there (envelopes and checksums), through
+//! the same writer, syncer and publisher as commands (one fsync per batch,
+//! readers see only whole committed batches), applied with the function
+//! replay uses. At the same sequence a replica's `log`, `inodes` and
+//! `edges` are the source's, byte for byte.
+//!
+//! Either role serves its committed log to replicas
+//! ([`Treelog::replication_batch`]), after checking that the asking
+//! replica is of the same namespace and has the same history.
+//!
+//! The network side (fetching a checkpoint, streaming records,
+//! re-bootstrapping) is the `treelog-replica` crate; [`ReplicaState`] is
+//! what it tells the store and what the store reports (`admin status`,
+//! metrics), kept outside any one [`Treelog`] so that it outlives a
+//! re-bootstrap.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use treelog_proto::protocol::{NodeStatus, ReplicateFrom};
+
+use crate::error::{Error, Result};
+use crate::format::record;
+use crate::treelog::Treelog;
+use crate::writer::Work;
+
+/// What a replica knows of its source, and its counters.
+#[derive(Debug)]
+pub struct ReplicaState {
+    source: String,
+    leader_committed: AtomicU64,
+    connected: AtomicBool,
+    /// `time_ms` of the last record applied.
+    applied_time_ms: AtomicU64,
+    reconnects: AtomicU64,
+    rebootstraps: AtomicU64,
+    bootstrap_bytes: AtomicU64,
+    bootstrap_ms: AtomicU64,
+}
+
+/// The counters of a replica, as read at one moment.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct ReplicaCounters {
+    pub leader_committed: u64,
+    pub connected: bool,
+    pub applied_time_ms: u64,
+    pub reconnects: u64,
+    pub rebootstraps: u64,
+    pub bootstrap_bytes: u64,
+    pub bootstrap_ms: u64,
+}
+
+impl ReplicaState {
+    /// A replica of the server at `source` (its address, as clients reach
+    /// it: `NotLeader` and `Lagging` name it).
+    pub fn new(source: impl Into<String>) -> ReplicaState {
+        ReplicaState {
+            source: source.into(),
+            leader_committed: AtomicU64::new(0),
+            connected: AtomicBool::new(false),
+            applied_time_ms: AtomicU64::new(0),
+            reconnects: AtomicU64::new(0),
+            rebootstraps: AtomicU64::new(0),
+            bootstrap_bytes: AtomicU64::new(0),
+            bootstrap_ms: AtomicU64::new(0),
+        }
+    }
+
+    pub fn source(&self) -> &str {
+        &self.source
+    }
+
+    /// The source said it has committed `seq`.
+    pub fn heard(&self, seq: u64) {
+        self.leader_committed.fetch_max(seq, Ordering::AcqRel);
+    }
+
+    pub fn set_connected(&self, up: bool) {
+        self.connected.store(up, Ordering::Release);
+    }
+
+    pub(crate) fn set_applied_time_ms(&self, t: u64) {
+        self.applied_time_ms.store(t, Ordering::Release);
+    }
+
+    pub fn reconnected(&self) {
+        self.reconnects.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn rebootstrapped(&self) {
+        self.rebootstraps.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A bootstrap fetched `bytes` in `elapsed`.
+    pub fn bootstrapped(&self, bytes: u64, elapsed: Duration) {
+        self.bootstrap_bytes.store(bytes, Ordering::Relaxed);
+        self.bootstrap_ms
+            .store(elapsed.as_millis() as u64, Ordering::Relaxed);
+    }
+
+    pub fn counters(&self) -> ReplicaCounters {
+        ReplicaCounters {
+            leader_committed: self.leader_committed.load(Ordering::Acquire),
+            connected: self.connected.load(Ordering::Acquire),
+            applied_time_ms: self.applied_time_ms.load(Ordering::Acquire),
+            reconnects: self.reconnects.load(Ordering::Relaxed),
+            rebootstraps: self.rebootstraps.load(Ordering::Relaxed),
+            bootstrap_bytes: self.bootstrap_bytes.load(Ordering::Relaxed),
+            bootstrap_ms: self.bootstrap_ms.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// The CRC-32C field of a stored record (its envelope's bytes 2..6).
+pub fn record_crc(stored: &[u8]) -> Option<u32> {
+    let b = stored.get(2..record::ENVELOPE_HEADER_LEN)?;
+    Some(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+}
+
+impl Treelog {
+    /// This store's replica state, when it is a replica.
+    pub fn replica_state(&self) -> Option<&std::sync::Arc<ReplicaState>> {
+        self.replica.as_ref()
+    }
+
+    /// `NotLeader` (naming the source) on a replica.
+    pub(crate) fn check_leader(&self) -> Result<()> {
+        match &self.replica {
+            None => Ok(()),
+            Some(r) => Err(Error::NotLeader {
+                leader: Some(r.source().to_owned()),
+            }),
+        }
+    }
+
+    /// The error of a read that asked for `seq` and waited `waited` in
+    /// vain: `Lagging` on a replica, `Busy` on a leader (which has not
+    /// committed a sequence a client says it saw: from another namespace,
+    /// or lost with a power cut of an unsynced store).
+    pub fn not_caught_up(&self, seq: u64, waited: Duration) -> Error {
+        let applied = self.committed_seq();
+        match &self.replica {
+            Some(r) => Error::Lagging {
+                applied,
+                wanted: seq,
+                waited_ms: waited.as_millis() as u64,
+                leader: Some(r.source().to_owned()),
+            },
+            None => Error::Busy(format!(
+                "not caught up to sequence {seq} within {waited:?} (committed: {applied})"
+            )),
+        }
+    }
+
+    /// Appends and applies records of the source (stored bytes, in order,
+    /// continuing this log): durable and visible when this returns, with
+    /// the sequence of the last. A batch that does not continue the log or
+    /// fails a checksum is refused whole (`Corruption`) and nothing of it
+    /// is applied. Only on a replica.
+    pub async fn replicate(&self, records: Vec<Vec<u8>>) -> Result<u64> {
+        let Some(state) = &self.replica else {
+            return Err(Error::InvalidArgument(
+                "this store is a leader: it does not take replicated records".into(),
+            ));
+        };
+        let last_time = match records.last() {
+            Some(last) => Some(record::decode_record_ref(last, None)?.time_ms),
+            None => None,
+        };
+        let seq = self.send_async(Work::Replicated(records)).await?;
+        if let Some(t) = last_time {
+            state.applied_time_ms.store(t, Ordering::Release);
+        }
+        Ok(seq)
+    }
+
+    /// Checks that a replica asking for records from `req.from` continues
+    /// this store's history: the same namespace, `from` not past this
+    /// store's committed end + 1, and its record `from - 1` (when this
+    /// store still has it) the same as ours.
+    pub fn check_replica(&self, req: &ReplicateFrom) -> Result<()> {
+        let ours = self.store().namespace_id()?;
+        if req.namespace != ours {
+            return Err(Error::Incompatible {
+                path: self.store().path().display().to_string(),
+                detail: format!(
+                    "the replica's namespace is {}, this node's is {ours}: it is a replica of \
+                     another namespace",
+                    req.namespace
+                ),
+            });
+        }
+        let committed = self.committed_seq();
+        if req.from == 0 || req.from > committed + 1 {
+            return Err(Error::Incompatible {
+                path: self.store().path().display().to_string(),
+                detail: format!(
+                    "the replica asks for sequence {} but this node has committed only {committed}: \
+                     the replica is ahead of it (a source restored from an older backup?)",
+                    req.from
+                ),
+            });
+        }
+        if let (Some(want), Some(prev)) = (req.prev_crc, req.from.checked_sub(1)) {
+            if prev >= self.log_start() && prev > 0 {
+                if let Some(v) = self.store().read_record_bytes(prev)? {
+                    if record_crc(&v) != Some(want) {
+                        return Err(Error::Incompatible {
+                            path: self.store().path().display().to_string(),
+                            detail: format!(
+                                "the replica's record {prev} differs from this node's: its \
+                                 history diverged"
+                            ),
+                        });
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Committed records from `from` as stored, at most `max_bytes` of
+    /// them (at least one, whatever its size), none past the committed
+    /// sequence (the log may hold records whose fsync has not finished).
+    /// `Compacted` when retention has removed `from`.
+    pub fn replication_batch(&self, from: u64, max_bytes: usize) -> Result<Vec<Vec<u8>>> {
+        let committed = self.committed_seq();
+        if from > committed {
+            return Ok(Vec::new());
+        }
+        self.store().committed_log_bytes(from, committed, max_bytes)
+    }
+
+    /// The node's role and positions (`admin status`).
+    pub fn status(&self) -> NodeStatus {
+        let applied = self.committed_seq();
+        let namespace = self.store().namespace_id().unwrap_or_default();
+        let (log_start, log_bytes) = (self.log_start(), self.log_bytes());
+        match &self.replica {
+            None => NodeStatus {
+                role: "leader".into(),
+                leader: None,
+                namespace,
+                applied_seq: applied,
+                leader_committed_seq: applied,
+                lag_records: 0,
+                lag_ms: 0,
+                connected: true,
+                log_start,
+                log_bytes,
+            },
+            Some(r) => {
+                let c = r.counters();
+                let lag_records = c.leader_committed.saturating_sub(applied);
+                NodeStatus {
+                    role: "replica".into(),
+                    leader: Some(r.source().to_owned()),
+                    namespace,
+                    applied_seq: applied,
+                    leader_committed_seq: c.leader_committed.max(applied),
+                    lag_records,
+                    lag_ms: lag_ms(lag_records, c.applied_time_ms),
+                    connected: c.connected,
+                    log_start,
+                    log_bytes,
+                }
+            }
+        }
+    }
+}
+
+/// A replica's lag in time: how old its newest state is while its source
+/// has a newer one (now minus the time of the last record applied), 0 when
+/// caught up.
+pub fn lag_ms(lag_records: u64, applied_time_ms: u64) -> u64 {
+    if lag_records == 0 || applied_time_ms == 0 {
+        0
+    } else {
+        crate::clock::now_ms().saturating_sub(applied_time_ms)
+    }
+}
