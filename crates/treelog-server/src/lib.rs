@@ -279,6 +279,48 @@ pub struct Bound {
     pub http: SocketAddr,
 }
 
+/// The server's two listening sockets, bound before it starts (see
+/// [`start_on`]): a process that runs servers one after another on the
+/// same data (a replica's re-bootstrap) keeps its ports, and the
+/// connections that arrive between two of them wait in the backlog.
+#[derive(Debug)]
+pub struct Listeners {
+    pub rpc: std::net::TcpListener,
+    pub http: std::net::TcpListener,
+}
+
+impl Listeners {
+    pub fn bind(rpc: SocketAddr, http: SocketAddr) -> Result<Listeners> {
+        let bind = |a: SocketAddr| {
+            std::net::TcpListener::bind(a).map_err(|e| {
+                Error::Io(std::io::Error::new(
+                    e.kind(),
+                    format!("cannot listen on {a}: {e}"),
+                ))
+            })
+        };
+        Ok(Listeners {
+            http: bind(http)?,
+            rpc: bind(rpc)?,
+        })
+    }
+
+    /// Another handle on the same sockets.
+    pub fn try_clone(&self) -> Result<Listeners> {
+        Ok(Listeners {
+            rpc: self.rpc.try_clone()?,
+            http: self.http.try_clone()?,
+        })
+    }
+
+    pub fn bound(&self) -> Result<Bound> {
+        Ok(Bound {
+            rpc: self.rpc.local_addr()?,
+            http: self.http.local_addr()?,
+        })
+    }
+}
+
 /// A running server, for tests and embedding: `shutdown()` stops it.
 pub struct ServerHandle {
     pub bound: Bound,
@@ -288,9 +330,21 @@ pub struct ServerHandle {
     metrics: Option<Arc<Metrics>>,
     stop: Arc<watch::Sender<bool>>,
     done: tokio::task::JoinHandle<Result<()>>,
+    store: std::sync::Weak<Treelog>,
 }
 
 impl ServerHandle {
+    /// The server's store while it is open. Hold it only briefly: the
+    /// server closes the store at shutdown once nothing else holds it.
+    pub fn store(&self) -> Option<Arc<Treelog>> {
+        self.store.upgrade()
+    }
+
+    /// [`ServerHandle::store`] to upgrade later.
+    pub fn store_weak(&self) -> std::sync::Weak<Treelog> {
+        self.store.clone()
+    }
+
     /// The server's metrics (`None` when the store runs without them).
     pub fn metrics(&self) -> Option<&Arc<Metrics>> {
         self.metrics.as_ref()
@@ -317,7 +371,15 @@ impl ServerHandle {
 /// Starts the server in the current runtime. Returns once the store is open
 /// and both ports are bound. Raises the process's soft open-file limit to
 /// its hard limit (see [`ServerConfig::max_connections`]).
-pub async fn start(mut cfg: ServerConfig) -> Result<ServerHandle> {
+pub async fn start(cfg: ServerConfig) -> Result<ServerHandle> {
+    cfg.validate()?;
+    let listeners = Listeners::bind(cfg.listen, cfg.http)?;
+    start_on(cfg, listeners).await
+}
+
+/// [`start`] on sockets already bound (`cfg.listen` and `cfg.http` are
+/// not used).
+pub async fn start_on(mut cfg: ServerConfig, listeners: Listeners) -> Result<ServerHandle> {
     cfg.validate()?;
     if cfg.token.is_none() && !cfg.listen.ip().is_loopback() {
         tracing::warn!(
@@ -329,8 +391,10 @@ pub async fn start(mut cfg: ServerConfig) -> Result<ServerHandle> {
     fit_fd_limit(&mut cfg)?;
     let (stop_tx, stop_rx) = watch::channel(false);
     let stop_tx = Arc::new(stop_tx);
-    let http_listener = TcpListener::bind(cfg.http).await?;
-    let rpc_listener = TcpListener::bind(cfg.listen).await?;
+    listeners.rpc.set_nonblocking(true)?;
+    listeners.http.set_nonblocking(true)?;
+    let http_listener = TcpListener::from_std(listeners.http)?;
+    let rpc_listener = TcpListener::from_std(listeners.rpc)?;
     let bound = Bound {
         rpc: rpc_listener.local_addr()?,
         http: http_listener.local_addr()?,
@@ -358,6 +422,7 @@ pub async fn start(mut cfg: ServerConfig) -> Result<ServerHandle> {
         .await
         .map_err(|e| Error::Protocol(format!("open task: {e}")))??;
     let t = Arc::new(t);
+    let weak_store = Arc::downgrade(&t);
     if let Some(m) = t.metrics() {
         m.connection_limit.set(state.cfg.max_connections as i64);
         let _ = state.metrics.set(m.clone());
@@ -390,6 +455,7 @@ pub async fn start(mut cfg: ServerConfig) -> Result<ServerHandle> {
         metrics,
         stop: stop_tx,
         done,
+        store: weak_store,
     })
 }
 
@@ -495,7 +561,7 @@ pub async fn run(cfg: ServerConfig) -> Result<()> {
 
 /// Installs the SIGINT/SIGTERM handlers now; the future ends at the first
 /// signal, with its name.
-fn signal_handlers() -> impl std::future::Future<Output = &'static str> {
+pub fn signal_handlers() -> impl std::future::Future<Output = &'static str> {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{signal, SignalKind};
@@ -1291,7 +1357,7 @@ async fn serve_connection(
         // Subscriptions register before the next read, so that the idle
         // timeout never applies to a connection that carries one.
         let mut cancel = None;
-        if let RequestBody::Subscribe(_) = &body {
+        if let RequestBody::Subscribe(_) | RequestBody::Replicate(_) = &body {
             let (tx, rx) = watch::channel(false);
             let admitted = match ctx.subs.lock() {
                 Ok(subs) if subs.contains_key(&id) => Err("a request with this id is still active"),
@@ -1364,6 +1430,8 @@ fn request_name(b: &RequestBody) -> &'static str {
         RequestBody::BackupBegin { .. } => "backup_begin",
         RequestBody::BackupChunk { .. } => "backup_chunk",
         RequestBody::BackupEnd { .. } => "backup_end",
+        RequestBody::Replicate(_) => "replicate",
+        RequestBody::Status => "status",
     }
 }
 
@@ -1488,6 +1556,16 @@ async fn handle(
             len,
         } => ctx.backups.chunk(id, file, offset, len).await,
         RequestBody::BackupEnd { id } => ctx.backups.end(id).await,
+        RequestBody::Status => Ok(ResponseBody::Status(t.status())),
+        RequestBody::Replicate(from) => {
+            drop(permit);
+            let outcome = match cancel {
+                Some(c) => replication(ctx, id, from, c).await,
+                None => "internal",
+            };
+            count(ctx, name, outcome);
+            return;
+        }
         RequestBody::Subscribe(opts) => {
             drop(permit);
             let outcome = match cancel {
@@ -1512,8 +1590,8 @@ async fn handle(
 }
 
 /// For a read at `ReadAt::AtLeast(seq)`: waits (without holding a
-/// worker) until the store has committed `seq`, at most `MIN_SEQ_WAIT`;
-/// `Busy` if it has not by then.
+/// worker) until the store has committed `seq`, at most the store's
+/// `min_seq_wait`; then `Lagging` on a replica, `Busy` on a leader.
 async fn caught_up(t: &Treelog, at: ReadAt) -> Result<()> {
     let ReadAt::AtLeast(seq) = at else {
         return Ok(());
@@ -1522,19 +1600,101 @@ async fn caught_up(t: &Treelog, at: ReadAt) -> Result<()> {
     if wm.get() >= seq {
         return Ok(());
     }
-    let _ = tokio::time::timeout(MIN_SEQ_WAIT, wm.wait_for_async(seq)).await;
+    let wait = t.min_seq_wait();
+    let _ = tokio::time::timeout(wait, wm.wait_for_async(seq)).await;
     if wm.get() >= seq {
         Ok(())
     } else {
-        Err(Error::Busy(format!(
-            "not caught up to sequence {seq} within {MIN_SEQ_WAIT:?} (committed: {})",
-            wm.get()
-        )))
+        Err(t.not_caught_up(seq, wait))
     }
 }
 
-/// How long a read at `ReadAt::AtLeast` waits for its sequence.
-const MIN_SEQ_WAIT: Duration = Duration::from_secs(5);
+/// How often a replication stream with nothing to send says it is alive
+/// (with the committed sequence and the clock).
+const REPLICATION_HEARTBEAT: Duration = Duration::from_millis(500);
+
+/// Largest `max_batch_bytes` a replica may ask for.
+const MAX_REPLICATION_BATCH: u32 = 8 << 20;
+
+/// Streams the committed log to a replica from `req.from` (docs/PROTOCOL.md
+/// §14) until it is cancelled, the connection goes, or an error: batches
+/// of stored records as soon as they are committed, a heartbeat when there
+/// is nothing to send. Returns the outcome label for metrics.
+async fn replication(
+    ctx: &Arc<ConnCtx>,
+    id: u64,
+    req: protocol::ReplicateFrom,
+    mut cancel_rx: watch::Receiver<bool>,
+) -> &'static str {
+    let unregister = || {
+        if let Ok(mut subs) = ctx.subs.lock() {
+            subs.remove(&id);
+        }
+    };
+    let t = ctx.t.clone();
+    if let Err(e) = t.check_replica(&req) {
+        unregister();
+        tracing::warn!(error = %e, from = req.from, "refused a replica");
+        let _ = respond(&ctx.out, id, protocol::error_body(&e)).await;
+        return e.kind().as_str();
+    }
+    let max_bytes = req.max_batch_bytes.clamp(1, MAX_REPLICATION_BATCH) as usize;
+    let mut next = req.from;
+    let mut shutdown = ctx.shutdown.clone();
+    let outcome = loop {
+        // Wait for something to send, or the heartbeat.
+        let wm = t.watermark();
+        if wm.get() < next {
+            tokio::select! {
+                _ = cancel_rx.changed() => {}
+                _ = shutdown.changed() => {}
+                _ = tokio::time::timeout(REPLICATION_HEARTBEAT, wm.wait_for_async(next)) => {}
+            }
+            if *cancel_rx.borrow() || *shutdown.borrow() {
+                let _ = respond(&ctx.out, id, ResponseBody::StreamEnd).await;
+                break "ok";
+            }
+        }
+        let committed = wm.get();
+        let batch = if committed >= next {
+            let (t2, from) = (t.clone(), next);
+            match tokio::task::spawn_blocking(move || t2.replication_batch(from, max_bytes)).await {
+                Ok(Ok(b)) => b,
+                Ok(Err(e)) => {
+                    let _ = respond(&ctx.out, id, protocol::error_body(&e)).await;
+                    break e.kind().as_str();
+                }
+                Err(_) => break "internal",
+            }
+        } else {
+            Vec::new()
+        };
+        // A slow replica fills the connection's queue: wait for room
+        // before reading further (one batch held, no more).
+        let cancelled = tokio::select! {
+            _ = cancel_rx.changed() => true,
+            _ = shutdown.changed() => true,
+            _ = ctx.out.room() => false,
+        };
+        if cancelled {
+            let _ = respond(&ctx.out, id, ResponseBody::StreamEnd).await;
+            break "ok";
+        }
+        let first = next;
+        next += batch.len() as u64;
+        let body = ResponseBody::Records {
+            first,
+            records: batch,
+            committed,
+            now_ms: treelog::now_ms(),
+        };
+        if !respond(&ctx.out, id, body).await {
+            break "disconnected";
+        }
+    };
+    unregister();
+    outcome
+}
 
 fn count(ctx: &ConnCtx, name: &str, outcome: &str) {
     if let Some(m) = &ctx.metrics {
