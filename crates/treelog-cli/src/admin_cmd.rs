@@ -93,7 +93,7 @@ pub fn run(cli: &Cli, out: &Out, cmd: &AdminCmd) -> Result<u8> {
                 let note = |m: &str| {
                     let _ = writeln!(std::io::stderr(), "treelog: {m}");
                 };
-                let r = rt.block_on(crate::fetch_backup::fetch(
+                let r = rt.block_on(treelog_replica::fetch::fetch(
                     &client,
                     dest,
                     (*chunk_bytes).max(1),
@@ -134,6 +134,52 @@ pub fn run(cli: &Cli, out: &Out, cmd: &AdminCmd) -> Result<u8> {
                     r.elapsed_ms
                 )?;
                 outln!(out, "index digest: {}", r.index_digest)?;
+            }
+            Ok(0)
+        }
+        AdminCmd::Status => {
+            let Some(addr) = &cli.server else {
+                return Err(crate::error::Error::InvalidArgument(
+                    "admin status asks a server: give --server ADDR".into(),
+                ));
+            };
+            let token = crate::backend::read_token(cli.token_file.as_deref())?;
+            let crate::backend::Backend::Remote { rt, client } =
+                crate::backend::Backend::remote(addr, token)?
+            else {
+                unreachable!("a remote backend")
+            };
+            let st = match rt.block_on(client.call(crate::protocol::RequestBody::Status))? {
+                crate::protocol::ResponseBody::Status(s) => s,
+                other => {
+                    return Err(crate::error::Error::Protocol(format!(
+                        "unexpected reply to Status: {other:?}"
+                    )))
+                }
+            };
+            if out.json {
+                out.print_json(&st)?;
+            } else {
+                outln!(out, "role:                 {}", st.role)?;
+                if let Some(l) = &st.leader {
+                    outln!(out, "leader:               {l}")?;
+                    outln!(out, "connected:            {}", st.connected)?;
+                }
+                outln!(out, "namespace:            {}", st.namespace)?;
+                outln!(out, "applied_seq:          {}", st.applied_seq)?;
+                outln!(out, "leader_committed_seq: {}", st.leader_committed_seq)?;
+                outln!(
+                    out,
+                    "lag:                  {} records, {} ms",
+                    st.lag_records,
+                    st.lag_ms
+                )?;
+                outln!(
+                    out,
+                    "log:                  from {}, {} bytes",
+                    st.log_start,
+                    st.log_bytes
+                )?;
             }
             Ok(0)
         }

@@ -315,6 +315,15 @@ pub struct ServeArgs {
     /// Token file (also accepted as the global --token-file).
     #[arg(long = "require-token-file")]
     pub token_file: Option<PathBuf>,
+    /// Run as a replica of the server at this RPC address: bootstrap the
+    /// data directory from its checkpoint when it holds no database, then
+    /// follow its log; writes are refused (NotLeader, naming it). See
+    /// docs/REPLICATION.md.
+    #[arg(long, value_name = "ADDR")]
+    pub replica_of: Option<std::net::SocketAddr>,
+    /// The token file of the server given by --replica-of.
+    #[arg(long, requires = "replica_of")]
+    pub source_token_file: Option<PathBuf>,
 }
 
 #[derive(Subcommand, Debug)]
@@ -371,6 +380,10 @@ pub enum AdminCmd {
     },
     /// Print watermarks, format version and writer state.
     Info,
+    /// A server's role (leader or replica), its source, its applied and
+    /// the leader's committed sequences, and its lag in records and
+    /// milliseconds (needs --server).
+    Status,
     /// List durable cursors, or drop one.
     Cursors {
         /// Drop this cursor.

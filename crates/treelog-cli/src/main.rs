@@ -9,7 +9,6 @@ mod backend;
 mod demo;
 mod describe;
 mod exit;
-mod fetch_backup;
 mod fs;
 mod import;
 mod list;
@@ -21,7 +20,7 @@ mod timefmt;
 
 // The library's modules under the names the commands use.
 use treelog::{
-    admin, backup, command, error, event, failpoint, format, path, retention, store, stream, types,
+    admin, backup, command, error, event, format, path, retention, store, stream, types,
 };
 use treelog_client as client;
 use treelog_proto::protocol;

@@ -33,6 +33,13 @@ pub fn run(cli: &Cli, a: &ServeArgs) -> Result<u8> {
         interval: None,
     };
     let rt = crate::server::request_runtime(a.worker_policy)?;
-    rt.block_on(crate::server::run(cfg))?;
+    match a.replica_of {
+        Some(source) => {
+            let mut rc = treelog_replica::ReplicaConfig::new(cfg, source);
+            rc.source_token = read_token(a.source_token_file.as_deref())?;
+            rt.block_on(treelog_replica::run(rc))?;
+        }
+        None => rt.block_on(crate::server::run(cfg))?,
+    }
     Ok(0)
 }

@@ -1,4 +1,5 @@
-//! `treelog --server ADDR admin backup DEST`: the server takes the backup
+//! A backup fetched from a server (`treelog --server ADDR admin backup
+//! DEST`, and a replica's bootstrap): the server takes the backup
 //! (a caught-up checkpoint, docs/FORMAT.md §12) and this fetches it in
 //! chunks, each with its CRC-32C, into `.<DEST name>.fetching` beside
 //! DEST. That directory keeps what was fetched and how far (synced): a run
@@ -13,10 +14,10 @@ use std::io::{Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use crate::backup::{self, Manifest};
-use crate::client::Client;
-use crate::error::{Error, Result};
-use crate::protocol::{RequestBody, ResponseBody};
+use treelog::backup::{self, Manifest};
+use treelog::error::{Error, Result};
+use treelog_client::Client;
+use treelog_proto::protocol::{RequestBody, ResponseBody};
 
 /// The fetched manifest, kept until the backup is complete.
 const PENDING_MANIFEST: &str = "manifest.pending";
@@ -226,7 +227,7 @@ pub async fn fetch(
             io_at(&path, file.write_all(&data))?;
             crc = crc32c::crc32c_append(crc, &data);
             at += data.len() as u64;
-            crate::failpoint::crash_point("fetch::after_chunk");
+            treelog::failpoint::crash_point("fetch::after_chunk");
             if at - recorded >= RECORD_EVERY || at == f.size {
                 io_at(&path, file.sync_data())?;
                 st.files.insert(f.name.clone(), (at, crc));

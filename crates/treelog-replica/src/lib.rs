@@ -1,0 +1,197 @@
+//! treelog's replicas (docs/REPLICATION.md): a server that serves reads and
+//! change streams from a copy of another server's namespace and keeps it
+//! up to date from that server's log.
+//!
+//! - [`bootstrap`]: on first start (no database in the data directory), a
+//!   checkpoint is fetched from the source over the protocol (the backup
+//!   of docs/PROTOCOL.md §13, resumable), restored beside the data
+//!   directory (every file checked, the digest too) and moved into place.
+//! - [`follower`]: the replica streams the source's committed log from its
+//!   own `applied_seq + 1` and hands each batch to its store, which appends
+//!   and applies it as the source did (`Treelog::replicate`). It reconnects
+//!   after a lost connection, resuming from what it has applied.
+//! - When its position is no longer in the source's log (retention removed
+//!   it, or its history diverged), it fetches a fresh checkpoint while it
+//!   goes on serving its old state, then stops serving, swaps the data
+//!   directories and serves the new one: no read ever sees a mix of two.
+//!
+//! The ports are bound once: between two servers on the swapped
+//! directories, new connections wait in the listen backlog.
+
+pub mod bootstrap;
+pub mod fetch;
+mod follower;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+use treelog::error::{Error, Result};
+use treelog::replica::ReplicaState;
+use treelog_server::{Bound, Listeners, ServerConfig};
+
+/// How to run a replica.
+#[derive(Debug, Clone)]
+pub struct ReplicaConfig {
+    /// The server the replica runs (its data directory, ports, limits and
+    /// store options; the store is opened as a replica).
+    pub server: ServerConfig,
+    /// The source's RPC address (a leader, or another replica).
+    pub source: SocketAddr,
+    /// The token the source requires, if any.
+    pub source_token: Option<String>,
+    /// Most bytes of records the source sends per batch.
+    pub max_batch_bytes: u32,
+    /// Bytes per chunk of a checkpoint fetch.
+    pub fetch_chunk: u32,
+}
+
+impl ReplicaConfig {
+    pub fn new(server: ServerConfig, source: SocketAddr) -> ReplicaConfig {
+        ReplicaConfig {
+            server,
+            source,
+            source_token: None,
+            max_batch_bytes: 1 << 20,
+            fetch_chunk: 1 << 20,
+        }
+    }
+
+    fn client_options(&self) -> treelog_client::ClientOptions {
+        treelog_client::ClientOptions {
+            token: self.source_token.clone(),
+            ..Default::default()
+        }
+    }
+}
+
+/// A running replica: `shutdown()` stops it.
+pub struct ReplicaHandle {
+    pub bound: Bound,
+    state: Arc<ReplicaState>,
+    stop: watch::Sender<bool>,
+    done: tokio::task::JoinHandle<Result<()>>,
+}
+
+impl ReplicaHandle {
+    /// What the replica knows of its source, and its counters.
+    pub fn state(&self) -> &Arc<ReplicaState> {
+        &self.state
+    }
+
+    /// Waits until the replica ends by itself (an error it cannot recover
+    /// from: its writer stopped, or the source is of another namespace).
+    pub async fn ended(&mut self) -> Result<()> {
+        (&mut self.done)
+            .await
+            .map_err(|e| Error::Protocol(format!("replica task: {e}")))?
+    }
+
+    /// Stops following, drains the server and closes the store.
+    pub async fn shutdown(self) -> Result<()> {
+        let _ = self.stop.send(true);
+        self.done
+            .await
+            .map_err(|e| Error::Protocol(format!("replica task: {e}")))?
+    }
+}
+
+/// Binds the ports and starts the replica in the current runtime: it
+/// bootstraps if its data directory holds no database yet, then serves and
+/// follows its source. Returns once the ports are bound (the bootstrap
+/// runs after, and may take a while: `/readyz` fails until it is served).
+pub async fn start(mut cfg: ReplicaConfig) -> Result<ReplicaHandle> {
+    cfg.server.validate()?;
+    let listeners = Listeners::bind(cfg.server.listen, cfg.server.http)?;
+    let bound = listeners.bound()?;
+    // A replica never creates a database: it restores its source's.
+    cfg.server.store.store.create_if_missing = false;
+    let state = Arc::new(ReplicaState::new(cfg.source.to_string()));
+    cfg.server.store.replica = Some(state.clone());
+    let (stop, stop_rx) = watch::channel(false);
+    let done = tokio::spawn(supervise(cfg, listeners, state.clone(), stop_rx));
+    Ok(ReplicaHandle {
+        bound,
+        state,
+        stop,
+        done,
+    })
+}
+
+/// Runs a replica until SIGINT or SIGTERM (`treelog serve --replica-of`).
+pub async fn run(cfg: ReplicaConfig) -> Result<()> {
+    let source = cfg.source;
+    let mut h = start(cfg).await?;
+    let signalled = treelog_server::signal_handlers();
+    tracing::info!(rpc = %h.bound.rpc, http = %h.bound.http, %source, "replica started");
+    tokio::select! {
+        signal = signalled => {
+            tracing::info!(signal, "signal received: shutting down");
+            h.shutdown().await
+        }
+        ended = h.ended() => ended,
+    }
+}
+
+/// Waits `d`, or less if `stop` is set meanwhile; true when stopped.
+async fn pause(d: Duration, stop: &mut watch::Receiver<bool>) -> bool {
+    if *stop.borrow() {
+        return true;
+    }
+    tokio::select! {
+        _ = tokio::time::sleep(d) => *stop.borrow(),
+        _ = stop.changed() => true,
+    }
+}
+
+/// Bootstraps when needed, then serves and follows; serves again after each
+/// re-bootstrap.
+async fn supervise(
+    cfg: ReplicaConfig,
+    listeners: Listeners,
+    state: Arc<ReplicaState>,
+    mut stop: watch::Receiver<bool>,
+) -> Result<()> {
+    let data = cfg.server.data.clone();
+    bootstrap::recover(&data)?;
+    loop {
+        if !bootstrap::has_database(&data)? {
+            tracing::info!(data = %data.display(), source = %cfg.source, "bootstrapping from the source");
+            match bootstrap::prepare(&cfg, &state, &mut stop).await? {
+                Some(_) => bootstrap::install(&data)?,
+                None => return Ok(()),
+            }
+        }
+        let mut handle =
+            treelog_server::start_on(cfg.server.clone(), listeners.try_clone()?).await?;
+        let store = handle.store_weak();
+        let end = tokio::select! {
+            end = follower::follow(store, &cfg, &state, stop.clone()) => end,
+            ended = handle.ended() => return ended,
+        };
+        match end {
+            follower::FollowEnd::Stopped => return handle.shutdown().await,
+            follower::FollowEnd::Fatal(e) => {
+                tracing::error!(error = %e, "the replica stops");
+                let _ = handle.shutdown().await;
+                return Err(e);
+            }
+            follower::FollowEnd::Rebootstrap(why) => {
+                tracing::warn!(
+                    reason = %why,
+                    "the replica's position is not in its source's log: bootstrapping again \
+                     from a new checkpoint (the old state is served meanwhile)"
+                );
+                state.rebootstrapped();
+                // Fetched and checked while the old state is served.
+                let prepared = bootstrap::prepare(&cfg, &state, &mut stop).await;
+                handle.shutdown().await?;
+                match prepared? {
+                    Some(_) => bootstrap::install(&data)?,
+                    None => return Ok(()),
+                }
+            }
+        }
+    }
+}
