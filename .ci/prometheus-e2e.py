@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """End-to-end check with a real Prometheus.
 
-Starts `treelog serve` on loopback, a Prometheus scraping it every second,
+Starts `treelog serve` on loopback and a replica of it (`serve
+--replica-of`), a Prometheus scraping both every second,
 runs a workload through the CLI, then evaluates every expression of the
 Grafana dashboard through Prometheus's HTTP API and fails if any returns no
 data. Usage: prometheus-e2e.py PATH_TO_TREELOG_BINARY
@@ -11,6 +12,7 @@ import json, os, shutil, subprocess, sys, tempfile, time, urllib.parse, urllib.r
 BIN = sys.argv[1]
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RPC, HTTP, PROM = "127.0.0.1:17500", "127.0.0.1:17501", "127.0.0.1:19090"
+REPLICA_RPC, REPLICA_HTTP = "127.0.0.1:17510", "127.0.0.1:17511"
 
 
 def get(url, timeout=5):
@@ -44,14 +46,20 @@ def main():
                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         procs.append(server)
         wait_until("treelog /readyz", lambda: get(f"http://{HTTP}/readyz")[0] == 200)
+        replica = subprocess.Popen([BIN, "--data", f"{tmp}/replica", "serve", "--listen", REPLICA_RPC,
+                                    "--http", REPLICA_HTTP, "--replica-of", RPC],
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        procs.append(replica)
+        wait_until("the replica's /readyz", lambda: get(f"http://{REPLICA_HTTP}/readyz")[0] == 200)
         with open(f"{tmp}/prometheus.yml", "w") as f:
             f.write(f"global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: treelog\n"
-                    f"    static_configs:\n      - targets: ['{HTTP}']\n")
+                    f"    static_configs:\n      - targets: ['{HTTP}', '{REPLICA_HTTP}']\n")
         prom = subprocess.Popen(["prometheus", f"--config.file={tmp}/prometheus.yml", f"--storage.tsdb.path={tmp}/tsdb",
                                  f"--web.listen-address={PROM}"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         procs.append(prom)
-        wait_until("prometheus to scrape treelog", lambda: json.loads(
-            get(f"http://{PROM}/api/v1/query?query=up%7Bjob%3D%22treelog%22%7D")[1])["data"]["result"][0]["value"][1] == "1")
+        up = urllib.parse.quote('sum(up{job="treelog"})')
+        wait_until("prometheus to scrape the leader and the replica", lambda: json.loads(
+            get(f"http://{PROM}/api/v1/query?query={up}")[1])["data"]["result"][0]["value"][1] == "2")
         # Workload: every kind of activity the dashboard shows, spread over
         # several scrapes so that rate() has samples.
         cli("tail", "--from", "1", "--cursor", "dash", "--limit", "1")

@@ -1,6 +1,7 @@
 //! Observability: `/metrics` passes `promtool check metrics`, and every
 //! metric name used by the Grafana dashboard is exported by a real server
-//! after a workload.
+//! after a workload (the replication row's by the same database served as
+//! a replica).
 
 #[path = "../../../tests/common/mod.rs"]
 mod common;
@@ -20,6 +21,20 @@ async fn metrics_text(h: &ServerHandle) -> String {
     let (status, body) = http::get(h.bound.http, "/metrics").await;
     assert_eq!(status, 200, "{body}");
     body
+}
+
+/// `/metrics` of the database at `dir` served as a replica (its
+/// `treelog_replica_*` series; nothing follows a source here).
+async fn replica_metrics_text(dir: &std::path::Path) -> String {
+    let h = server::start(dir, |c| {
+        c.store.replica = Some(std::sync::Arc::new(treelog::replica::ReplicaState::new(
+            "127.0.0.1:1",
+        )))
+    })
+    .await;
+    let text = metrics_text(&h).await;
+    h.shutdown().await.unwrap();
+    text
 }
 
 /// A server that has seen every kind of activity the dashboard shows.
@@ -85,7 +100,9 @@ fn dashboard_metric_names() -> BTreeSet<String> {
 async fn every_dashboard_metric_is_exported() {
     let dir = tempfile::tempdir().unwrap();
     let h = server_after_workload(dir.path()).await;
-    let text = metrics_text(&h).await;
+    let mut text = metrics_text(&h).await;
+    h.shutdown().await.unwrap();
+    text.push_str(&replica_metrics_text(dir.path()).await);
     let exported: BTreeSet<&str> = text
         .lines()
         .filter(|l| !l.starts_with('#') && !l.is_empty())
@@ -101,15 +118,21 @@ async fn every_dashboard_metric_is_exported() {
         "dashboard uses metrics the server does not export: {missing:?}"
     );
     println!("{} dashboard metric names, all exported", names.len());
-    h.shutdown().await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_pass_promtool_check() {
     let dir = tempfile::tempdir().unwrap();
     let h = server_after_workload(dir.path()).await;
-    let text = metrics_text(&h).await;
+    let leader = metrics_text(&h).await;
     h.shutdown().await.unwrap();
+    let replica = replica_metrics_text(dir.path()).await;
+    for text in [leader, replica] {
+        promtool_check(&text);
+    }
+}
+
+fn promtool_check(text: &str) {
     let child = Proc::new("promtool")
         .args(["check", "metrics"])
         .stdin(Stdio::piped())
