@@ -10,24 +10,14 @@ use std::time::{Duration, Instant};
 use crate::error::{Error, Result};
 use treelog::{CreateOptions, Options, Treelog};
 
-/// Files per loaded directory.
-const FILES_PER_DIR: u64 = 1000;
-
-pub fn run(base: &Path, inodes: u64, callers: usize) -> Result<()> {
-    let data = base.join("backup-source");
-    let (dest, restored) = (base.join("backup"), base.join("restored"));
-    for d in [&data, &dest, &restored] {
-        let _ = std::fs::remove_dir_all(d);
-    }
-    let t = Arc::new(Treelog::open(&data, Options::default())?);
-
-    // The namespace: /load/d<j>/f<k>, 1,000 files a directory.
-    let started = Instant::now();
+/// Loads a namespace of about `inodes` inodes: /load/d<j>/f<k>, 1,000
+/// files a directory. Returns the inodes made.
+pub fn load(t: &Treelog, inodes: u64) -> Result<u64> {
     t.mkdir_p("/load")?;
     let dirs = inodes.div_ceil(FILES_PER_DIR + 1).max(1);
     let files = inodes.saturating_sub(dirs + 2);
     crate::bulk_load(
-        &t,
+        t,
         dirs,
         1024,
         |j| treelog::Command::Mkdir {
@@ -40,7 +30,7 @@ pub fn run(base: &Path, inodes: u64, callers: usize) -> Result<()> {
         None,
     )?;
     crate::bulk_load(
-        &t,
+        t,
         files,
         1024,
         |i| treelog::Command::Create {
@@ -53,9 +43,23 @@ pub fn run(base: &Path, inodes: u64, callers: usize) -> Result<()> {
         },
         None,
     )?;
+    Ok(dirs + files + 2)
+}
+
+/// Files per loaded directory.
+const FILES_PER_DIR: u64 = 1000;
+
+pub fn run(base: &Path, inodes: u64, callers: usize) -> Result<()> {
+    let data = base.join("backup-source");
+    let (dest, restored) = (base.join("backup"), base.join("restored"));
+    for d in [&data, &dest, &restored] {
+        let _ = std::fs::remove_dir_all(d);
+    }
+    let t = Arc::new(Treelog::open(&data, Options::default())?);
+    let started = Instant::now();
+    let loaded = load(&t, inodes)?;
     println!(
-        "loaded {} inodes ({} records) in {:.1} s",
-        dirs + files + 2,
+        "loaded {loaded} inodes ({} records) in {:.1} s",
         t.committed_seq(),
         started.elapsed().as_secs_f64()
     );

@@ -13,6 +13,7 @@
 
 pub mod backup;
 pub mod network;
+pub mod replica;
 pub mod seed;
 pub mod streams;
 pub mod suite;
@@ -121,6 +122,25 @@ pub enum BenchCmd {
         /// Writer threads (one synced create at a time each).
         #[arg(long, default_value_t = 8)]
         callers: usize,
+        /// Where to put the scratch databases (default: a temp directory).
+        #[arg(long)]
+        dir: Option<std::path::PathBuf>,
+    },
+    /// A replica of a large namespace: its bootstrap, its lag while
+    /// writers run the leader at full speed, and its catch-up rate.
+    Replica {
+        /// Inodes in the leader's namespace.
+        #[arg(long, default_value_t = 1_000_000)]
+        inodes: u64,
+        /// Writer threads on the leader (one synced create at a time each).
+        #[arg(long, default_value_t = 64)]
+        callers: usize,
+        /// Seconds the lag is sampled.
+        #[arg(long, default_value_t = 10)]
+        seconds: u64,
+        /// Records the replica is behind when it starts again.
+        #[arg(long, default_value_t = 1_000_000)]
+        behind: u64,
         /// Where to put the scratch databases (default: a temp directory).
         #[arg(long)]
         dir: Option<std::path::PathBuf>,
@@ -601,6 +621,20 @@ pub fn run(args: &BenchArgs) -> Result<u8> {
         } => {
             let base = scratch(dir)?;
             backup::run(&base, *inodes, *callers)?;
+            if dir.is_none() {
+                let _ = std::fs::remove_dir_all(&base);
+            }
+            Ok(0)
+        }
+        BenchCmd::Replica {
+            inodes,
+            callers,
+            seconds,
+            behind,
+            dir,
+        } => {
+            let base = scratch(dir)?;
+            replica::run(&base, *inodes, *callers, *seconds, *behind)?;
             if dir.is_none() {
                 let _ = std::fs::remove_dir_all(&base);
             }
