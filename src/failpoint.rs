@@ -19,7 +19,12 @@
 //! - backup: `backup::after_checkpoint` (the checkpoint made in the data
 //!   directory), `backup::before_install` (the backup complete, manifest
 //!   included, under its staging name); restore: `restore::before_install`
-//!   (the new data directory checked, under its staging name).
+//!   (the new data directory checked, under its staging name);
+//! - a backup fetched from a server (`treelog-replica`'s fetch, also a
+//!   replica's bootstrap): `fetch::after_chunk` (a chunk written, its
+//!   progress not yet recorded); a replica's bootstrap:
+//!   `bootstrap::between_renames` (the old database renamed away, the new
+//!   one not yet in its place).
 //!
 //! Injected failures (the operation fails as an I/O error would, the
 //! process goes on): `writer::write_log` (a group's log append);
