@@ -75,9 +75,10 @@ impl ReplicaState {
         &self.source
     }
 
-    /// The source said it has committed `seq`.
+    /// The source said it has committed `seq` (a source restored from an
+    /// older backup may say less than before).
     pub fn heard(&self, seq: u64) {
-        self.leader_committed.fetch_max(seq, Ordering::AcqRel);
+        self.leader_committed.store(seq, Ordering::Release);
     }
 
     pub fn set_connected(&self, up: bool) {
@@ -197,26 +198,20 @@ impl Treelog {
         }
         let committed = self.committed_seq();
         if req.from == 0 || req.from > committed + 1 {
-            return Err(Error::Incompatible {
-                path: self.store().path().display().to_string(),
-                detail: format!(
-                    "the replica asks for sequence {} but this node has committed only {committed}: \
-                     the replica is ahead of it (a source restored from an older backup?)",
-                    req.from
-                ),
-            });
+            return Err(Error::PositionGone(format!(
+                "the replica asks for sequence {} but this node has committed only {committed}: \
+                 the replica is ahead of it (a source restored from an older backup?)",
+                req.from
+            )));
         }
         if let (Some(want), Some(prev)) = (req.prev_crc, req.from.checked_sub(1)) {
             if prev >= self.log_start() && prev > 0 {
                 if let Some(v) = self.store().read_record_bytes(prev)? {
                     if record_crc(&v) != Some(want) {
-                        return Err(Error::Incompatible {
-                            path: self.store().path().display().to_string(),
-                            detail: format!(
-                                "the replica's record {prev} differs from this node's: its \
-                                 history diverged"
-                            ),
-                        });
+                        return Err(Error::PositionGone(format!(
+                            "the replica's record {prev} differs from this node's: the \
+                             histories diverged"
+                        )));
                     }
                 }
             }

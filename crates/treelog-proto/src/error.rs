@@ -190,6 +190,10 @@ pub enum Error {
         requested: u64,
         first_available: u64,
     },
+    /// A replica's position is not in its source's log for another reason
+    /// than retention (its history diverged, or it is ahead).
+    #[error("the replica's position is not in this log: {0}")]
+    PositionGone(String),
     #[error("cursor {name} expired: it acknowledged {acked} but retention moved the log start to {log_start}; drop it and resubscribe from a snapshot")]
     CursorExpired {
         name: String,
@@ -239,7 +243,9 @@ impl Error {
             Error::DictionaryFull(_) => ErrorKind::DictionaryFull,
             Error::NotLeader { .. } => ErrorKind::NotLeader,
             Error::Lagging { .. } => ErrorKind::Lagging,
-            Error::Compacted { .. } | Error::ViewNotRetained { .. } => ErrorKind::Compacted,
+            Error::Compacted { .. } | Error::ViewNotRetained { .. } | Error::PositionGone(_) => {
+                ErrorKind::Compacted
+            }
             Error::CursorExpired { .. } => ErrorKind::CursorExpired,
             Error::Corruption { .. } => ErrorKind::Corruption,
             Error::Incompatible { .. } => ErrorKind::Incompatible,

@@ -426,3 +426,69 @@ async fn a_replica_whose_position_was_removed_bootstraps_again_without_mixing_st
         .collect();
     assert!(left.is_empty(), "{left:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_replica_of_a_source_whose_history_diverged_bootstraps_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let (l_data, r_data, backup, l2_data) = (
+        dir.path().join("leader"),
+        dir.path().join("replica"),
+        dir.path().join("backup"),
+        dir.path().join("leader2"),
+    );
+    let l = leader(&l_data).await;
+    let (l_rpc, l_http) = (l.bound.rpc, l.bound.http);
+    let c = connect(l_rpc).await;
+    for i in 0..50 {
+        c.submit(mkdir(&format!("/a/d{i}"))).await.unwrap();
+    }
+    let t = l.store().unwrap();
+    let b = tokio::task::block_in_place(|| t.backup(&backup)).unwrap();
+    drop(t);
+    for i in 50..100 {
+        c.submit(mkdir(&format!("/a/d{i}"))).await.unwrap();
+    }
+    let r = replica(&r_data, l_rpc).await;
+    applied(r.bound.rpc, 100).await;
+    let (r_rpc, r_http) = (r.bound.rpc, r.bound.http);
+    r.shutdown().await.unwrap();
+    drop(c);
+    l.shutdown().await.unwrap();
+    // The leader's database is replaced by its older backup, which then
+    // takes other writes: past the replica's position, with a different
+    // history.
+    tokio::task::block_in_place(|| treelog::backup::restore(&backup, &l2_data, &mut |_| {}))
+        .unwrap();
+    let l2 = server::start(&l2_data, |cfg| {
+        cfg.listen = l_rpc;
+        cfg.http = l_http;
+    })
+    .await;
+    let c = connect(l_rpc).await;
+    for i in 0..80 {
+        c.submit(mkdir(&format!("/b/d{i}"))).await.unwrap();
+    }
+    let end = c.ping().await.unwrap();
+    assert!(end > 100 && b.seq == 50, "{end} {}", b.seq);
+    let r = replica_with(&r_data, l_rpc, |cfg| {
+        cfg.server.listen = r_rpc;
+        cfg.server.http = r_http;
+    })
+    .await;
+    applied(r_rpc, end).await;
+    assert_eq!(r.state().counters().rebootstraps, 1);
+    let rc = connect(r_rpc).await;
+    assert_eq!(
+        rc.stat("/a/d60").await.map_err(|e| e.kind()).err(),
+        Some(ErrorKind::NotFound),
+        "the old history is gone from the replica"
+    );
+    rc.stat("/b/d79").await.unwrap();
+    drop((c, rc));
+    r.shutdown().await.unwrap();
+    l2.shutdown().await.unwrap();
+    let (la, ld, llog) = closed_state(&l2_data);
+    let (ra, rd, rlog) = closed_state(&r_data);
+    assert_eq!((ra, rd), (la, ld));
+    assert!(rlog == llog);
+}
