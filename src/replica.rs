@@ -219,6 +219,18 @@ impl Treelog {
         Ok(())
     }
 
+    /// Keeps the durable cursor `name` at a replica's position `applied`
+    /// (creating it, or making it again if retention had expired it), so
+    /// that retention keeps the records after it.
+    pub fn hold_for_replica(&self, name: &str, applied: u64) -> Result<()> {
+        let (r, store) = (&self.shared.retention, self.store());
+        if let Some(Err(_)) = r.cursor_acked(name) {
+            r.drop_cursor(store, name)?;
+        }
+        r.open_cursor(store, name, applied)?;
+        r.ack(store, self.committed_seq(), name, applied)
+    }
+
     /// Committed records from `from` as stored, at most `max_bytes` of
     /// them (at least one, whatever its size), none past the committed
     /// sequence (the log may hold records whose fsync has not finished).

@@ -165,7 +165,7 @@ fn reply_lost() -> Error {
 
 /// An open treelog store.
 pub struct Treelog {
-    shared: Arc<Shared>,
+    pub(crate) shared: Arc<Shared>,
     tx: Option<Sender<Request>>,
     /// Every thread of this store (see [`crate::supervisor`]).
     threads: Supervisor,

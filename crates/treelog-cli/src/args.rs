@@ -324,6 +324,11 @@ pub struct ServeArgs {
     /// The token file of the server given by --replica-of.
     #[arg(long, requires = "replica_of")]
     pub source_token_file: Option<PathBuf>,
+    /// The durable cursor the source keeps at this replica's position, so
+    /// that its retention keeps what the replica still needs (within its
+    /// --max-cursor-lag). Default: replica-<--listen address>.
+    #[arg(long, requires = "replica_of", value_name = "NAME")]
+    pub replica_cursor: Option<String>,
 }
 
 #[derive(Subcommand, Debug)]

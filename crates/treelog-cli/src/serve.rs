@@ -37,6 +37,9 @@ pub fn run(cli: &Cli, a: &ServeArgs) -> Result<u8> {
         Some(source) => {
             let mut rc = treelog_replica::ReplicaConfig::new(cfg, source);
             rc.source_token = read_token(a.source_token_file.as_deref())?;
+            if let Some(c) = &a.replica_cursor {
+                rc.cursor = Some(c.clone());
+            }
             rt.block_on(treelog_replica::run(rc))?;
         }
         None => rt.block_on(crate::server::run(cfg))?,

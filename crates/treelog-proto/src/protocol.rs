@@ -132,6 +132,11 @@ pub struct ReplicateFrom {
     /// The most bytes of records per `Records` reply (at least one record
     /// is sent, whatever its size).
     pub max_batch_bytes: u32,
+    /// A durable cursor the source keeps at the replica's position (set to
+    /// `from - 1` here, then moved by the replica's `Ack`s), so that the
+    /// source's retention keeps the records the replica still needs
+    /// (within `--max-cursor-lag`, which expires it).
+    pub cursor: Option<String>,
 }
 
 /// A node's role and positions (reply to `Status`, `treelog admin

@@ -10,7 +10,7 @@
 //! from what is committed, with a growing pause.
 
 use std::sync::{Arc, Weak};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
 use treelog::error::{Error, ErrorKind, Result};
@@ -19,6 +19,9 @@ use treelog::Treelog;
 use treelog_proto::protocol::{ReplicateFrom, RequestBody, ResponseBody};
 
 use crate::ReplicaConfig;
+
+/// How often the replica moves its cursor on the source.
+const ACK_EVERY: Duration = Duration::from_secs(1);
 
 /// Batches read ahead of the one being applied.
 const STREAM_QUEUE: usize = 16;
@@ -126,6 +129,7 @@ async fn stream(
                 namespace,
                 prev_crc,
                 max_batch_bytes: cfg.max_batch_bytes,
+                cursor: cfg.cursor.clone(),
             }),
             STREAM_QUEUE,
         )
@@ -136,6 +140,7 @@ async fn stream(
     state.set_connected(true);
     tracing::info!(source = %cfg.source, from, "streaming from the source");
     let mut next = from;
+    let mut acked = Instant::now();
     loop {
         let reply = tokio::select! {
             _ = stop.changed() => return Ok(()),
@@ -176,6 +181,17 @@ async fn stream(
             Ok(_) => {
                 next += n;
                 *progressed = true;
+                if let Some(cursor) = cfg.cursor.as_ref().filter(|_| acked.elapsed() >= ACK_EVERY) {
+                    // Moves the source's cursor (best effort: its retention
+                    // may only remove what this replica has applied).
+                    acked = Instant::now();
+                    let (c, cursor, seq) = (client.clone(), cursor.clone(), next - 1);
+                    tokio::spawn(async move {
+                        if let Err(e) = c.ack(&cursor, seq).await {
+                            tracing::debug!(error = %e, "the source refused the replica's ack");
+                        }
+                    });
+                }
             }
             // A damaged batch (checksum, sequence): nothing of it was
             // applied; ask again from what is committed.

@@ -45,11 +45,35 @@ pub struct ReplicaConfig {
     pub max_batch_bytes: u32,
     /// Bytes per chunk of a checkpoint fetch.
     pub fetch_chunk: u32,
+    /// The durable cursor the source keeps at this replica's position
+    /// (its retention keeps what the replica needs, within its
+    /// `--max-cursor-lag`); `None`: no cursor, retention may remove the
+    /// replica's position, which then bootstraps again.
+    pub cursor: Option<String>,
+}
+
+/// `replica-<listen address>`, with the characters a cursor name cannot
+/// hold replaced by `-`.
+pub fn default_cursor(server: &ServerConfig) -> String {
+    let name: String = server
+        .listen
+        .to_string()
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '.' {
+                c
+            } else {
+                '-'
+            }
+        })
+        .collect();
+    format!("replica-{name}")
 }
 
 impl ReplicaConfig {
     pub fn new(server: ServerConfig, source: SocketAddr) -> ReplicaConfig {
         ReplicaConfig {
+            cursor: Some(default_cursor(&server)),
             server,
             source,
             source_token: None,
@@ -105,6 +129,10 @@ pub async fn start(mut cfg: ReplicaConfig) -> Result<ReplicaHandle> {
     cfg.server.validate()?;
     let listeners = Listeners::bind(cfg.server.listen, cfg.server.http)?;
     let bound = listeners.bound()?;
+    if cfg.server.listen.port() == 0 && cfg.cursor == Some(default_cursor(&cfg.server)) {
+        cfg.server.listen = bound.rpc;
+        cfg.cursor = Some(default_cursor(&cfg.server));
+    }
     // A replica never creates a database: it restores its source's.
     cfg.server.store.store.create_if_missing = false;
     let state = Arc::new(ReplicaState::new(cfg.source.to_string()));

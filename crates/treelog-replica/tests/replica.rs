@@ -354,14 +354,27 @@ async fn a_replica_whose_position_was_removed_bootstraps_again_without_mixing_st
     for i in first..first + more {
         c.submit(create(&format!("/d/f{i}"))).await.unwrap();
     }
-    let report = l
-        .store()
-        .unwrap()
+    // Its cursor on the leader holds retention back at its position...
+    let t = l.store().unwrap();
+    let held = t
         .run_retention(&RetentionPolicy {
             max_records: Some(100),
             ..Default::default()
         })
         .unwrap();
+    let cursor = format!("replica-127.0.0.1-{}", rpc.port());
+    assert_eq!(held.held_by_cursor, Some(cursor), "{held:?}");
+    assert!(held.new_start <= base + first + 1, "{held:?}");
+    // ... until it lags too far and expires.
+    let report = t
+        .run_retention(&RetentionPolicy {
+            max_records: Some(100),
+            max_cursor_lag: Some(100),
+            ..Default::default()
+        })
+        .unwrap();
+    drop(t);
+    assert_eq!(report.expired_cursors.len(), 1, "{report:?}");
     assert!(report.new_start > base + first + 1, "{report:?}");
     // Readers on the replica's port from before it starts again until it
     // has caught up: every read is one state of the leader's history.

@@ -1638,6 +1638,13 @@ async fn replication(
         let _ = respond(&ctx.out, id, protocol::error_body(&e)).await;
         return e.kind().as_str();
     }
+    if let Some(name) = &req.cursor {
+        if let Err(e) = t.hold_for_replica(name, req.from - 1) {
+            unregister();
+            let _ = respond(&ctx.out, id, protocol::error_body(&e)).await;
+            return e.kind().as_str();
+        }
+    }
     let max_bytes = req.max_batch_bytes.clamp(1, MAX_REPLICATION_BATCH) as usize;
     let mut next = req.from;
     let mut shutdown = ctx.shutdown.clone();
