@@ -223,7 +223,7 @@ pub enum Cmd {
     /// (created if missing); an entry that exists already fails alone.
     Import(ImportArgs),
     /// Run the server.
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Build a small tree, print it, show the log and verify the index.
     Demo,
     /// Operator commands.

@@ -283,7 +283,7 @@ async fn a_client_writing_on_the_leader_reads_its_writes_on_the_replica() {
         let page = rd.list("/rw", None, 10_000).await.unwrap();
         assert_eq!(
             page.entries.len(),
-            (i + 1) / 2,
+            i.div_ceil(2),
             "the listing after round {i}"
         );
         let stale = plain.stat_at("/rw", ReadAt::Latest).await.unwrap();
