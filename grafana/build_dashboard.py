@@ -115,6 +115,21 @@ ts("Limits reached", [(f"rate(treelog_server_backpressure_total[{RI}])", "back-p
 ts("Process CPU", [(f"rate(process_cpu_seconds_total[{RI}])", "cpu cores")], "percentunit")
 ts("Process memory and file descriptors", [("process_resident_memory_bytes", "resident bytes"), ("process_open_fds", "open fds")])
 
+row("Replication")
+ts("Replica lag (records)", [("treelog_replica_lag_records", "{{instance}}")],
+   desc="Records a replica is behind its source (treelog admin status); bounded under load is healthy, growing is not")
+ts("Replica lag (seconds)", [("treelog_replica_lag_seconds", "{{instance}}")], "s",
+   desc="How old a replica's newest state is while its source has a newer one")
+ts("Replica positions", [("treelog_applied_seq and on(instance) treelog_replica_connected", "applied {{instance}}"),
+                         ("treelog_replica_leader_committed_seq", "source committed {{instance}}"),
+                         ("treelog_replica_connected", "connected {{instance}}")],
+   desc="The replica's applied sequence beside its source's committed sequence as it last heard it; connected is 1 while it streams")
+ts("Replica reconnects and re-bootstraps", [(f"increase(treelog_replica_reconnects_total[{RI}])", "reconnects {{instance}}"),
+                                             (f"increase(treelog_replica_rebootstraps_total[{RI}])", "re-bootstraps {{instance}}")],
+   desc="Reconnections to the source, and bootstraps again from a new checkpoint (the replica's position was removed from the source's log, or its history diverged)")
+ts("Last bootstrap", [("treelog_replica_bootstrap_bytes", "bytes {{instance}}"), ("treelog_replica_bootstrap_seconds", "seconds {{instance}}")],
+   desc="Checkpoint bytes fetched and seconds taken by the replica's last bootstrap")
+
 dash = {
     "title": "treelog",
     "uid": "treelog-overview",

@@ -533,8 +533,8 @@ impl Metrics {
 }
 
 /// A replica's metrics (`treelog_replica_*`), set on scrape from its
-/// [`crate::replica::ReplicaState`] (which outlives a re-bootstrap: the
-/// counters go on from where they were).
+/// replica state (`crate::replica`), which outlives a re-bootstrap: the
+/// counters go on from where they were.
 pub struct ReplicaMetrics {
     pub leader_committed_seq: IntGauge,
     pub lag_records: IntGauge,
@@ -544,25 +544,4 @@ pub struct ReplicaMetrics {
     pub rebootstraps: IntCounter,
     pub bootstrap_bytes: IntGauge,
     pub bootstrap_seconds: prometheus::Gauge,
-}
-
-impl ReplicaMetrics {
-    pub fn refresh(
-        &self,
-        status: &treelog_proto::protocol::NodeStatus,
-        c: &crate::replica::ReplicaCounters,
-    ) {
-        self.leader_committed_seq
-            .set(status.leader_committed_seq as i64);
-        self.lag_records.set(status.lag_records as i64);
-        self.lag_seconds.set(status.lag_ms as f64 / 1e3);
-        self.connected.set(i64::from(c.connected));
-        // Counters rise to the state's totals.
-        self.reconnects
-            .inc_by(c.reconnects.saturating_sub(self.reconnects.get()));
-        self.rebootstraps
-            .inc_by(c.rebootstraps.saturating_sub(self.rebootstraps.get()));
-        self.bootstrap_bytes.set(c.bootstrap_bytes as i64);
-        self.bootstrap_seconds.set(c.bootstrap_ms as f64 / 1e3);
-    }
 }

@@ -10,13 +10,13 @@
 //! `edges` are the source's, byte for byte.
 //!
 //! Either role serves its committed log to replicas
-//! ([`Treelog::replication_batch`]), after checking that the asking
+//! (`Treelog::replication_batch`), after checking that the asking
 //! replica is of the same namespace and has the same history.
 //!
 //! The network side (fetching a checkpoint, streaming records,
 //! re-bootstrapping) is the `treelog-replica` crate; [`ReplicaState`] is
 //! what it tells the store and what the store reports (`admin status`,
-//! metrics), kept outside any one [`Treelog`] so that it outlives a
+//! metrics), kept outside any one `Treelog` so that it outlives a
 //! re-bootstrap.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -26,7 +26,8 @@ use treelog_proto::protocol::{NodeStatus, ReplicateFrom};
 
 use crate::error::{Error, Result};
 use crate::format::record;
-use crate::treelog::Treelog;
+use crate::metrics::ReplicaMetrics;
+use crate::shared::Shared;
 use crate::writer::Work;
 
 /// What a replica knows of its source, and its counters.
@@ -85,6 +86,7 @@ impl ReplicaState {
         self.connected.store(up, Ordering::Release);
     }
 
+    /// The time of the last record applied (ms since the epoch).
     pub(crate) fn set_applied_time_ms(&self, t: u64) {
         self.applied_time_ms.store(t, Ordering::Release);
     }
@@ -123,162 +125,177 @@ pub fn record_crc(stored: &[u8]) -> Option<u32> {
     Some(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
 }
 
-impl Treelog {
-    /// This store's replica state, when it is a replica.
-    pub fn replica_state(&self) -> Option<&std::sync::Arc<ReplicaState>> {
-        self.replica.as_ref()
+/// `NotLeader` (naming the source) on a replica.
+pub(crate) fn check_leader(replica: Option<&ReplicaState>) -> Result<()> {
+    match replica {
+        None => Ok(()),
+        Some(r) => Err(Error::NotLeader {
+            leader: Some(r.source().to_owned()),
+        }),
     }
+}
 
-    /// `NotLeader` (naming the source) on a replica.
-    pub(crate) fn check_leader(&self) -> Result<()> {
-        match &self.replica {
-            None => Ok(()),
-            Some(r) => Err(Error::NotLeader {
-                leader: Some(r.source().to_owned()),
-            }),
-        }
+/// The error of a read that asked for `seq` and waited `waited` in vain:
+/// `Lagging` on a replica, `Busy` on a leader (which has not committed a
+/// sequence a client says it saw: from another namespace, or lost with a
+/// power cut of an unsynced store).
+pub(crate) fn not_caught_up(
+    shared: &Shared,
+    replica: Option<&ReplicaState>,
+    seq: u64,
+    waited: Duration,
+) -> Error {
+    let applied = shared.committed.get();
+    match replica {
+        Some(r) => Error::Lagging {
+            applied,
+            wanted: seq,
+            waited_ms: waited.as_millis() as u64,
+            leader: Some(r.source().to_owned()),
+        },
+        None => Error::Busy(format!(
+            "not caught up to sequence {seq} within {waited:?} (committed: {applied})"
+        )),
     }
+}
 
-    /// The error of a read that asked for `seq` and waited `waited` in
-    /// vain: `Lagging` on a replica, `Busy` on a leader (which has not
-    /// committed a sequence a client says it saw: from another namespace,
-    /// or lost with a power cut of an unsynced store).
-    pub fn not_caught_up(&self, seq: u64, waited: Duration) -> Error {
-        let applied = self.committed_seq();
-        match &self.replica {
-            Some(r) => Error::Lagging {
-                applied,
-                wanted: seq,
-                waited_ms: waited.as_millis() as u64,
-                leader: Some(r.source().to_owned()),
-            },
-            None => Error::Busy(format!(
-                "not caught up to sequence {seq} within {waited:?} (committed: {applied})"
-            )),
-        }
+/// The work of `Treelog::replicate`'s batch, and the time of its last
+/// record (the replica's lag in time is measured from it).
+pub(crate) fn replicated(
+    replica: Option<&ReplicaState>,
+    records: Vec<Vec<u8>>,
+) -> Result<(Work, Option<u64>)> {
+    if replica.is_none() {
+        return Err(Error::InvalidArgument(
+            "this store is a leader: it does not take replicated records".into(),
+        ));
     }
+    let last_time = match records.last() {
+        Some(last) => Some(record::decode_record_ref(last, None)?.time_ms),
+        None => None,
+    };
+    Ok((Work::Replicated(records), last_time))
+}
 
-    /// Appends and applies records of the source (stored bytes, in order,
-    /// continuing this log): durable and visible when this returns, with
-    /// the sequence of the last. A batch that does not continue the log or
-    /// fails a checksum is refused whole (`Corruption`) and nothing of it
-    /// is applied. Only on a replica.
-    pub async fn replicate(&self, records: Vec<Vec<u8>>) -> Result<u64> {
-        let Some(state) = &self.replica else {
-            return Err(Error::InvalidArgument(
-                "this store is a leader: it does not take replicated records".into(),
-            ));
-        };
-        let last_time = match records.last() {
-            Some(last) => Some(record::decode_record_ref(last, None)?.time_ms),
-            None => None,
-        };
-        let seq = self.send_async(Work::Replicated(records)).await?;
-        if let Some(t) = last_time {
-            state.applied_time_ms.store(t, Ordering::Release);
-        }
-        Ok(seq)
+/// Checks that a replica asking for records from `req.from` continues this
+/// store's history: the same namespace (else `Incompatible`), `from` not
+/// past the committed end + 1, and its record `from - 1` (when this store
+/// still has it) the same as ours (else `PositionGone`).
+pub(crate) fn check_replica(shared: &Shared, req: &ReplicateFrom) -> Result<()> {
+    let store = &shared.store;
+    let ours = store.namespace_id()?;
+    if req.namespace != ours {
+        return Err(Error::Incompatible {
+            path: store.path().display().to_string(),
+            detail: format!(
+                "the replica's namespace is {}, this node's is {ours}: it is a replica of \
+                 another namespace",
+                req.namespace
+            ),
+        });
     }
-
-    /// Checks that a replica asking for records from `req.from` continues
-    /// this store's history: the same namespace, `from` not past this
-    /// store's committed end + 1, and its record `from - 1` (when this
-    /// store still has it) the same as ours.
-    pub fn check_replica(&self, req: &ReplicateFrom) -> Result<()> {
-        let ours = self.store().namespace_id()?;
-        if req.namespace != ours {
-            return Err(Error::Incompatible {
-                path: self.store().path().display().to_string(),
-                detail: format!(
-                    "the replica's namespace is {}, this node's is {ours}: it is a replica of \
-                     another namespace",
-                    req.namespace
-                ),
-            });
-        }
-        let committed = self.committed_seq();
-        if req.from == 0 || req.from > committed + 1 {
-            return Err(Error::PositionGone(format!(
-                "the replica asks for sequence {} but this node has committed only {committed}: \
-                 the replica is ahead of it (a source restored from an older backup?)",
-                req.from
-            )));
-        }
-        if let (Some(want), Some(prev)) = (req.prev_crc, req.from.checked_sub(1)) {
-            if prev >= self.log_start() && prev > 0 {
-                if let Some(v) = self.store().read_record_bytes(prev)? {
-                    if record_crc(&v) != Some(want) {
-                        return Err(Error::PositionGone(format!(
-                            "the replica's record {prev} differs from this node's: the \
-                             histories diverged"
-                        )));
-                    }
+    let committed = shared.committed.get();
+    if req.from == 0 || req.from > committed + 1 {
+        return Err(Error::PositionGone(format!(
+            "the replica asks for sequence {} but this node has committed only {committed}: \
+             the replica is ahead of it (a source restored from an older backup?)",
+            req.from
+        )));
+    }
+    if let (Some(want), Some(prev)) = (req.prev_crc, req.from.checked_sub(1)) {
+        if prev >= shared.retention.log_start() && prev > 0 {
+            if let Some(v) = store.read_record_bytes(prev)? {
+                if record_crc(&v) != Some(want) {
+                    return Err(Error::PositionGone(format!(
+                        "the replica's record {prev} differs from this node's: the histories \
+                         diverged"
+                    )));
                 }
             }
         }
-        Ok(())
     }
+    Ok(())
+}
 
-    /// Keeps the durable cursor `name` at a replica's position `applied`
-    /// (creating it, or making it again if retention had expired it), so
-    /// that retention keeps the records after it.
-    pub fn hold_for_replica(&self, name: &str, applied: u64) -> Result<()> {
-        let (r, store) = (&self.shared.retention, self.store());
-        if let Some(Err(_)) = r.cursor_acked(name) {
-            r.drop_cursor(store, name)?;
-        }
-        r.open_cursor(store, name, applied)?;
-        r.ack(store, self.committed_seq(), name, applied)
+/// Keeps the durable cursor `name` at a replica's position `applied`
+/// (creating it, or making it again if retention had expired it), so that
+/// retention keeps the records after it.
+pub(crate) fn hold_for_replica(shared: &Shared, name: &str, applied: u64) -> Result<()> {
+    let (r, store) = (&shared.retention, &shared.store);
+    if let Some(Err(_)) = r.cursor_acked(name) {
+        r.drop_cursor(store, name)?;
     }
+    r.open_cursor(store, name, applied)?;
+    r.ack(store, shared.committed.get(), name, applied)
+}
 
-    /// Committed records from `from` as stored, at most `max_bytes` of
-    /// them (at least one, whatever its size), none past the committed
-    /// sequence (the log may hold records whose fsync has not finished).
-    /// `Compacted` when retention has removed `from`.
-    pub fn replication_batch(&self, from: u64, max_bytes: usize) -> Result<Vec<Vec<u8>>> {
-        let committed = self.committed_seq();
-        if from > committed {
-            return Ok(Vec::new());
-        }
-        self.store().committed_log_bytes(from, committed, max_bytes)
+/// Committed records from `from` as stored, at most `max_bytes` of them
+/// (at least one, whatever its size), none past the committed sequence
+/// (the log may hold records whose fsync has not finished). `Compacted`
+/// when retention has removed `from`.
+pub(crate) fn replication_batch(
+    shared: &Shared,
+    from: u64,
+    max_bytes: usize,
+) -> Result<Vec<Vec<u8>>> {
+    let committed = shared.committed.get();
+    if from > committed {
+        return Ok(Vec::new());
     }
+    shared.store.committed_log_bytes(from, committed, max_bytes)
+}
 
-    /// The node's role and positions (`admin status`).
-    pub fn status(&self) -> NodeStatus {
-        let applied = self.committed_seq();
-        let namespace = self.store().namespace_id().unwrap_or_default();
-        let (log_start, log_bytes) = (self.log_start(), self.log_bytes());
-        match &self.replica {
-            None => NodeStatus {
-                role: "leader".into(),
-                leader: None,
+/// The node's role and positions (`admin status`).
+pub(crate) fn status(shared: &Shared, replica: Option<&ReplicaState>) -> NodeStatus {
+    let applied = shared.committed.get();
+    let namespace = shared.store.namespace_id().unwrap_or_default();
+    let (log_start, log_bytes) = (shared.retention.log_start(), shared.retention.log_bytes());
+    match replica {
+        None => NodeStatus {
+            role: "leader".into(),
+            leader: None,
+            namespace,
+            applied_seq: applied,
+            leader_committed_seq: applied,
+            lag_records: 0,
+            lag_ms: 0,
+            connected: true,
+            log_start,
+            log_bytes,
+        },
+        Some(r) => {
+            let c = r.counters();
+            let lag_records = c.leader_committed.saturating_sub(applied);
+            NodeStatus {
+                role: "replica".into(),
+                leader: Some(r.source().to_owned()),
                 namespace,
                 applied_seq: applied,
-                leader_committed_seq: applied,
-                lag_records: 0,
-                lag_ms: 0,
-                connected: true,
+                leader_committed_seq: c.leader_committed.max(applied),
+                lag_records,
+                lag_ms: lag_ms(lag_records, c.applied_time_ms),
+                connected: c.connected,
                 log_start,
                 log_bytes,
-            },
-            Some(r) => {
-                let c = r.counters();
-                let lag_records = c.leader_committed.saturating_sub(applied);
-                NodeStatus {
-                    role: "replica".into(),
-                    leader: Some(r.source().to_owned()),
-                    namespace,
-                    applied_seq: applied,
-                    leader_committed_seq: c.leader_committed.max(applied),
-                    lag_records,
-                    lag_ms: lag_ms(lag_records, c.applied_time_ms),
-                    connected: c.connected,
-                    log_start,
-                    log_bytes,
-                }
             }
         }
     }
+}
+
+/// Sets a replica's metrics from its status and counters (on scrape). The
+/// counters rise to the state's totals, which outlive a re-bootstrap.
+pub(crate) fn refresh_metrics(m: &ReplicaMetrics, status: &NodeStatus, c: &ReplicaCounters) {
+    m.leader_committed_seq
+        .set(status.leader_committed_seq as i64);
+    m.lag_records.set(status.lag_records as i64);
+    m.lag_seconds.set(status.lag_ms as f64 / 1e3);
+    m.connected.set(i64::from(c.connected));
+    m.reconnects
+        .inc_by(c.reconnects.saturating_sub(m.reconnects.get()));
+    m.rebootstraps
+        .inc_by(c.rebootstraps.saturating_sub(m.rebootstraps.get()));
+    m.bootstrap_bytes.set(c.bootstrap_bytes as i64);
+    m.bootstrap_seconds.set(c.bootstrap_ms as f64 / 1e3);
 }
 
 /// A replica's lag in time: how old its newest state is while its source

@@ -17,6 +17,7 @@ use crate::format::{DictSet, ROOT_ID};
 use crate::index::IndexRead;
 use crate::path;
 use crate::readview::{Read, ReadAt};
+use crate::replica::{self, ReplicaState};
 use crate::retention::{CursorInfo, RetentionPolicy, RetentionReport};
 use crate::store::{Store, StoreOptions};
 use crate::stream::{SubscribeOptions, Subscription};
@@ -24,6 +25,7 @@ use crate::supervisor::{Stop, Supervisor};
 use crate::types::{Inode, ListPage, DEFAULT_BLOCK_SIZE, DEFAULT_DIR_MODE, DEFAULT_FILE_MODE};
 use crate::watermark::Watermark;
 use crate::writer::{Request, Shared, Work, Writer, WriterConfig, WriterStatsSnapshot};
+use treelog_proto::protocol::{NodeStatus, ReplicateFrom};
 
 pub use crate::writer::Durability;
 
@@ -50,7 +52,7 @@ pub struct Options {
     pub read_cache_entries: usize,
     /// Open as a replica (see [`crate::replica`]): commands are refused
     /// with `NotLeader`, records come from [`Treelog::replicate`].
-    pub replica: Option<Arc<crate::replica::ReplicaState>>,
+    pub replica: Option<Arc<ReplicaState>>,
     /// How long a read at `ReadAt::AtLeast(seq)` waits for this node to
     /// commit `seq` before it fails (`Lagging` on a replica).
     pub min_seq_wait: Duration,
@@ -165,13 +167,13 @@ fn reply_lost() -> Error {
 
 /// An open treelog store.
 pub struct Treelog {
-    pub(crate) shared: Arc<Shared>,
+    shared: Arc<Shared>,
     tx: Option<Sender<Request>>,
     /// Every thread of this store (see [`crate::supervisor`]).
     threads: Supervisor,
     report: OpenReport,
     /// Set on a replica.
-    pub(crate) replica: Option<Arc<crate::replica::ReplicaState>>,
+    pub(crate) replica: Option<Arc<ReplicaState>>,
     replica_metrics: Option<crate::metrics::ReplicaMetrics>,
     min_seq_wait: Duration,
 }
@@ -269,6 +271,60 @@ impl Treelog {
                 log_start,
             },
         })
+    }
+
+    /// This store's replica state, when it is a replica
+    /// (`Options::replica`).
+    pub fn replica_state(&self) -> Option<&Arc<ReplicaState>> {
+        self.replica.as_ref()
+    }
+
+    fn check_leader(&self) -> Result<()> {
+        replica::check_leader(self.replica.as_deref())
+    }
+
+    /// The error of a read at `ReadAt::AtLeast(seq)` that waited `waited`
+    /// in vain: `Lagging` on a replica, `Busy` on a leader.
+    pub fn not_caught_up(&self, seq: u64, waited: Duration) -> Error {
+        replica::not_caught_up(&self.shared, self.replica.as_deref(), seq, waited)
+    }
+
+    /// Appends and applies records of the source (stored bytes, in order,
+    /// continuing this log): durable and visible when this returns, with
+    /// the sequence of the last. A batch that does not continue the log or
+    /// fails a checksum is refused whole (`Corruption`) and nothing of it
+    /// is applied. Only on a replica.
+    pub async fn replicate(&self, records: Vec<Vec<u8>>) -> Result<u64> {
+        let (work, last_time) = replica::replicated(self.replica.as_deref(), records)?;
+        let seq = self.send_async(work).await?;
+        if let (Some(r), Some(t)) = (&self.replica, last_time) {
+            r.set_applied_time_ms(t);
+        }
+        Ok(seq)
+    }
+
+    /// Checks that a replica asking for records from `req.from` continues
+    /// this store's history (see [`crate::replica`]).
+    pub fn check_replica(&self, req: &ReplicateFrom) -> Result<()> {
+        replica::check_replica(&self.shared, req)
+    }
+
+    /// Keeps the durable cursor `name` at a replica's position `applied`,
+    /// so that retention keeps the records after it.
+    pub fn hold_for_replica(&self, name: &str, applied: u64) -> Result<()> {
+        replica::hold_for_replica(&self.shared, name, applied)
+    }
+
+    /// Committed records from `from` as stored, for a replica: at most
+    /// `max_bytes` of them (at least one); `Compacted` when retention has
+    /// removed `from`.
+    pub fn replication_batch(&self, from: u64, max_bytes: usize) -> Result<Vec<Vec<u8>>> {
+        replica::replication_batch(&self.shared, from, max_bytes)
+    }
+
+    /// The node's role and positions (`admin status`).
+    pub fn status(&self) -> NodeStatus {
+        replica::status(&self.shared, self.replica.as_deref())
     }
 
     pub fn open_report(&self) -> OpenReport {
@@ -672,7 +728,7 @@ impl Treelog {
         m.writer_failed
             .set(i64::from(self.writer_failure().is_some()));
         if let (Some(rm), Some(r)) = (&self.replica_metrics, &self.replica) {
-            rm.refresh(&self.status(), &r.counters());
+            crate::replica::refresh_metrics(rm, &self.status(), &r.counters());
         }
         m.cursor_acked.reset();
         m.cursor_lag.reset();
