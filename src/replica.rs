@@ -34,6 +34,9 @@ use crate::writer::Work;
 #[derive(Debug)]
 pub struct ReplicaState {
     source: String,
+    /// The leader at the head of the chain, when the source is itself a
+    /// replica (what `NotLeader` names).
+    leader: std::sync::Mutex<Option<String>>,
     leader_committed: AtomicU64,
     connected: AtomicBool,
     /// `time_ms` of the last record applied.
@@ -62,6 +65,7 @@ impl ReplicaState {
     pub fn new(source: impl Into<String>) -> ReplicaState {
         ReplicaState {
             source: source.into(),
+            leader: Default::default(),
             leader_committed: AtomicU64::new(0),
             connected: AtomicBool::new(false),
             applied_time_ms: AtomicU64::new(0),
@@ -74,6 +78,18 @@ impl ReplicaState {
 
     pub fn source(&self) -> &str {
         &self.source
+    }
+
+    /// The node that takes writes: the source's own leader when the source
+    /// is a replica, else the source.
+    pub fn leader(&self) -> String {
+        let l = self.leader.lock().unwrap_or_else(|p| p.into_inner());
+        l.clone().unwrap_or_else(|| self.source.clone())
+    }
+
+    /// The source says its leader is `leader` (`None`: it is the leader).
+    pub fn set_leader(&self, leader: Option<String>) {
+        *self.leader.lock().unwrap_or_else(|p| p.into_inner()) = leader;
     }
 
     /// The source said it has committed `seq` (a source restored from an
@@ -130,7 +146,7 @@ pub(crate) fn check_leader(replica: Option<&ReplicaState>) -> Result<()> {
     match replica {
         None => Ok(()),
         Some(r) => Err(Error::NotLeader {
-            leader: Some(r.source().to_owned()),
+            leader: Some(r.leader()),
         }),
     }
 }
@@ -151,7 +167,7 @@ pub(crate) fn not_caught_up(
             applied,
             wanted: seq,
             waited_ms: waited.as_millis() as u64,
-            leader: Some(r.source().to_owned()),
+            leader: Some(r.leader()),
         },
         None => Error::Busy(format!(
             "not caught up to sequence {seq} within {waited:?} (committed: {applied})"
@@ -268,7 +284,7 @@ pub(crate) fn status(shared: &Shared, replica: Option<&ReplicaState>) -> NodeSta
             let lag_records = c.leader_committed.saturating_sub(applied);
             NodeStatus {
                 role: "replica".into(),
-                leader: Some(r.source().to_owned()),
+                leader: Some(r.leader()),
                 namespace,
                 applied_seq: applied,
                 leader_committed_seq: c.leader_committed.max(applied),
@@ -306,5 +322,117 @@ pub fn lag_ms(lag_records: u64, applied_time_ms: u64) -> u64 {
         0
     } else {
         crate::clock::now_ms().saturating_sub(applied_time_ms)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::ReplicaState;
+    use crate::error::{Error, ErrorKind};
+    use crate::{Options, Treelog};
+
+    fn open(dir: &std::path::Path, replica: bool) -> Treelog {
+        let mut o = Options::default().durability(crate::Durability::None);
+        if replica {
+            o.replica = Some(Arc::new(ReplicaState::new("10.0.0.1:7400")));
+        }
+        Treelog::open(dir, o).unwrap()
+    }
+
+    #[test]
+    fn a_replica_applies_the_leaders_records_verbatim_and_refuses_damaged_batches() {
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let leader = open(&dir.path().join("l"), false);
+        let replica = open(&dir.path().join("r"), true);
+        for i in 0..20 {
+            leader.mkdir_p(&format!("/a/d{i}")).unwrap();
+        }
+        leader.rename("/a/d3", "/a/e3", false).unwrap();
+        let end = leader.committed_seq();
+        let all = leader.replication_batch(1, usize::MAX).unwrap();
+        assert_eq!(all.len() as u64, end);
+
+        // Commands are refused, naming the source.
+        match replica.mkdir_p("/x") {
+            Err(Error::NotLeader { leader }) => {
+                assert_eq!(leader.as_deref(), Some("10.0.0.1:7400"))
+            }
+            other => panic!("{other:?}"),
+        }
+        // A damaged record refuses its whole batch; so does a gap.
+        let mut damaged = all[..5].to_vec();
+        let last = damaged[3].len() - 1;
+        damaged[3][last] ^= 1;
+        let e = rt.block_on(replica.replicate(damaged)).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Corruption, "{e}");
+        let e = rt
+            .block_on(replica.replicate(all[1..4].to_vec()))
+            .unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Corruption, "{e}");
+        assert_eq!(replica.committed_seq(), 0);
+        assert!(replica.store().read_record_bytes(1).unwrap().is_none());
+
+        // In batches, the whole log: the same records, the same index.
+        for chunk in all.chunks(7) {
+            rt.block_on(replica.replicate(chunk.to_vec())).unwrap();
+        }
+        assert_eq!(replica.committed_seq(), end);
+        for (i, v) in all.iter().enumerate() {
+            let got = replica.store().read_record_bytes(i as u64 + 1).unwrap();
+            assert_eq!(got.as_ref(), Some(v), "record {}", i + 1);
+        }
+        assert_eq!(
+            replica.stat("/a/e3").unwrap().id,
+            leader.stat("/a/e3").unwrap().id
+        );
+        let digest = |t: &Treelog| crate::admin::index_summary(t.store()).unwrap().digest;
+        assert_eq!(digest(&replica), digest(&leader));
+        let st = replica.status();
+        assert_eq!((st.role.as_str(), st.applied_seq), ("replica", end));
+        assert_eq!(leader.status().role, "leader");
+    }
+
+    #[test]
+    fn a_source_refuses_another_namespace_and_a_diverged_or_ahead_position() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = open(&dir.path().join("a"), false);
+        let b = open(&dir.path().join("b"), false);
+        for t in [&a, &b] {
+            t.mkdir_p("/x").unwrap();
+            t.mkdir_p(if std::ptr::eq(t, &a) { "/y" } else { "/z" })
+                .unwrap();
+        }
+        let ns = a.store().namespace_id().unwrap();
+        assert_ne!(ns, b.store().namespace_id().unwrap());
+        let req = |from, namespace: &str, prev_crc| treelog_proto::protocol::ReplicateFrom {
+            from,
+            namespace: namespace.to_owned(),
+            prev_crc,
+            max_batch_bytes: 1 << 20,
+            cursor: None,
+        };
+        let crc = |t: &Treelog, seq| {
+            super::record_crc(&t.store().read_record_bytes(seq).unwrap().unwrap())
+        };
+        a.check_replica(&req(3, &ns, crc(&a, 2))).unwrap();
+        a.check_replica(&req(1, &ns, None)).unwrap();
+        let kind = |r: crate::Result<()>| r.unwrap_err().kind();
+        let other = b.store().namespace_id().unwrap();
+        assert_eq!(
+            kind(a.check_replica(&req(3, &other, crc(&b, 2)))),
+            ErrorKind::Incompatible
+        );
+        // Record 2 differs (/y against /z): the histories diverged.
+        assert_eq!(
+            kind(a.check_replica(&req(3, &ns, crc(&b, 2)))),
+            ErrorKind::Compacted
+        );
+        assert_eq!(
+            kind(a.check_replica(&req(4, &ns, crc(&a, 2)))),
+            ErrorKind::Compacted
+        );
     }
 }

@@ -145,7 +145,8 @@ pub struct ReplicateFrom {
 pub struct NodeStatus {
     /// `leader` or `replica`.
     pub role: String,
-    /// The leader's address (a replica's source).
+    /// On a replica, the address of the node that takes writes: its
+    /// source, or its source's leader when the source is a replica too.
     pub leader: Option<String>,
     /// The namespace id shared by a leader and its replicas.
     pub namespace: String,

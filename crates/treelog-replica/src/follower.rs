@@ -121,6 +121,10 @@ async fn stream(
         c = treelog_client::Client::connect(cfg.source, cfg.client_options()) => c?,
         _ = stop.changed() => return Ok(()),
     };
+    // Whom the source follows, if anyone: writes go to the chain's head.
+    if let Ok(ResponseBody::Status(st)) = client.call(RequestBody::Status).await {
+        state.set_leader(st.leader);
+    }
     let (from, prev_crc, namespace) = position(store)?;
     let mut replies = client
         .stream(

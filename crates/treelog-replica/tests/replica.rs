@@ -170,6 +170,12 @@ async fn a_replica_bootstrapped_under_writes_converges_and_so_does_its_own_repli
     let s2 = applied(rr.bound.rpc, end).await;
     assert_eq!(s2.applied_seq, end);
     assert_eq!(s2.namespace, s.namespace);
+    // The replica of the replica names the chain's head for writes.
+    assert_eq!(s2.leader, s.leader);
+    match connect(rr.bound.rpc).await.submit(mkdir("/x")).await {
+        Err(Error::NotLeader { leader }) => assert_eq!(leader, s.leader),
+        other => panic!("a write on a chained replica: {other:?}"),
+    }
     // Both replicas bootstrapped once and never had to again.
     assert_eq!(r.state().counters().rebootstraps, 0);
     assert!(r.state().counters().bootstrap_bytes > 0);
