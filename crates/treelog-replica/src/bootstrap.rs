@@ -112,7 +112,13 @@ pub async fn prepare(
             return Ok(None);
         }
         let started = Instant::now();
-        match attempt(cfg, &backup, &new).await {
+        // Stopping does not wait for the fetch: what it fetched so far is
+        // kept, and the next start resumes it.
+        let attempted = tokio::select! {
+            r = attempt(cfg, &backup, &new) => r,
+            _ = stop.changed() => return Ok(None),
+        };
+        match attempted {
             Ok(mut p) => {
                 p.elapsed_ms = started.elapsed().as_millis() as u64;
                 state.bootstrapped(p.bytes, started.elapsed());

@@ -124,7 +124,8 @@ impl ReplicaHandle {
 /// Binds the ports and starts the replica in the current runtime: it
 /// bootstraps if its data directory holds no database yet, then serves and
 /// follows its source. Returns once the ports are bound (the bootstrap
-/// runs after, and may take a while: `/readyz` fails until it is served).
+/// runs after, and may take a while: until the replica serves, connections
+/// to its ports wait in the listen backlog).
 pub async fn start(mut cfg: ReplicaConfig) -> Result<ReplicaHandle> {
     cfg.server.validate()?;
     let listeners = Listeners::bind(cfg.server.listen, cfg.server.http)?;
