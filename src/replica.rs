@@ -45,6 +45,7 @@ pub struct ReplicaState {
     rebootstraps: AtomicU64,
     bootstrap_bytes: AtomicU64,
     bootstrap_ms: AtomicU64,
+    bootstrap_fetch_ms: AtomicU64,
 }
 
 /// The counters of a replica, as read at one moment.
@@ -57,6 +58,8 @@ pub struct ReplicaCounters {
     pub rebootstraps: u64,
     pub bootstrap_bytes: u64,
     pub bootstrap_ms: u64,
+    /// The part of `bootstrap_ms` spent fetching the checkpoint.
+    pub bootstrap_fetch_ms: u64,
 }
 
 impl ReplicaState {
@@ -73,6 +76,7 @@ impl ReplicaState {
             rebootstraps: AtomicU64::new(0),
             bootstrap_bytes: AtomicU64::new(0),
             bootstrap_ms: AtomicU64::new(0),
+            bootstrap_fetch_ms: AtomicU64::new(0),
         }
     }
 
@@ -115,9 +119,12 @@ impl ReplicaState {
         self.rebootstraps.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// A bootstrap fetched `bytes` in `elapsed`.
-    pub fn bootstrapped(&self, bytes: u64, elapsed: Duration) {
+    /// A bootstrap fetched `bytes` in `fetch` and was ready (checked and
+    /// restored) after `elapsed`.
+    pub fn bootstrapped(&self, bytes: u64, fetch: Duration, elapsed: Duration) {
         self.bootstrap_bytes.store(bytes, Ordering::Relaxed);
+        self.bootstrap_fetch_ms
+            .store(fetch.as_millis() as u64, Ordering::Relaxed);
         self.bootstrap_ms
             .store(elapsed.as_millis() as u64, Ordering::Relaxed);
     }
@@ -131,6 +138,7 @@ impl ReplicaState {
             rebootstraps: self.rebootstraps.load(Ordering::Relaxed),
             bootstrap_bytes: self.bootstrap_bytes.load(Ordering::Relaxed),
             bootstrap_ms: self.bootstrap_ms.load(Ordering::Relaxed),
+            bootstrap_fetch_ms: self.bootstrap_fetch_ms.load(Ordering::Relaxed),
         }
     }
 }

@@ -10,7 +10,6 @@
 #[path = "../../../tests/common/mod.rs"]
 mod common;
 
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -422,6 +421,7 @@ fn a_full_disk_stops_the_writer_and_loses_nothing_acknowledged() {
 #[cfg(feature = "failpoints")]
 mod writer_failure {
     use super::*;
+    use std::net::SocketAddr;
 
     /// `treelog serve` on `data` with the log appends after the first 30
     /// failing, and `extra` arguments; its addresses once ready.

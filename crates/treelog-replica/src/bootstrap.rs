@@ -92,6 +92,9 @@ pub struct Prepared {
     pub seq: u64,
     pub bytes: u64,
     pub inodes: u64,
+    /// Fetching the checkpoint (the source takes it, then the chunks).
+    pub fetch_ms: u64,
+    /// Fetching, then restoring it (every file and the digest checked).
     pub elapsed_ms: u64,
 }
 
@@ -121,11 +124,16 @@ pub async fn prepare(
         match attempted {
             Ok(mut p) => {
                 p.elapsed_ms = started.elapsed().as_millis() as u64;
-                state.bootstrapped(p.bytes, started.elapsed());
+                state.bootstrapped(
+                    p.bytes,
+                    Duration::from_millis(p.fetch_ms),
+                    started.elapsed(),
+                );
                 tracing::info!(
                     seq = p.seq,
                     bytes = p.bytes,
                     inodes = p.inodes,
+                    fetch_ms = p.fetch_ms,
                     elapsed_ms = p.elapsed_ms,
                     "checkpoint fetched and restored"
                 );
@@ -169,6 +177,7 @@ async fn attempt(cfg: &ReplicaConfig, backup: &Path, new: &Path) -> Result<Prepa
         seq: restored.seq,
         bytes: fetched.bytes,
         inodes: restored.inodes,
+        fetch_ms: fetched.elapsed_ms,
         elapsed_ms: 0,
     })
 }

@@ -245,7 +245,7 @@ async fn a_client_writing_on_the_leader_reads_its_writes_on_the_replica() {
     // Without a token: whatever the replica has, and it says which.
     let plain = connect(r.bound.rpc).await;
     w.submit(mkdir("/rw")).await.unwrap();
-    let rounds = common::rounds(400);
+    let rounds = common::rounds(1000);
     for i in 0..rounds {
         let (f, g) = (format!("/rw/f{i}"), format!("/rw/g{i}"));
         w.submit(create(&f)).await.unwrap();
