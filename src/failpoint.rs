@@ -24,7 +24,8 @@
 //!   replica's bootstrap): `fetch::after_chunk` (a chunk written, its
 //!   progress not yet recorded); a replica's bootstrap:
 //!   `bootstrap::between_renames` (the old database renamed away, the new
-//!   one not yet in its place).
+//!   one not yet in its place); a replica's catch-up before it serves:
+//!   `catch_up::append` (a batch appended to the log, maybe not applied).
 //!
 //! Injected failures (the operation fails as an I/O error would, the
 //! process goes on): `writer::write_log` (a group's log append);

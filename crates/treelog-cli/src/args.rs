@@ -329,6 +329,13 @@ pub struct ServeArgs {
     /// --max-cursor-lag). Default: replica-<--listen address>.
     #[arg(long, requires = "replica_of", value_name = "NAME")]
     pub replica_cursor: Option<String>,
+    /// Records behind its source from which a starting replica catches up
+    /// before it serves, at replay speed (docs/REPLICATION.md).
+    #[arg(long, requires = "replica_of", default_value_t = 100_000)]
+    pub replica_catch_up_min: u64,
+    /// Most bytes of records per batch from the source.
+    #[arg(long, requires = "replica_of", hide = true, default_value_t = 1 << 20)]
+    pub replica_batch_bytes: u32,
 }
 
 #[derive(Subcommand, Debug)]

@@ -37,6 +37,8 @@ pub fn run(cli: &Cli, a: &ServeArgs) -> Result<u8> {
         Some(source) => {
             let mut rc = treelog_replica::ReplicaConfig::new(cfg, source);
             rc.source_token = read_token(a.source_token_file.as_deref())?;
+            rc.catch_up_min = a.replica_catch_up_min;
+            rc.max_batch_bytes = a.replica_batch_bytes;
             if let Some(c) = &a.replica_cursor {
                 rc.cursor = Some(c.clone());
             }

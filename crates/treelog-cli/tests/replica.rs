@@ -2,7 +2,8 @@
 //! SIGKILL: during their bootstrap (after a chunk of the checkpoint, and
 //! between the two renames that put it in place), while they stream, and
 //! the leader while it streams to them, all under a steady load of
-//! acknowledged writes. Every case resumes; at the end the replica's log is
+//! acknowledged writes, and while it catches up from far behind before it
+//! serves. Every case resumes; at the end the replica's log is
 //! the leader's record for record (no gap, no duplicate) and their index
 //! digests are equal.
 
@@ -53,6 +54,10 @@ impl Node {
     /// `FAILPOINTS` set to `failpoints`, if any; its log is appended to
     /// `<name>.log`.
     fn start(&mut self, failpoints: Option<&str>) {
+        self.start_with(failpoints, &[]);
+    }
+
+    fn start_with(&mut self, failpoints: Option<&str>, extra: &[&str]) {
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -62,8 +67,10 @@ impl Node {
         let mut args = vec!["serve", "--listen", &rpc, "--http", &http];
         let source = self.source.map(|s| s.to_string());
         if let Some(s) = &source {
-            args.extend(["--replica-of", s.as_str()]);
+            // Small batches: a catch-up takes many.
+            args.extend(["--replica-of", s.as_str(), "--replica-batch-bytes", "4096"]);
         }
+        args.extend(extra);
         let mut cmd = common::cli::command(BIN, &self.data, &args);
         cmd.stdout(Stdio::null()).stderr(log);
         if let Some(f) = failpoints {
@@ -243,6 +250,17 @@ fn replicas_resume_after_sigkill_of_either_side_at_any_stage() {
         replica.kill9();
         replica.start(None);
     }
+    // Far behind, it catches up before serving (appending to its log and
+    // replaying): killed during that, after a few batches, then again.
+    replica.kill9();
+    let want = top.load(Ordering::Relaxed) + 1500;
+    applied(&rt, &leader, want);
+    let catch_up = ["--replica-catch-up-min", "1000"];
+    replica.start_with(Some("catch_up::append=3*off->return"), &catch_up);
+    replica.wait_killed("catch_up::append");
+    replica.start_with(None, &catch_up);
+    at = applied(&rt, &replica, want).applied_seq;
+
     // The leader killed while it streams; it comes back on its ports.
     for _ in 0..common::rounds(2) {
         let want = top.load(Ordering::Relaxed).max(at + 1);
@@ -278,4 +296,5 @@ fn replicas_resume_after_sigkill_of_either_side_at_any_stage() {
         log.contains("finishing an interrupted bootstrap's swap"),
         "{log}"
     );
+    assert!(log.contains("caught up"), "{log}");
 }

@@ -10,6 +10,10 @@
 //!   own `applied_seq + 1` and hands each batch to its store, which appends
 //!   and applies it as the source did (`Treelog::replicate`). It reconnects
 //!   after a lost connection, resuming from what it has applied.
+//! - A replica that starts far behind its source (by default at least
+//!   100,000 records) catches up before it serves: the records are
+//!   appended to its log and applied by the replay of an open, about a
+//!   million records a second.
 //! - When its position is no longer in the source's log (retention removed
 //!   it, or its history diverged), it fetches a fresh checkpoint while it
 //!   goes on serving its old state, then stops serving, swaps the data
@@ -27,7 +31,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::watch;
-use treelog::error::{Error, Result};
+use treelog::error::{Error, ErrorKind, Result};
 use treelog::replica::ReplicaState;
 use treelog_server::{Bound, Listeners, ServerConfig};
 
@@ -50,6 +54,10 @@ pub struct ReplicaConfig {
     /// `--max-cursor-lag`); `None`: no cursor, retention may remove the
     /// replica's position, which then bootstraps again.
     pub cursor: Option<String>,
+    /// Records behind the source from which the replica catches up before
+    /// it serves (appending to its log and applying with the replay)
+    /// rather than through its writer, one group commit per batch.
+    pub catch_up_min: u64,
 }
 
 /// `replica-<listen address>`, with the characters a cursor name cannot
@@ -79,6 +87,7 @@ impl ReplicaConfig {
             source_token: None,
             max_batch_bytes: 1 << 20,
             fetch_chunk: 1 << 20,
+            catch_up_min: 100_000,
         }
     }
 
@@ -191,6 +200,28 @@ async fn supervise(
                 Some(_) => bootstrap::install(&data)?,
                 None => return Ok(()),
             }
+        }
+        // Far behind: catch up before serving, at replay speed.
+        match follower::catch_up(&cfg, &state, &mut stop).await {
+            Ok(_) => {}
+            Err(e) if e.kind() == ErrorKind::Compacted => {
+                tracing::warn!(
+                    reason = %e,
+                    "the replica's position is not in its source's log: bootstrapping again"
+                );
+                state.rebootstrapped();
+                match bootstrap::prepare(&cfg, &state, &mut stop).await? {
+                    Some(_) => bootstrap::install(&data)?,
+                    None => return Ok(()),
+                }
+                continue;
+            }
+            Err(e) if e.kind() == ErrorKind::Incompatible => return Err(e),
+            // The follower tries again, from what was applied.
+            Err(e) => tracing::warn!(error = %e, "catching up before serving failed"),
+        }
+        if *stop.borrow() {
+            return Ok(());
         }
         let mut handle =
             treelog_server::start_on(cfg.server.clone(), listeners.try_clone()?).await?;

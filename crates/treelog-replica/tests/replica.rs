@@ -511,3 +511,40 @@ async fn a_replica_of_a_source_whose_history_diverged_bootstraps_again() {
     assert_eq!((ra, rd), (la, ld));
     assert!(rlog == llog);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_replica_far_behind_catches_up_before_it_serves() {
+    let dir = tempfile::tempdir().unwrap();
+    let (l_data, r_data) = (dir.path().join("leader"), dir.path().join("replica"));
+    let l = leader(&l_data).await;
+    let c = connect(l.bound.rpc).await;
+    let seq = c.submit(mkdir("/c")).await.unwrap();
+    let far = |cfg: &mut ReplicaConfig| cfg.catch_up_min = 1000;
+    let r = replica_with(&r_data, l.bound.rpc, far).await;
+    applied(r.bound.rpc, seq).await;
+    r.shutdown().await.unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let writers = spawn_writers(&c, 2, &stop);
+    applied(l.bound.rpc, seq + 3000).await;
+    stop.store(true, Ordering::Relaxed);
+    for w in writers {
+        w.await.unwrap();
+    }
+    let end = c.ping().await.unwrap();
+    let r = replica_with(&r_data, l.bound.rpc, far).await;
+    let s = applied(r.bound.rpc, end).await;
+    assert_eq!(s.applied_seq, end);
+    // All of it by the catch-up (nothing was written meanwhile).
+    assert_eq!(r.state().counters().caught_up, end - seq);
+    assert_eq!(r.state().counters().rebootstraps, 0);
+    // And it follows from there.
+    let more = c.submit(mkdir("/c/after")).await.unwrap();
+    applied(r.bound.rpc, more).await;
+    drop(c);
+    r.shutdown().await.unwrap();
+    l.shutdown().await.unwrap();
+    let (la, ld, llog) = closed_state(&l_data);
+    let (ra, rd, rlog) = closed_state(&r_data);
+    assert_eq!((ra, rd), (la, ld));
+    assert!(rlog == llog);
+}
