@@ -16,9 +16,14 @@ use crate::store::{IndexBatch, LogIter, Store, StoreOptions};
 
 /// Replays the log from `applied_seq + 1` into the index. Returns the
 /// number of records replayed.
-pub fn replay(store: &Store, mut progress: impl FnMut(u64, u64)) -> Result<u64> {
+pub fn replay(store: &Store, progress: impl FnMut(u64, u64)) -> Result<u64> {
+    replay_upto(store, store.last_log_seq()?, progress)
+}
+
+/// [`replay`] up to record `last` of the log (which may grow meanwhile:
+/// a replica's catch-up appends while it replays).
+pub fn replay_upto(store: &Store, last: u64, mut progress: impl FnMut(u64, u64)) -> Result<u64> {
     let applied = store.applied_seq()?;
-    let last = store.last_log_seq()?;
     let start = store.log_start()?;
     if applied > last {
         return Err(Error::corrupt(
@@ -38,7 +43,7 @@ pub fn replay(store: &Store, mut progress: impl FnMut(u64, u64)) -> Result<u64> 
         let end;
         (n, end) = apply_records(
             store,
-            &mut store.log_iter(applied + 1)?,
+            &mut store.log_iter_upto(applied + 1, last)?,
             applied,
             last,
             |seq, last| {

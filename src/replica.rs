@@ -345,23 +345,20 @@ pub fn lag_ms(lag_records: u64, applied_time_ms: u64) -> u64 {
 
 /// A replica's catch-up from far behind, before it serves: the source's
 /// records are appended to the log as they arrive (checked: envelope,
-/// checksum, sequence), and every so often applied to the index by the
-/// replay of an open ([`crate::recovery::replay`]: sorted batches on two
-/// threads, about a million records a second), instead of one group
+/// checksum, sequence) while a second thread applies them to the index
+/// with the replay of an open ([`crate::recovery::replay_upto`]: sorted
+/// batches, about a million records a second), instead of one group
 /// commit per batch. Nothing reads the store meanwhile. A crash leaves a
 /// log longer than the index, which the next open replays.
 pub struct CatchUp {
     store: crate::store::Store,
     /// The next sequence to append.
     next: u64,
-    /// `time_ms` of the last record appended.
-    last_time_ms: u64,
-    /// Records appended and not yet applied.
-    unapplied: u64,
 }
 
-/// Records appended between two replays of a [`CatchUp`].
-const CATCH_UP_REPLAY_EVERY: u64 = 200_000;
+/// Records appended before the replaying thread starts a replay (fewer
+/// only at the end).
+const CATCH_UP_REPLAY_MIN: u64 = 50_000;
 
 impl CatchUp {
     /// Opens the (closed) replica database at `path`, replaying what its
@@ -376,12 +373,7 @@ impl CatchUp {
         )?;
         crate::recovery::replay(&store, |_, _| {})?;
         let next = store.last_log_seq()? + 1;
-        Ok(CatchUp {
-            store,
-            next,
-            last_time_ms: 0,
-            unapplied: 0,
-        })
+        Ok(CatchUp { store, next })
     }
 
     pub fn store(&self) -> &crate::store::Store {
@@ -393,49 +385,74 @@ impl CatchUp {
         self.next
     }
 
-    /// Appends records continuing the log (checked first: a batch that
-    /// fails is refused whole, `Corruption`), and replays them into the
-    /// index once enough have gathered.
-    pub fn append(&mut self, records: &[Vec<u8>]) -> Result<()> {
-        let mut batch = self.store.log_batch()?;
-        let mut time = self.last_time_ms;
-        for (i, v) in records.iter().enumerate() {
-            let want = self.next + i as u64;
-            let r = record::decode_record_ref(v, Some(want)).map_err(|e| {
-                Error::corrupt(
-                    "replicated record",
-                    format!("record {want} from the source: {e}"),
-                )
-            })?;
-            time = r.time_ms;
-            batch.put(want, v);
-        }
-        self.store.write_log(batch, false)?;
-        crate::failpoint::crash_point("catch_up::append");
-        self.next += records.len() as u64;
-        self.last_time_ms = time;
-        self.unapplied += records.len() as u64;
-        if self.unapplied >= CATCH_UP_REPLAY_EVERY {
-            self.apply()?;
-        }
-        Ok(())
+    /// Appends the batches `next_batch` returns, until `None` (each must
+    /// continue the log; one that fails its checks ends the catch-up with
+    /// `Corruption`, nothing of it appended), while a second thread
+    /// replays them into the index; then applies the rest, makes it
+    /// durable and closes the store. Returns the last sequence applied.
+    pub fn run(self, mut next_batch: impl FnMut() -> Option<Vec<Vec<u8>>>) -> Result<u64> {
+        let CatchUp { store, mut next } = self;
+        let appended = AtomicU64::new(next - 1);
+        let (tick, ticks) = crossbeam_channel::bounded::<()>(1);
+        let store = &store;
+        let result = std::thread::scope(|s| -> Result<()> {
+            let appended = &appended;
+            let replayer = s.spawn(move || -> Result<()> {
+                let mut applied = store.applied_seq()?;
+                loop {
+                    let more = ticks.recv().is_ok();
+                    let upto = appended.load(Ordering::Acquire);
+                    if upto > applied && (upto - applied >= CATCH_UP_REPLAY_MIN || !more) {
+                        crate::recovery::replay_upto(store, upto, |_, _| {})?;
+                        applied = upto;
+                    }
+                    if !more {
+                        return Ok(());
+                    }
+                }
+            });
+            let mut appending = Ok(());
+            while let Some(batch) = next_batch() {
+                if let Err(e) = append(store, &mut next, &batch) {
+                    appending = Err(e);
+                    break;
+                }
+                appended.store(next - 1, Ordering::Release);
+                // A replay in progress picks the rest up at its next round.
+                let _ = tick.try_send(());
+            }
+            drop(tick);
+            let replayed = replayer.join().unwrap_or_else(|_| {
+                Err(Error::corrupt("catch-up", "the replaying thread panicked"))
+            });
+            appending.and(replayed)
+        });
+        // What was appended is applied (or replayed at the next open).
+        result?;
+        store.sync_log()?;
+        store.flush()?;
+        Ok(next - 1)
     }
+}
 
-    /// Replays what was appended into the index.
-    pub fn apply(&mut self) -> Result<u64> {
-        let n = crate::recovery::replay(&self.store, |_, _| {})?;
-        self.unapplied = 0;
-        Ok(n)
+/// Appends `records` to `store`'s log at `next` (advanced past them),
+/// after checking each one's envelope, checksum and sequence.
+fn append(store: &crate::store::Store, next: &mut u64, records: &[Vec<u8>]) -> Result<()> {
+    let mut batch = store.log_batch()?;
+    for (i, v) in records.iter().enumerate() {
+        let want = *next + i as u64;
+        record::decode_record_ref(v, Some(want)).map_err(|e| {
+            Error::corrupt(
+                "replicated record",
+                format!("record {want} from the source: {e}"),
+            )
+        })?;
+        batch.put(want, v);
     }
-
-    /// Applies the rest, makes it durable and closes the store; returns
-    /// the sequence reached and the time of its record.
-    pub fn finish(mut self) -> Result<(u64, u64)> {
-        self.apply()?;
-        self.store.sync_log()?;
-        self.store.flush()?;
-        Ok((self.next - 1, self.last_time_ms))
-    }
+    store.write_log(batch, false)?;
+    crate::failpoint::crash_point("catch_up::append");
+    *next += records.len() as u64;
+    Ok(())
 }
 
 #[cfg(test)]

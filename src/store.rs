@@ -723,7 +723,16 @@ impl Store {
     /// Iterates records from `from` (inclusive) in order, checking that the
     /// sequence has no gaps.
     pub fn log_iter(&self, from: u64) -> Result<LogIter<'_>> {
+        self.log_iter_upto(from, u64::MAX)
+    }
+
+    /// [`Store::log_iter`] that ends after record `last` (records appended
+    /// meanwhile beyond it are not seen).
+    pub fn log_iter_upto(&self, from: u64, last: u64) -> Result<LogIter<'_>> {
         let mut ro = ReadOptions::default();
+        if last < u64::MAX {
+            ro.set_iterate_upper_bound(format::log_key(last + 1).to_vec());
+        }
         // A long sequential read: read ahead, and do not evict the index's
         // blocks from the cache with log blocks read once.
         ro.set_readahead_size(2 << 20);

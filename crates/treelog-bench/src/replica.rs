@@ -97,9 +97,12 @@ pub fn run(base: &Path, inodes: u64, callers: usize, seconds: u64, behind: u64) 
         );
 
         // Lag while writers run the leader at full speed.
-        for w in 0..callers {
-            t.mkdir_p(&format!("/w/c{w}"))?;
-        }
+        tokio::task::block_in_place(|| -> Result<()> {
+            for w in 0..callers {
+                t.mkdir_p(&format!("/w/c{w}"))?;
+            }
+            Ok(())
+        })?;
         let (stop, done) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicU64::new(0)));
         let threads: Vec<_> = (0..callers)
             .map(|w| {
@@ -148,8 +151,8 @@ pub fn run(base: &Path, inodes: u64, callers: usize, seconds: u64, behind: u64) 
         // Catch-up: the replica stops, the leader writes `behind` records,
         // the replica starts again and streams them.
         r.shutdown().await?;
-        t.mkdir_p("/behind")?;
         tokio::task::block_in_place(|| {
+            t.mkdir_p("/behind")?;
             crate::bulk_load(
                 &t,
                 behind,
@@ -166,7 +169,6 @@ pub fn run(base: &Path, inodes: u64, callers: usize, seconds: u64, behind: u64) 
             )
         })?;
         let seq = t.committed_seq();
-        let t0 = Instant::now();
         let r = replica(&r_data, leader.bound.rpc).await?;
         let took = until_applied(r.bound.rpc, seq).await?;
         println!(
@@ -174,7 +176,6 @@ pub fn run(base: &Path, inodes: u64, callers: usize, seconds: u64, behind: u64) 
             took.as_secs_f64(),
             behind as f64 / took.as_secs_f64()
         );
-        let _ = t0;
         drop(t);
         r.shutdown().await?;
         leader.shutdown().await?;

@@ -194,7 +194,7 @@ pub(crate) async fn catch_up(
     stop: &mut watch::Receiver<bool>,
 ) -> Result<u64> {
     let (data, so) = (cfg.server.data.clone(), cfg.server.store.store.clone());
-    let mut cu = tokio::task::spawn_blocking(move || CatchUp::open(&data, &so))
+    let cu = tokio::task::spawn_blocking(move || CatchUp::open(&data, &so))
         .await
         .map_err(|e| Error::Protocol(format!("catch-up task: {e}")))??;
     let Some((client, status)) = connect(cfg, state, stop).await? else {
@@ -210,14 +210,9 @@ pub(crate) async fn catch_up(
     let mut replies = client
         .stream(continue_after(cu.store(), from - 1, cfg)?, STREAM_QUEUE)
         .await?;
-    // This task receives; a blocking thread appends and replays.
+    // This task receives; a blocking thread appends (and another replays).
     let (tx, mut rx) = tokio::sync::mpsc::channel::<Vec<Vec<u8>>>(STREAM_QUEUE);
-    let worker = tokio::task::spawn_blocking(move || -> Result<(u64, u64)> {
-        while let Some(b) = rx.blocking_recv() {
-            cu.append(&b)?;
-        }
-        cu.finish()
-    });
+    let worker = tokio::task::spawn_blocking(move || cu.run(|| rx.blocking_recv()));
     let mut next = from;
     let received = async {
         while next <= target {
@@ -233,7 +228,7 @@ pub(crate) async fn catch_up(
     }
     .await;
     drop(tx);
-    let (reached, _) = worker
+    let reached = worker
         .await
         .map_err(|e| Error::Protocol(format!("catch-up task: {e}")))??;
     received?;
