@@ -10,7 +10,7 @@
 //! | `treelog-notifier` | [`Supervisor`] (unless `wake_interval` is zero) | wakes waiting subscribers at most once per interval | its watermark's `stop_notifier` |
 //! | `treelog-retention` | [`Supervisor`] (when a retention bound is set) | runs a retention pass every interval | its stop flag is set |
 //! | `treelog-streams` | the server, as a `DeliveryRuntime` | delivers change streams at a lower priority | the runtime is dropped |
-//! | `treelog-backup` | `Treelog::backup` / `serve_backup`, for the call's length | catches a checkpoint up, digests and copies it, at niceness 10 | the call returns (it joins the thread) |
+//! | `treelog-backup` | `Treelog::backup` / `serve_backup`, for the call's length | catches a checkpoint up, digests and copies it, under `SCHED_IDLE` | the call returns (it joins the thread) |
 //!
 //! [`Supervisor::stop_all`] stops the threads it started in the reverse
 //! order of their start and joins each; a thread that panicked is reported,
