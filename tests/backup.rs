@@ -249,15 +249,18 @@ fn a_quiet_store_restores_byte_for_byte_online_and_offline() {
     let e = t.backup(data.join("b")).unwrap_err();
     assert_eq!(e.kind(), ErrorKind::InvalidArgument, "{e}");
     assert!(!data.join("b").exists());
-    // The copy runs on a thread of its own at a lower priority.
+    // The copy runs on a thread of its own, under SCHED_IDLE.
     let mut thread = None;
     let report = t
         .backup_with_progress(tmp.path().join("online"), |_| {
             let name = std::thread::current().name().map(str::to_owned);
-            thread = Some((name, treelog::sched::current().1));
+            thread = Some((name, treelog::sched::current().0));
         })
         .unwrap();
-    assert_eq!(thread, Some((Some("treelog-backup".to_owned()), 10)));
+    assert_eq!(
+        thread,
+        Some((Some("treelog-backup".to_owned()), libc::SCHED_IDLE))
+    );
     assert_eq!(report.seq, t.committed_seq());
     let source_digest = admin::index_digest(t.store()).unwrap();
     assert_eq!(report.index_digest, source_digest);
