@@ -35,22 +35,22 @@ pub struct ClientOptions {
     /// How long a subscription keeps trying to reconnect before it gives up.
     pub resume_for: Duration,
     /// The read-your-writes token this client shares with others (see
-    /// [`Session`]); `None`: a token of its own.
-    pub session: Option<Session>,
+    /// [`SeenSeq`]); `None`: a token of its own.
+    pub seen_seq: Option<SeenSeq>,
 }
 
 /// The highest sequence a set of clients has seen in any reply (a write's
 /// sequence, the state a read was at): every `stat` and `list` asks the
 /// node for a state at least that new (`ReadAt::AtLeast`). Clients built
-/// with the same session — one writing on the leader, one reading on a
+/// with the same token — one writing on the leader, one reading on a
 /// replica — never read a state older than one they have seen; a replica
 /// that has not caught up within its bound answers `Lagging`.
 #[derive(Debug, Clone, Default)]
-pub struct Session(Arc<AtomicU64>);
+pub struct SeenSeq(Arc<AtomicU64>);
 
-impl Session {
-    pub fn new() -> Session {
-        Session::default()
+impl SeenSeq {
+    pub fn new() -> SeenSeq {
+        SeenSeq::default()
     }
 
     /// The highest sequence seen.
@@ -71,7 +71,7 @@ impl Default for ClientOptions {
             max_frame: 256 << 20,
             connect_timeout: Duration::from_secs(5),
             resume_for: Duration::from_secs(60),
-            session: None,
+            seen_seq: None,
         }
     }
 }
@@ -89,8 +89,8 @@ struct Inner {
     committed_at_connect: u64,
     /// The highest sequence any reply carried (a mutation's, a read's
     /// state, a `Ping`): a read-your-writes token for any node, shared
-    /// with the other clients of its session.
-    seen_seq: Session,
+    /// with the other clients given the same [`SeenSeq`].
+    seen_seq: SeenSeq,
     /// Why the connection ended, when reconnecting cannot help (a reply
     /// larger than this client accepts): subscriptions end with it
     /// instead of resuming.
@@ -214,9 +214,9 @@ impl Client {
             next_id: AtomicU64::new(1),
             committed_at_connect: committed,
             seen_seq: {
-                let session = opts.session.clone().unwrap_or_default();
-                session.saw(committed);
-                session
+                let seen = opts.seen_seq.clone().unwrap_or_default();
+                seen.saw(committed);
+                seen
             },
             terminal: Mutex::new(None),
         });
@@ -328,9 +328,9 @@ impl Client {
         self.inner.seen_seq.seen()
     }
 
-    /// This client's read-your-writes session (shared with the clients
-    /// given the same [`ClientOptions::session`]).
-    pub fn session(&self) -> &Session {
+    /// This client's read-your-writes token (shared with the clients
+    /// given the same [`ClientOptions::seen_seq`]).
+    pub fn seen_token(&self) -> &SeenSeq {
         &self.inner.seen_seq
     }
 
@@ -339,7 +339,7 @@ impl Client {
     }
 
     /// What a plain read asks for: a state at least as new as any this
-    /// client's session has seen.
+    /// client's token has seen.
     fn read_at(&self) -> ReadAt {
         match self.seen_seq() {
             0 => ReadAt::Latest,
@@ -480,7 +480,7 @@ impl Client {
         Ok(out)
     }
 
-    /// Stat at a state at least as new as any this client's session has
+    /// Stat at a state at least as new as any this client's token has
     /// seen (read-your-writes, on the leader or a replica).
     pub async fn stat(&self, path: &str) -> Result<Inode> {
         Ok(self.stat_at(path, self.read_at()).await?.value)

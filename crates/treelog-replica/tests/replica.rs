@@ -20,7 +20,7 @@ use treelog::error::{Error, ErrorKind};
 use treelog::retention::RetentionPolicy;
 use treelog::store::{Store, StoreOptions};
 use treelog::{Command, ReadAt};
-use treelog_client::{Client, ClientOptions, Session};
+use treelog_client::{Client, ClientOptions, SeenSeq};
 use treelog_proto::protocol::{NodeStatus, RequestBody, ResponseBody};
 use treelog_replica::{ReplicaConfig, ReplicaHandle};
 use treelog_server::ServerHandle;
@@ -235,9 +235,9 @@ async fn a_client_writing_on_the_leader_reads_its_writes_on_the_replica() {
     let l = leader(&dir.path().join("leader")).await;
     let r = replica(&dir.path().join("replica"), l.bound.rpc).await;
     applied(r.bound.rpc, 0).await;
-    let session = Session::new();
+    let seen = SeenSeq::new();
     let opts = ClientOptions {
-        session: Some(session.clone()),
+        seen_seq: Some(seen.clone()),
         ..Default::default()
     };
     let w = Client::connect(l.bound.rpc, opts.clone()).await.unwrap();
@@ -272,7 +272,7 @@ async fn a_client_writing_on_the_leader_reads_its_writes_on_the_replica() {
             Some(ErrorKind::NotFound),
             "renamed, the old name is gone"
         );
-        assert!(session.seen() >= moved);
+        assert!(seen.seen() >= moved);
         if i % 2 == 0 {
             w.submit(Command::Delete {
                 path: g.clone(),
@@ -293,7 +293,7 @@ async fn a_client_writing_on_the_leader_reads_its_writes_on_the_replica() {
             "the listing after round {i}"
         );
         let stale = plain.stat_at("/rw", ReadAt::Latest).await.unwrap();
-        assert!(stale.seq <= session.seen());
+        assert!(stale.seq <= seen.seen());
     }
     r.shutdown().await.unwrap();
     l.shutdown().await.unwrap();
