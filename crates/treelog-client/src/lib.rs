@@ -580,7 +580,11 @@ impl Client {
     pub async fn subscribe(&self, opts: SubscribeOptions) -> Result<RemoteSubscription> {
         let mut s = RemoteSubscription {
             addr: self.addr,
-            copts: self.opts.clone(),
+            // Its connections share this client's read-your-writes token.
+            copts: ClientOptions {
+                seen_seq: Some(self.seen_token().clone()),
+                ..self.opts.clone()
+            },
             opts,
             conn: None,
             position: None,
@@ -682,9 +686,13 @@ impl RemoteSubscription {
             self.position = Some(c);
         }
         let (tx, rx) = mpsc::channel(1024);
-        client
-            .send_request(RequestBody::Subscribe(opts), Waiter::Many(tx))
-            .await?;
+        // Read-your-writes: the stream starts from a state at least as new
+        // as any the token has seen.
+        let body = match self.copts.seen_seq.as_ref().map(SeenSeq::seen) {
+            Some(min_seq) if min_seq > 0 => RequestBody::SubscribeAt { opts, min_seq },
+            _ => RequestBody::Subscribe(opts),
+        };
+        client.send_request(body, Waiter::Many(tx)).await?;
         self.opened = true;
         self.conn = Some(SubConn {
             _client: client,

@@ -116,6 +116,14 @@ pub enum RequestBody {
     Replicate(ReplicateFrom),
     /// The node's role and positions; answered with `Status`.
     Status,
+    /// `Subscribe` once the node has committed `min_seq` (a read-your-writes
+    /// token): a snapshot subscription then starts from a state at least
+    /// that new. Waits as a read at `ReadAt::AtLeast` does, then fails
+    /// (`Lagging` on a replica, `Busy` on a leader).
+    SubscribeAt {
+        opts: SubscribeOptions,
+        min_seq: u64,
+    },
 }
 
 /// Where a replica continues, and what it has, so that the source can

@@ -329,6 +329,34 @@ async fn a_replica_that_cannot_catch_up_answers_lagging() {
     // At what it has, it answers.
     let at = rc.stat_at("/a", ReadAt::AtLeast(seq)).await.unwrap();
     assert_eq!(at.seq, seq);
+    // A subscription with that token waits as long, then fails alike.
+    let token = SeenSeq::new();
+    token.saw(wanted);
+    let ahead = Client::connect(
+        r.bound.rpc,
+        ClientOptions {
+            seen_seq: Some(token),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    let opts = treelog::stream::SubscribeOptions {
+        from: treelog::stream::StartFrom::Snapshot,
+        ..Default::default()
+    };
+    let e = match ahead.subscribe(opts.clone()).await {
+        Ok(mut sub) => sub.next().await.expect("an item or an error").unwrap_err(),
+        Err(e) => e,
+    };
+    assert_eq!(e.kind(), ErrorKind::Lagging, "{e}");
+    // With the token it has, the snapshot starts.
+    let mut sub = rc.subscribe(opts).await.unwrap();
+    let first = sub.next().await.unwrap().unwrap();
+    assert!(
+        matches!(first, treelog::stream::StreamItem::SnapshotStart { .. }),
+        "{first:?}"
+    );
     r.shutdown().await.unwrap();
     l.shutdown().await.unwrap();
 }

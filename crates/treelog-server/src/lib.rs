@@ -1357,7 +1357,10 @@ async fn serve_connection(
         // Subscriptions register before the next read, so that the idle
         // timeout never applies to a connection that carries one.
         let mut cancel = None;
-        if let RequestBody::Subscribe(_) | RequestBody::Replicate(_) = &body {
+        if let RequestBody::Subscribe(_)
+        | RequestBody::SubscribeAt { .. }
+        | RequestBody::Replicate(_) = &body
+        {
             let (tx, rx) = watch::channel(false);
             let admitted = match ctx.subs.lock() {
                 Ok(subs) if subs.contains_key(&id) => Err("a request with this id is still active"),
@@ -1414,7 +1417,7 @@ fn request_name(b: &RequestBody) -> &'static str {
         RequestBody::Stat { .. } => "stat",
         RequestBody::StatId { .. } => "stat_id",
         RequestBody::List { .. } => "list",
-        RequestBody::Subscribe(_) => "subscribe",
+        RequestBody::Subscribe(_) | RequestBody::SubscribeAt { .. } => "subscribe",
         RequestBody::Cancel { .. } => "cancel",
         RequestBody::Ack { .. } => "ack",
         RequestBody::ListCursors => "list_cursors",
@@ -1562,6 +1565,22 @@ async fn handle(
             let outcome = match cancel {
                 Some(c) => replication(ctx, id, from, c).await,
                 None => "internal",
+            };
+            count(ctx, name, outcome);
+            return;
+        }
+        RequestBody::SubscribeAt { opts, min_seq } => {
+            drop(permit);
+            let outcome = match (cancel, caught_up(t, ReadAt::AtLeast(min_seq)).await) {
+                (Some(c), Ok(())) => subscription(ctx, id, opts, c).await,
+                (_, Err(e)) => {
+                    if let Ok(mut subs) = ctx.subs.lock() {
+                        subs.remove(&id);
+                    }
+                    let _ = respond(&ctx.out, id, protocol::error_body(&e)).await;
+                    e.kind().as_str()
+                }
+                (None, Ok(())) => "internal",
             };
             count(ctx, name, outcome);
             return;
