@@ -22,7 +22,7 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-use treelog_proto::protocol::{NodeStatus, ReplicateFrom};
+use treelog_proto::protocol::{NodeStatus, ReplicateFrom, Role};
 
 use crate::error::{Error, Result};
 use crate::format::record;
@@ -39,8 +39,12 @@ pub struct ReplicaState {
     leader: std::sync::Mutex<Option<String>>,
     leader_committed: AtomicU64,
     connected: AtomicBool,
-    /// `time_ms` of the last record applied.
+    /// `time_ms` of the last record applied (the source's clock).
     applied_time_ms: AtomicU64,
+    /// The source's clock when it last said something, and when that was
+    /// here: the lag in time is measured on the source's clock, so that
+    /// the two machines' clocks need not agree.
+    source_clock: std::sync::Mutex<Option<(u64, std::time::Instant)>>,
     reconnects: AtomicU64,
     rebootstraps: AtomicU64,
     bootstrap_bytes: AtomicU64,
@@ -75,6 +79,7 @@ impl ReplicaState {
             leader_committed: AtomicU64::new(0),
             connected: AtomicBool::new(false),
             applied_time_ms: AtomicU64::new(0),
+            source_clock: Default::default(),
             reconnects: AtomicU64::new(0),
             rebootstraps: AtomicU64::new(0),
             bootstrap_bytes: AtomicU64::new(0),
@@ -101,9 +106,20 @@ impl ReplicaState {
     }
 
     /// The source said it has committed `seq` (a source restored from an
-    /// older backup may say less than before).
-    pub fn heard(&self, seq: u64) {
+    /// older backup may say less than before), at `now_ms` on its clock.
+    pub fn heard(&self, seq: u64, now_ms: u64) {
         self.leader_committed.store(seq, Ordering::Release);
+        *self.source_clock.lock().unwrap_or_else(|p| p.into_inner()) =
+            Some((now_ms, std::time::Instant::now()));
+    }
+
+    /// Now on the source's clock, as far as this replica can tell (its own
+    /// clock before the source has said anything).
+    fn source_now_ms(&self) -> u64 {
+        match *self.source_clock.lock().unwrap_or_else(|p| p.into_inner()) {
+            Some((ms, at)) => ms + at.elapsed().as_millis() as u64,
+            None => crate::clock::now_ms(),
+        }
     }
 
     pub fn set_connected(&self, up: bool) {
@@ -286,7 +302,7 @@ pub(crate) fn status(shared: &Shared, replica: Option<&ReplicaState>) -> NodeSta
     let (log_start, log_bytes) = (shared.retention.log_start(), shared.retention.log_bytes());
     match replica {
         None => NodeStatus {
-            role: "leader".into(),
+            role: Role::Leader,
             leader: None,
             namespace,
             applied_seq: applied,
@@ -301,13 +317,17 @@ pub(crate) fn status(shared: &Shared, replica: Option<&ReplicaState>) -> NodeSta
             let c = r.counters();
             let lag_records = c.leader_committed.saturating_sub(applied);
             NodeStatus {
-                role: "replica".into(),
+                role: Role::Replica,
                 leader: Some(r.leader()),
                 namespace,
                 applied_seq: applied,
                 leader_committed_seq: c.leader_committed.max(applied),
                 lag_records,
-                lag_ms: lag_ms(lag_records, c.applied_time_ms),
+                lag_ms: if lag_records == 0 || c.applied_time_ms == 0 {
+                    0
+                } else {
+                    r.source_now_ms().saturating_sub(c.applied_time_ms)
+                },
                 connected: c.connected,
                 log_start,
                 log_bytes,
@@ -330,17 +350,6 @@ pub(crate) fn refresh_metrics(m: &ReplicaMetrics, status: &NodeStatus, c: &Repli
         .inc_by(c.rebootstraps.saturating_sub(m.rebootstraps.get()));
     m.bootstrap_bytes.set(c.bootstrap_bytes as i64);
     m.bootstrap_seconds.set(c.bootstrap_ms as f64 / 1e3);
-}
-
-/// A replica's lag in time: how old its newest state is while its source
-/// has a newer one (now minus the time of the last record applied), 0 when
-/// caught up.
-pub fn lag_ms(lag_records: u64, applied_time_ms: u64) -> u64 {
-    if lag_records == 0 || applied_time_ms == 0 {
-        0
-    } else {
-        crate::clock::now_ms().saturating_sub(applied_time_ms)
-    }
 }
 
 /// A replica's catch-up from far behind, before it serves: the source's
@@ -459,7 +468,7 @@ fn append(store: &crate::store::Store, next: &mut u64, records: &[Vec<u8>]) -> R
 mod tests {
     use std::sync::Arc;
 
-    use super::ReplicaState;
+    use super::{ReplicaState, Role};
     use crate::error::{Error, ErrorKind};
     use crate::{Options, Treelog};
 
@@ -521,8 +530,8 @@ mod tests {
         let digest = |t: &Treelog| crate::admin::index_summary(t.store()).unwrap().digest;
         assert_eq!(digest(&replica), digest(&leader));
         let st = replica.status();
-        assert_eq!((st.role.as_str(), st.applied_seq), ("replica", end));
-        assert_eq!(leader.status().role, "leader");
+        assert_eq!((st.role, st.applied_seq), (Role::Replica, end));
+        assert_eq!(leader.status().role, Role::Leader);
     }
 
     #[test]

@@ -147,12 +147,30 @@ pub struct ReplicateFrom {
     pub cursor: Option<String>,
 }
 
+/// Whether a node takes writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// Takes commands.
+    Leader,
+    /// Follows a source's log and refuses commands (`NotLeader`).
+    Replica,
+}
+
+impl std::fmt::Display for Role {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Role::Leader => "leader",
+            Role::Replica => "replica",
+        })
+    }
+}
+
 /// A node's role and positions (reply to `Status`, `treelog admin
 /// status`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NodeStatus {
-    /// `leader` or `replica`.
-    pub role: String,
+    pub role: Role,
     /// On a replica, the address of the node that takes writes: its
     /// source, or its source's leader when the source is a replica too.
     pub leader: Option<String>,

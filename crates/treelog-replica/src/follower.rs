@@ -161,14 +161,14 @@ async fn next_batch(
             first,
             records,
             committed,
-            ..
+            now_ms,
         } = body
         else {
             return Err(Error::Protocol(format!(
                 "unexpected reply to Replicate: {body:?}"
             )));
         };
-        state.heard(committed);
+        state.heard(committed, now_ms);
         if records.is_empty() {
             continue;
         }

@@ -21,7 +21,7 @@ use treelog::retention::RetentionPolicy;
 use treelog::store::{Store, StoreOptions};
 use treelog::{Command, ReadAt};
 use treelog_client::{Client, ClientOptions, SeenSeq};
-use treelog_proto::protocol::{NodeStatus, RequestBody, ResponseBody};
+use treelog_proto::protocol::{NodeStatus, RequestBody, ResponseBody, Role};
 use treelog_replica::{ReplicaConfig, ReplicaHandle};
 use treelog_server::ServerHandle;
 
@@ -165,7 +165,7 @@ async fn a_replica_bootstrapped_under_writes_converges_and_so_does_its_own_repli
     assert!(ops > 500, "the writers ran ({ops} files)");
     let end = c.ping().await.unwrap();
     let s = applied(r.bound.rpc, end).await;
-    assert_eq!((s.role.as_str(), s.applied_seq), ("replica", end));
+    assert_eq!((s.role, s.applied_seq), (Role::Replica, end));
     assert_eq!(s.leader.as_deref(), Some(l.bound.rpc.to_string().as_str()));
     let s2 = applied(rr.bound.rpc, end).await;
     assert_eq!(s2.applied_seq, end);
@@ -381,6 +381,15 @@ async fn a_replica_whose_position_was_removed_bootstraps_again_without_mixing_st
     let r = replica(&r_data, l.bound.rpc).await;
     let (rpc, http) = (r.bound.rpc, r.bound.http);
     applied(rpc, base + first).await;
+    // Streaming: its cursor is on the leader (the bootstrap alone may
+    // have brought it this far).
+    let cursor = format!("replica-127.0.0.1-{}", rpc.port());
+    let t = l.store().unwrap();
+    common::poll::eventually(30, "the replica's cursor on the leader", || {
+        t.cursors().iter().any(|c| c.name == cursor)
+    })
+    .await;
+    drop(t);
     // The replica stops; the leader goes on and its retention removes
     // the records the replica would need next.
     r.shutdown().await.unwrap();
@@ -396,7 +405,6 @@ async fn a_replica_whose_position_was_removed_bootstraps_again_without_mixing_st
             ..Default::default()
         })
         .unwrap();
-    let cursor = format!("replica-127.0.0.1-{}", rpc.port());
     assert_eq!(held.held_by_cursor, Some(cursor), "{held:?}");
     assert!(held.new_start <= base + first + 1, "{held:?}");
     // ... until it lags too far and expires.
