@@ -356,9 +356,9 @@ pub(crate) fn refresh_metrics(m: &ReplicaMetrics, status: &NodeStatus, c: &Repli
 /// records are appended to the log as they arrive (checked: envelope,
 /// checksum, sequence) while a second thread applies them to the index
 /// with the replay of an open ([`crate::recovery::replay_upto`]: sorted
-/// batches, about a million records a second), instead of one group
-/// commit per batch. Nothing reads the store meanwhile. A crash leaves a
-/// log longer than the index, which the next open replays.
+/// batches on two threads; docs/BENCHMARKS.md has the rate), instead of
+/// one group commit per batch. Nothing reads the store meanwhile. A crash
+/// leaves a log longer than the index, which the next open replays.
 pub struct CatchUp {
     store: crate::store::Store,
     /// The next sequence to append.

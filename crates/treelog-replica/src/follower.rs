@@ -184,8 +184,8 @@ async fn next_batch(
 /// Before the replica serves: when its closed database is at least
 /// `cfg.catch_up_min` records behind the source, appends the source's records
 /// up to the source's committed sequence of now to the log and applies
-/// them with the replay (`treelog::replica::CatchUp`, about a million
-/// records a second, against one group commit per batch when serving).
+/// them with the replay (`treelog::replica::CatchUp`, rather than one
+/// group commit per batch as when serving).
 /// Returns the records applied. `Compacted` when the position is gone
 /// from the source.
 pub(crate) async fn catch_up(

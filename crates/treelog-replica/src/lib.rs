@@ -12,8 +12,8 @@
 //!   after a lost connection, resuming from what it has applied.
 //! - A replica that starts far behind its source (by default at least
 //!   100,000 records) catches up before it serves: the records are
-//!   appended to its log and applied by the replay of an open, about a
-//!   million records a second.
+//!   appended to its log and applied by the replay of an open
+//!   (docs/BENCHMARKS.md, Replication, has the rate).
 //! - When its position is no longer in the source's log (retention removed
 //!   it, or its history diverged), it fetches a fresh checkpoint while it
 //!   goes on serving its old state, then stops serving, swaps the data
