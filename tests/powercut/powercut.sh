@@ -3,7 +3,8 @@
 # =======================================================
 #
 # What it tests
-#   treelog's log-retention, rebuild and creation paths under power cuts:
+#   treelog's log-retention, rebuild, creation and replica paths under power
+#   cuts:
 #     a  background retention under load: the crash worker (2 threads,
 #        --retain-records 2000 --retention-interval-ms 50) on an empty database
 #     b  `admin retention --max-records 2000` on a database of ~20k records
@@ -11,6 +12,11 @@
 #     c  `admin rebuild` on the same ~20k-record database
 #     d  the creation of a new database: `treelog --data D mkdir -p /a/b`, the
 #        first command on an empty directory D
+#     e  a replica (`serve --replica-of`) whose data is on LazyFS, seeded from
+#        a backup 3,000 creates behind its leader (a `serve` outside LazyFS):
+#        it catches up before serving, then streams while a writer imports
+#        files on the leader; after the cut it must verify, resume as a
+#        replica without bootstrapping again, and end with the leader's digest
 #   The data directory lives on a LazyFS mount: LazyFS keeps every write in its
 #   own page cache until the file is fsynced, so losing that cache is a power
 #   cut (metadata operations — create, rename, unlink — go straight to the
@@ -172,6 +178,7 @@ ap.add_argument("--scenarios", default="a,b,c,d")
 ap.add_argument("--trials", type=int, default=12, help="trials per scenario")
 ap.add_argument("--seed", type=int, default=1)
 ap.add_argument("--a-secs", type=float, default=6.0, help="length of a scenario-a run")
+ap.add_argument("--e-secs", type=float, default=8.0, help="length of a scenario-e run (the replica's life before the cut)")
 ap.add_argument("--records", type=int, default=20000, help="ACKed writes in the b/c database")
 ap.add_argument("--retain", type=int, default=2000)
 ap.add_argument("--only", default="", help="run just these trials: SCEN:METHOD[,...], e.g. b:inject:fsync:before:12 or a:fifo:2.5")
@@ -197,8 +204,8 @@ for p in (TL, LFS):
 scens = [s for s in args.scenarios.split(",") if s]
 only = [x.split(":") for x in args.only.split(",") if x]
 for s_ in scens + [o[0] for o in only]:
-    if s_ not in ("a", "b", "c", "d"):
-        sys.exit(f"unknown scenario {s_!r} (a, b, c or d)")
+    if s_ not in ("a", "b", "c", "d", "e"):
+        sys.exit(f"unknown scenario {s_!r} (a, b, c, d or e)")
 NEED_WORKER = any(s_ in ("a", "b", "c") for s_ in (scens if not only else [o[0] for o in only]))
 WORKER = os.path.abspath(args.worker or os.path.join(os.path.dirname(TL), "crash-test"))
 if NEED_WORKER and not os.access(WORKER, os.X_OK):
@@ -339,6 +346,197 @@ def make_base(records):
             "acks": worker_acks(open(outp).read())}
     json.dump(meta, open(done, "w"))
     return meta
+
+
+def free_addr():
+    import socket
+    s_ = socket.socket()
+    s_.bind(("127.0.0.1", 0))
+    a = f"127.0.0.1:{s_.getsockname()[1]}"
+    s_.close()
+    return a
+
+
+def tree(n):
+    """A local directory of n empty files, for `treelog import`."""
+    d = os.path.join(WORK, f"tree-{n}")
+    if not os.path.isdir(d) or len(os.listdir(d)) != n:
+        shutil.rmtree(d, ignore_errors=True)
+        os.makedirs(d)
+        for i in range(n):
+            open(os.path.join(d, f"f{i}"), "w").close()
+    return d
+
+
+def make_replica_base():
+    """Scenario e: a leader database, and a backup of it taken 3,000 creates
+    before its end (the replica's seed: it starts that far behind)."""
+    bdir = os.path.join(WORK, "base-e")
+    done = os.path.join(bdir, "done.json")
+    if os.path.exists(done):
+        return json.load(open(done))
+    shutil.rmtree(bdir, ignore_errors=True)
+    os.makedirs(bdir)
+    leader, seed = os.path.join(bdir, "leader"), os.path.join(bdir, "seed")
+    for a in (["mkdir", "-p", "/e"], ["import", tree(2000), "/e/early"], ["admin", "backup", seed],
+              ["import", tree(3000), "/e/late"]):
+        rc, out, err = tl(leader, *a)
+        assert rc == 0, (a, err)
+    meta = {"leader": leader, "seed": seed}
+    json.dump(meta, open(done, "w"))
+    return meta
+
+
+def status(addr):
+    r = sh([TL, "--server", addr, "--json", "admin", "status"], timeout=10)
+    return json.loads(r.stdout) if r.returncode == 0 else None
+
+
+def verify_digest(db):
+    rc, out, err = tl(db, "admin", "verify")
+    m = re.search(r"live digest:\s+(\w+)", out)
+    return rc, (m.group(1) if m else None), (err or out).strip()[-300:]
+
+
+def run_replica_trial(name, method, base, profile=False):
+    """Scenario e: a replica on LazyFS (its database seeded from a backup
+    3,000 records behind, so it catches up before serving, then streams
+    while a writer imports files on the leader) is cut. Then what was
+    synced must open and verify, resume following the leader as a replica
+    (no re-bootstrap), and end with the leader's digest."""
+    tdir = os.path.join(WORK, name)
+    shutil.rmtree(tdir, ignore_errors=True)
+    os.makedirs(tdir)
+    root, mnt = os.path.join(tdir, "root"), os.path.join(tdir, "mnt")
+    os.makedirs(root)
+    leader_db = os.path.join(tdir, "leader")
+    shutil.copytree(base["leader"], leader_db)
+    rc, out, err = tl(os.path.join(root, "db"), "admin", "restore", base["seed"], os.path.join(root, "db"))
+    assert rc == 0, err
+    inj = (method[1], method[2], int(method[3])) if method[0] == "inject" else None
+    fs = LazyFS(tdir, root, mnt, injection=inj, log_all=profile)
+    L, LH, R, RH = free_addr(), free_addr(), free_addr(), free_addr()
+    lout = open(os.path.join(tdir, "leader.err"), "w")
+    leader = subprocess.Popen([TL, "--data", leader_db, "serve", "--listen", L, "--http", LH],
+                              stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=lout)
+    t0 = time.time()
+    while status(L) is None:
+        assert leader.poll() is None and time.time() - t0 < 30, "the leader did not start"
+        time.sleep(0.05)
+    fs.start()
+
+    def replica(data, errname):
+        return subprocess.Popen([TL, "--data", data, "serve", "--listen", R, "--http", RH, "--replica-of", L,
+                                 "--replica-catch-up-min", "1000", "--replica-batch-bytes", "16384"],
+                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                stderr=open(os.path.join(tdir, errname), "w"))
+
+    stop = [False]
+
+    def writer():
+        i = 0
+        while not stop[0]:
+            sh([TL, "--server", L, "import", tree(200), f"/e/live{i}"], timeout=60)
+            i += 1
+
+    import threading
+    wt = threading.Thread(target=writer)
+    wt.start()
+    p = replica(os.path.join(mnt, "db"), "replica.err")
+    t0 = time.time()
+    at = float(method[1]) if method[0] == "fifo" else args.e_secs
+    cut, how = False, ""
+    while True:
+        el = time.time() - t0
+        if inj and not fs.alive():
+            cut, how = True, f"injected fault fired at {el:.2f}s"
+            break
+        if p.poll() is not None or el >= at:
+            break
+        time.sleep(0.005)
+    elapsed = time.time() - t0
+    rc_before = p.poll()
+    if not cut and fs.alive():
+        if rc_before is None:
+            p.send_signal(signal.SIGSTOP)
+        fs.clear_cache()
+        cut, how = True, f"clear-cache at {elapsed:.2f}s" + (" (injection not reached)" if inj else "")
+    if p.poll() is None:
+        p.kill()
+    p.wait()
+    fs.kill()
+    res = {"trial": name, "scenario": "e", "method": ":".join(method), "cut": cut, "how": how,
+           "cmd_rc": rc_before, "elapsed": round(elapsed, 2)}
+    if profile:
+        counts = {op: 0 for op in OPS}
+        for line in open(fs.logfile, errors="replace"):
+            m = re.search(r"\[lazyfs\.ops\]: lfs_(\w+)\(", line)
+            if m and m.group(1) in counts:
+                counts[m.group(1)] += 1
+        res["counts"] = counts
+    errs = []
+    check = os.path.join(tdir, "check-db")
+    shutil.copytree(os.path.join(root, "db"), check)
+    rc, out, err = tl(check, "admin", "info")
+    res["info_rc"] = rc
+    if rc != 0:
+        errs.append(f"admin info exit {rc}: {(err or out).strip()[:300]}")
+    else:
+        res.update(parse_info(out))
+        vrc, _, vmsg = verify_digest(check)
+        res["verify_rc"] = vrc
+        if vrc != 0:
+            errs.append(f"admin verify exit {vrc}: {vmsg}")
+    cut_at = res.get("applied_seq")
+    # It resumes as a replica of the leader, which goes on taking writes.
+    p = replica(check, "replica-after.err")
+    time.sleep(1.0)
+    stop[0] = True
+    wt.join()
+    end = status(L)["applied_seq"]
+    t0 = time.time()
+    st = None
+    while time.time() - t0 < 120:
+        st = status(R)
+        if st and st["applied_seq"] >= end:
+            break
+        time.sleep(0.1)
+    res["resumed_to"] = st and st["applied_seq"]
+    if not st or st["applied_seq"] < end:
+        errs.append(f"the replica did not catch up with the leader ({end}) after the cut: {st}")
+    try:
+        metrics = urllib_get(f"http://{RH}/metrics")
+        m = re.search(r"^treelog_replica_rebootstraps_total (\d+)", metrics, re.M)
+        res["rebootstraps"] = int(m.group(1)) if m else None
+        if res["rebootstraps"] != 0:
+            errs.append(f"the replica bootstrapped again after the cut ({res['rebootstraps']})")
+    except Exception as e:
+        errs.append(f"metrics: {e}")
+    for proc in (p, leader):
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            errs.append("a server did not stop on SIGTERM")
+    _, ld, _ = verify_digest(leader_db)
+    vrc, rd, vmsg = verify_digest(check)
+    if vrc != 0 or ld is None or rd != ld:
+        errs.append(f"digests after the resume: replica {rd} (verify exit {vrc}: {vmsg[:100]}), leader {ld}")
+    res["applied_seq"], res["last_seq"] = cut_at, res.get("last_seq")
+    res["errors"] = errs
+    res["ok"] = not errs
+    json.dump(res, open(os.path.join(tdir, "result.json"), "w"), indent=1)
+    if res["ok"] and not args.keep_all:
+        for d in (check, leader_db, root):
+            shutil.rmtree(d, ignore_errors=True)
+    return res
+
+
+def urllib_get(url):
+    import urllib.request
+    with urllib.request.urlopen(url, timeout=5) as r:
+        return r.read().decode()
 
 
 def parse_info(txt):
@@ -524,6 +722,8 @@ def check_db(db, scen, tdir, base):
 
 
 def run_trial(name, scen, method, base, profile=False):
+    if scen == "e":
+        return run_replica_trial(name, method, base_e, profile)
     tdir = os.path.join(WORK, name)
     shutil.rmtree(tdir, ignore_errors=True)
     os.makedirs(tdir)
@@ -655,6 +855,11 @@ if (any(s in ("b", "c") for s in scens) and not only) or any(o[0] in ("b", "c") 
     base = make_base(args.records)
     log(f"  {base['db']} ({base['acks']} ACKs)")
 
+base_e = None
+if ("e" in scens and not only) or any(o[0] == "e" for o in only):
+    log("scenario e base: a leader database and a backup 3,000 creates behind ...")
+    base_e = make_replica_base()
+
 results = []
 times = {}
 if only:
@@ -664,7 +869,8 @@ if only:
 else:
     for scen in scens:
         t_scen = time.time()
-        prof = run_trial(f"{scen}-profile", scen, ["fifo", str(1e9)] if scen != "a" else ["fifo", str(args.a_secs)], base, profile=True)
+        prof = run_trial(f"{scen}-profile", scen, ["fifo", str(1e9)] if scen not in ("a", "e") else
+                         ["fifo", str(args.a_secs if scen == "a" else args.e_secs)], base, profile=True)
         log(f"profile {scen}: {prof['elapsed']}s (with op logging) counts {prof['counts']}")
         log(fmt(prof)); results.append(prof)
         if not prof["ok"]:
@@ -683,7 +889,7 @@ else:
                 plan.append(["fifo", f"{rng.uniform(lo, max(2 * lo, dur)):.2f}"])
         for i in range(0 if plan else args.trials):
             if i % 4 == 3:  # every fourth trial: a clear-cache at a random moment
-                plan.append(["fifo", f"{rng.uniform(lo, max(2 * lo, dur if scen != 'a' else args.a_secs)):.2f}"])
+                plan.append(["fifo", f"{rng.uniform(lo, max(2 * lo, dur if scen not in ('a', 'e') else (args.a_secs if scen == 'a' else args.e_secs))):.2f}"])
                 continue
             # weight fsync (the commit point of everything) and unlink (retention/obsolete files)
             op = rng.choice([o for o in ["fsync", "fsync", "unlink", "unlink", "create", "rename", "truncate"] if o in cands])
