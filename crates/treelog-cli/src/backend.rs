@@ -55,6 +55,8 @@ impl Backend {
             addr,
             ClientOptions {
                 token,
+                // A write sent to a replica goes on to its leader.
+                follow_leader: true,
                 ..Default::default()
             },
         ))?;

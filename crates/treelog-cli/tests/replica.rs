@@ -273,6 +273,15 @@ fn replicas_resume_after_sigkill_of_either_side_at_any_stage() {
     stop.store(true, Ordering::Relaxed);
     w.join().unwrap();
     assert!(acked.load(Ordering::Relaxed) > 200);
+    // The CLI pointed at the replica: its write goes on to the leader.
+    let r = common::cli::output(std::process::Command::new(BIN).args([
+        "--server",
+        &replica.rpc.to_string(),
+        "mkdir",
+        "-p",
+        "/via-replica",
+    ]));
+    assert_eq!(r.code(), 0, "{r:?}");
     let end = status(&rt, leader.rpc)
         .expect("the leader's status")
         .applied_seq;
@@ -297,4 +306,6 @@ fn replicas_resume_after_sigkill_of_either_side_at_any_stage() {
         "{log}"
     );
     assert!(log.contains("caught up"), "{log}");
+    let r = common::cli::run(BIN, &leader.data, &["stat", "/via-replica"]);
+    assert_eq!(r.code(), 0, "{r:?}");
 }

@@ -37,6 +37,10 @@ pub struct ClientOptions {
     /// The read-your-writes token this client shares with others (see
     /// [`SeenSeq`]); `None`: a token of its own.
     pub seen_seq: Option<SeenSeq>,
+    /// Send a mutation that a replica refused (`NotLeader`: it was not
+    /// applied) to the leader it names, over a connection opened then and
+    /// kept for the next ones. Reads stay on this connection.
+    pub follow_leader: bool,
 }
 
 /// The highest sequence a set of clients has seen in any reply (a write's
@@ -72,6 +76,7 @@ impl Default for ClientOptions {
             connect_timeout: Duration::from_secs(5),
             resume_for: Duration::from_secs(60),
             seen_seq: None,
+            follow_leader: false,
         }
     }
 }
@@ -95,6 +100,9 @@ struct Inner {
     /// larger than this client accepts): subscriptions end with it
     /// instead of resuming.
     terminal: Mutex<Option<String>>,
+    /// The leader's connection, once a replica sent a mutation there
+    /// (`ClientOptions::follow_leader`).
+    leader: tokio::sync::Mutex<Option<Client>>,
 }
 
 /// A connection to a treelog server.
@@ -219,6 +227,7 @@ impl Client {
                 seen
             },
             terminal: Mutex::new(None),
+            leader: tokio::sync::Mutex::new(None),
         });
         tokio::spawn(protocol::write_loop(out_rx, w.into_inner()));
         // Reader task: routes replies to their waiters.
@@ -380,10 +389,57 @@ impl Client {
     /// Runs a mutation; returns its sequence number. A connection lost
     /// after the command was sent gives `OutcomeUnknown`.
     pub async fn submit(&self, cmd: Command) -> Result<u64> {
-        match self.call(RequestBody::Mutate(cmd)).await? {
-            ResponseBody::Seq(s) => Ok(s),
-            other => Err(unexpected(other)),
+        let again = self.opts.follow_leader.then(|| cmd.clone());
+        match self.call(RequestBody::Mutate(cmd)).await {
+            Ok(ResponseBody::Seq(s)) => Ok(s),
+            Ok(other) => Err(unexpected(other)),
+            Err(Error::NotLeader {
+                leader: Some(leader),
+            }) if again.is_some() => {
+                let cmd = again.unwrap_or_else(|| unreachable!("checked"));
+                // Not `submit`: the leader's connection does not follow.
+                match self
+                    .leader(&leader)
+                    .await?
+                    .call(RequestBody::Mutate(cmd))
+                    .await?
+                {
+                    ResponseBody::Seq(s) => Ok(s),
+                    other => Err(unexpected(other)),
+                }
+            }
+            Err(e) => Err(e),
         }
+    }
+
+    /// The connection to the leader at `addr` (made on first use, made
+    /// again when the leader changed or the connection was lost). It
+    /// shares this client's read-your-writes token, and does not follow
+    /// further itself.
+    async fn leader(&self, addr: &str) -> Result<Client> {
+        let addr: SocketAddr = addr.parse().map_err(|e| {
+            Error::Protocol(format!(
+                "the replica named a leader {addr:?} that does not parse: {e}"
+            ))
+        })?;
+        let mut held = self.inner.leader.lock().await;
+        if let Some(c) = held.as_ref() {
+            let open = c.inner.pending.lock().map(|p| p.is_some()).unwrap_or(false);
+            if c.addr == addr && open {
+                return Ok(c.clone());
+            }
+        }
+        let c = Client::connect(
+            addr,
+            ClientOptions {
+                seen_seq: Some(self.seen_token().clone()),
+                follow_leader: false,
+                ..self.opts.clone()
+            },
+        )
+        .await?;
+        *held = Some(c.clone());
+        Ok(c)
     }
 
     /// Stat at a committed state (`docs/READS.md`); the reply says which.

@@ -225,6 +225,25 @@ async fn writes_to_a_replica_get_not_leader_with_the_leaders_address() {
         rc.stat("/b").await.map_err(|e| e.kind()).err(),
         Some(ErrorKind::NotFound)
     );
+    // A client that follows the leader: its write goes there, and its
+    // next read on the replica sees it.
+    let follows = Client::connect(
+        r.bound.rpc,
+        ClientOptions {
+            follow_leader: true,
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    let b = follows.submit(mkdir("/b")).await.unwrap();
+    assert!(b > seq);
+    assert!(follows.stat("/b").await.unwrap().attrs.kind.is_dir());
+    assert!(follows.seen_seq() >= b);
+    assert_eq!(
+        c.stat("/b").await.unwrap().id,
+        follows.stat("/b").await.unwrap().id
+    );
     r.shutdown().await.unwrap();
     l.shutdown().await.unwrap();
 }
