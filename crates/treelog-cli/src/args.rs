@@ -326,7 +326,8 @@ pub struct ServeArgs {
     pub source_token_file: Option<PathBuf>,
     /// The durable cursor the source keeps at this replica's position, so
     /// that its retention keeps what the replica still needs (within its
-    /// --max-cursor-lag). Default: replica-<--listen address>.
+    /// --max-cursor-lag). Default: replica-<--listen address> (the host
+    /// name standing for 0.0.0.0); two replicas must not share one.
     #[arg(long, requires = "replica_of", value_name = "NAME")]
     pub replica_cursor: Option<String>,
     /// Records behind its source from which a starting replica catches up

@@ -60,12 +60,21 @@ pub struct ReplicaConfig {
     pub catch_up_min: u64,
 }
 
-/// `replica-<listen address>`, with the characters a cursor name cannot
-/// hold replaced by `-`.
+/// `replica-<listen address>` (with the machine's host name for an
+/// unspecified address such as 0.0.0.0, which every machine shares), the
+/// characters a cursor name cannot hold replaced by `-`.
 pub fn default_cursor(server: &ServerConfig) -> String {
-    let name: String = server
-        .listen
-        .to_string()
+    let listen = server.listen;
+    let host = if listen.ip().is_unspecified() {
+        std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .map(|h| h.trim().to_owned())
+            .ok()
+            .filter(|h| !h.is_empty())
+            .unwrap_or_else(|| listen.ip().to_string())
+    } else {
+        listen.ip().to_string()
+    };
+    let name: String = format!("{host}-{}", listen.port())
         .chars()
         .map(|c| {
             if c.is_ascii_alphanumeric() || c == '.' {
