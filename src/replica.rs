@@ -2,7 +2,7 @@
 //!
 //! A store is a **leader**, which takes commands, or a **replica** of a
 //! source (a leader or another replica), which refuses commands
-//! (`NotLeader`, naming its source) and takes the source's log records
+//! (`NotLeader`, naming the leader) and takes the source's log records
 //! instead: as they are stored there (envelopes and checksums), through
 //! the same writer, syncer and publisher as commands (one fsync per batch,
 //! readers see only whole committed batches), applied with the function
