@@ -246,6 +246,24 @@ impl Rng {
 }
 
 /// Rounds of a kill loop: `short` in CI, `TREELOG_KILL_ROUNDS` by hand.
+/// The applied sequence, the index digest of `admin verify` and the log
+/// as stored, record by record, of the closed database at `data`: what a
+/// replica and its leader must agree on.
+pub fn closed_state(data: &Path) -> (u64, String, Vec<(u64, Vec<u8>)>) {
+    let so = treelog::store::StoreOptions {
+        create_if_missing: false,
+        ..Default::default()
+    };
+    let store = treelog::store::Store::open(data, &so).unwrap();
+    let summary = treelog::admin::index_summary(&store).unwrap();
+    let log = store
+        .log_entries(1)
+        .unwrap()
+        .map(|e| e.map(|(s, v)| (s, v.to_vec())).unwrap())
+        .collect();
+    (store.applied_seq().unwrap(), summary.digest, log)
+}
+
 pub fn rounds(short: usize) -> usize {
     std::env::var("TREELOG_KILL_ROUNDS")
         .ok()

@@ -304,6 +304,15 @@ class LazyFS:
                 raise RuntimeError("clear-cache did not complete")
             time.sleep(0.02)
 
+    def op_counts(self):
+        """How many of each cut-able operation the mount saw (with log_all)."""
+        counts = {op: 0 for op in OPS}
+        for line in open(self.logfile, errors="replace"):
+            m = re.search(r"\[lazyfs\.ops\]: lfs_(\w+)\(", line)
+            if m and m.group(1) in counts:
+                counts[m.group(1)] += 1
+        return counts
+
     def kill(self):
         """Power off: LazyFS dies with its cache; only what was synced is in ROOT."""
         if self.alive():
@@ -346,6 +355,15 @@ def make_base(records):
             "acks": worker_acks(open(outp).read())}
     json.dump(meta, open(done, "w"))
     return meta
+
+
+def power_cut(p, fs, elapsed, inj):
+    """Freezes treelog (if it still runs) and drops LazyFS's unsynced data;
+    the caller kills treelog. Returns how the cut was made."""
+    if p.poll() is None:
+        p.send_signal(signal.SIGSTOP)
+    fs.clear_cache()
+    return f"clear-cache at {elapsed:.2f}s" + (" (injection not reached)" if inj else "")
 
 
 def free_addr():
@@ -457,10 +475,7 @@ def run_replica_trial(name, method, base, profile=False):
     elapsed = time.time() - t0
     rc_before = p.poll()
     if not cut and fs.alive():
-        if rc_before is None:
-            p.send_signal(signal.SIGSTOP)
-        fs.clear_cache()
-        cut, how = True, f"clear-cache at {elapsed:.2f}s" + (" (injection not reached)" if inj else "")
+        cut, how = True, power_cut(p, fs, elapsed, inj)
     if p.poll() is None:
         p.kill()
     p.wait()
@@ -468,12 +483,7 @@ def run_replica_trial(name, method, base, profile=False):
     res = {"trial": name, "scenario": "e", "method": ":".join(method), "cut": cut, "how": how,
            "cmd_rc": rc_before, "elapsed": round(elapsed, 2)}
     if profile:
-        counts = {op: 0 for op in OPS}
-        for line in open(fs.logfile, errors="replace"):
-            m = re.search(r"\[lazyfs\.ops\]: lfs_(\w+)\(", line)
-            if m and m.group(1) in counts:
-                counts[m.group(1)] += 1
-        res["counts"] = counts
+        res["counts"] = fs.op_counts()
     errs = []
     check = os.path.join(tdir, "check-db")
     shutil.copytree(os.path.join(root, "db"), check)
@@ -777,11 +787,8 @@ def run_trial(name, scen, method, base, profile=False):
     elapsed = time.time() - t0
     cmd_rc = p.poll()
     if not cut and fs.alive() and (cmd_rc is None or scen == "a"):
-        # fifo cut (or scenario a at its end): freeze treelog, drop unsynced data, kill it
-        if cmd_rc is None:
-            p.send_signal(signal.SIGSTOP)
-        fs.clear_cache()
-        cut, how = True, f"clear-cache at {elapsed:.2f}s" + (" (injection not reached)" if inj else "")
+        # fifo cut (or scenario a at its end)
+        cut, how = True, power_cut(p, fs, elapsed, inj)
     if p.poll() is None:
         p.kill()
     p.wait()
@@ -795,12 +802,7 @@ def run_trial(name, scen, method, base, profile=False):
     res = {"trial": name, "scenario": scen, "method": ":".join(method), "cut": cut, "how": how,
            "cmd_rc": cmd_rc, "elapsed": round(elapsed, 2)}
     if profile:
-        counts = {op: 0 for op in OPS}
-        for line in open(fs.logfile, errors="replace"):
-            m = re.search(r"\[lazyfs\.ops\]: lfs_(\w+)\(", line)
-            if m and m.group(1) in counts:
-                counts[m.group(1)] += 1
-        res["counts"] = counts
+        res["counts"] = fs.op_counts()
     cutdb = os.path.join(tdir, "cut-db")
     if os.path.exists(os.path.join(root, "db")):
         shutil.copytree(os.path.join(root, "db"), cutdb)

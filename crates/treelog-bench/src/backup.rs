@@ -3,12 +3,11 @@
 //! without it, and the time of its restore.
 
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
-use treelog::{CreateOptions, Options, Treelog};
+use treelog::{Options, Treelog};
 
 /// Loads a namespace of about `inodes` inodes: /load/d<j>/f<k>, 1,000
 /// files a directory. Returns the inodes made.
@@ -33,14 +32,7 @@ pub fn load(t: &Treelog, inodes: u64) -> Result<u64> {
         t,
         files,
         1024,
-        |i| treelog::Command::Create {
-            path: format!("/load/d{}/f{}", i % dirs, i / dirs),
-            parents: false,
-            mode: 0o644,
-            owner: String::new(),
-            group: String::new(),
-            block_size: 0,
-        },
+        |i| crate::file_cmd(format!("/load/d{}/f{}", i % dirs, i / dirs)),
         None,
     )?;
     Ok(dirs + files + 2)
@@ -64,36 +56,15 @@ pub fn run(base: &Path, inodes: u64, callers: usize) -> Result<()> {
         started.elapsed().as_secs_f64()
     );
 
-    // Writers: `callers` threads creating files, each in its directory,
-    // one synced create at a time, through both windows below.
-    for c in 0..callers {
-        t.mkdir_p(&format!("/w/c{c}"))?;
-    }
-    let (stop, done) = (
-        Arc::new(AtomicBool::new(false)),
-        Arc::new(AtomicU64::new(0)),
-    );
-    let threads: Vec<_> = (0..callers)
-        .map(|c| {
-            let (t, stop, done) = (t.clone(), stop.clone(), done.clone());
-            std::thread::spawn(move || -> Result<()> {
-                let mut k = 0u64;
-                while !stop.load(Ordering::Relaxed) {
-                    t.create(&format!("/w/c{c}/f{k}"), CreateOptions::default())?;
-                    done.fetch_add(1, Ordering::Relaxed);
-                    k += 1;
-                }
-                Ok(())
-            })
-        })
-        .collect();
+    // Writers through both windows below.
+    let writers = crate::Writers::start(&t, callers)?;
     // The writers are up before anything is measured.
-    while done.load(Ordering::Relaxed) < 1000 {
+    while writers.done() < 1000 {
         std::thread::sleep(Duration::from_millis(10));
     }
 
     // Window 1: a backup runs.
-    let (c0, t0) = (done.load(Ordering::Relaxed), Instant::now());
+    let (c0, t0) = (writers.done(), Instant::now());
     let mut caught_up = Duration::ZERO;
     let report = t.backup_with_progress(&dest, |p| {
         if let treelog::backup::Progress::Checkpointed { .. } = p {
@@ -101,16 +72,12 @@ pub fn run(base: &Path, inodes: u64, callers: usize) -> Result<()> {
         }
     })?;
     let during = t0.elapsed();
-    let c1 = done.load(Ordering::Relaxed);
+    let c1 = writers.done();
     // Window 2, right after and as long: no backup.
-    let (c2, t2) = (done.load(Ordering::Relaxed), Instant::now());
+    let (c2, t2) = (writers.done(), Instant::now());
     std::thread::sleep(during);
-    let (c3, without) = (done.load(Ordering::Relaxed), t2.elapsed());
-    stop.store(true, Ordering::Relaxed);
-    for h in threads {
-        h.join()
-            .map_err(|_| Error::InvalidArgument("writer thread panicked".into()))??;
-    }
+    let (c3, without) = (writers.done(), t2.elapsed());
+    writers.stop()?;
     let rate = |n: u64, d: Duration| n as f64 / d.as_secs_f64();
     println!(
         "backup: sequence {}, {} inodes, {} files, {:.1} MiB, {:.2} s (checkpoint taken, caught up ({} records replayed) and digested in {:.2} s, then copied)",

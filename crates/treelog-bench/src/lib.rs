@@ -520,6 +520,71 @@ fn metrics_overhead(base: &std::path::Path, ops: usize, rounds: usize) -> Result
 
 /// Submits `n` commands made by `cmd(i)` with up to `window` in flight
 /// (pipelined), ticking `progress` once per command.
+/// An empty file at `path` in a directory that exists (no owner, group or
+/// block size): the loads' create.
+pub fn file_cmd(path: String) -> treelog::Command {
+    treelog::Command::Create {
+        path,
+        parents: false,
+        mode: 0o644,
+        owner: String::new(),
+        group: String::new(),
+        block_size: 0,
+    }
+}
+
+/// `callers` threads each making one synced create at a time, in a
+/// directory of its own (`/w/c<i>`), until [`Writers::stop`]: the load
+/// beside a backup or a replica.
+pub struct Writers {
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    done: Arc<std::sync::atomic::AtomicU64>,
+    threads: Vec<std::thread::JoinHandle<Result<()>>>,
+}
+
+impl Writers {
+    pub fn start(t: &Arc<Treelog>, callers: usize) -> Result<Writers> {
+        for c in 0..callers {
+            t.mkdir_p(&format!("/w/c{c}"))?;
+        }
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let done = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let threads = (0..callers)
+            .map(|c| {
+                let (t, stop, done) = (t.clone(), stop.clone(), done.clone());
+                std::thread::spawn(move || -> Result<()> {
+                    let mut k = 0u64;
+                    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        t.create(&format!("/w/c{c}/f{k}"), CreateOptions::default())?;
+                        done.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        k += 1;
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        Ok(Writers {
+            stop,
+            done,
+            threads,
+        })
+    }
+
+    /// Creates acknowledged so far.
+    pub fn done(&self) -> u64 {
+        self.done.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    pub fn stop(self) -> Result<()> {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        for h in self.threads {
+            h.join()
+                .map_err(|_| Error::InvalidArgument("writer thread panicked".into()))??;
+        }
+        Ok(())
+    }
+}
+
 pub fn bulk_load(
     t: &Treelog,
     n: u64,

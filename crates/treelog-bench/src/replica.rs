@@ -5,12 +5,11 @@
 //! 10 ms), and its catch-up rate from far behind.
 
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
-use treelog::{CreateOptions, Treelog};
+use treelog::Treelog;
 use treelog_client::{Client, ClientOptions};
 use treelog_proto::protocol::{NodeStatus, RequestBody, ResponseBody};
 use treelog_replica::{ReplicaConfig, ReplicaHandle};
@@ -97,30 +96,10 @@ pub fn run(base: &Path, inodes: u64, callers: usize, seconds: u64, behind: u64) 
         );
 
         // Lag while writers run the leader at full speed.
-        tokio::task::block_in_place(|| -> Result<()> {
-            for w in 0..callers {
-                t.mkdir_p(&format!("/w/c{w}"))?;
-            }
-            Ok(())
-        })?;
-        let (stop, done) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicU64::new(0)));
-        let threads: Vec<_> = (0..callers)
-            .map(|w| {
-                let (t, stop, done) = (t.clone(), stop.clone(), done.clone());
-                std::thread::spawn(move || -> Result<()> {
-                    let mut k = 0u64;
-                    while !stop.load(Ordering::Relaxed) {
-                        t.create(&format!("/w/c{w}/f{k}"), CreateOptions::default())?;
-                        done.fetch_add(1, Ordering::Relaxed);
-                        k += 1;
-                    }
-                    Ok(())
-                })
-            })
-            .collect();
+        let writers = tokio::task::block_in_place(|| crate::Writers::start(&t, callers))?;
         let rc = Client::connect(r.bound.rpc, ClientOptions::default()).await?;
         let (mut lag_records, mut lag_ms) = (Vec::new(), Vec::new());
-        let (d0, w0) = (done.load(Ordering::Relaxed), Instant::now());
+        let (d0, w0) = (writers.done(), Instant::now());
         while w0.elapsed() < Duration::from_secs(seconds) {
             let committed = t.committed_seq();
             let s = status(&rc).await?;
@@ -128,12 +107,8 @@ pub fn run(base: &Path, inodes: u64, callers: usize, seconds: u64, behind: u64) 
             lag_ms.push(s.lag_ms);
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
-        let rate = (done.load(Ordering::Relaxed) - d0) as f64 / w0.elapsed().as_secs_f64();
-        stop.store(true, Ordering::Relaxed);
-        for h in threads {
-            h.join()
-                .map_err(|_| Error::InvalidArgument("writer thread panicked".into()))??;
-        }
+        let rate = (writers.done() - d0) as f64 / w0.elapsed().as_secs_f64();
+        tokio::task::block_in_place(|| writers.stop())?;
         let n = lag_records.len();
         let first_half: u64 = lag_records[..n / 2].iter().sum::<u64>() / (n as u64 / 2).max(1);
         let second_half: u64 = lag_records[n / 2..].iter().sum::<u64>() / (n - n / 2).max(1) as u64;
@@ -157,14 +132,7 @@ pub fn run(base: &Path, inodes: u64, callers: usize, seconds: u64, behind: u64) 
                 &t,
                 behind,
                 1024,
-                |i| treelog::Command::Create {
-                    path: format!("/behind/f{i}"),
-                    parents: false,
-                    mode: 0o644,
-                    owner: String::new(),
-                    group: String::new(),
-                    block_size: 0,
-                },
+                |i| crate::file_cmd(format!("/behind/f{i}")),
                 None,
             )
         })?;

@@ -18,7 +18,6 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use treelog::store::{Store, StoreOptions};
 use treelog_client::{Client, ClientOptions};
 use treelog_proto::protocol::{NodeStatus, RequestBody, ResponseBody};
 
@@ -204,21 +203,6 @@ fn writer(
     })
 }
 
-fn closed_state(data: &Path) -> (u64, String, Vec<(u64, Vec<u8>)>) {
-    let so = StoreOptions {
-        create_if_missing: false,
-        ..Default::default()
-    };
-    let store = Store::open(data, &so).unwrap();
-    let summary = treelog::admin::index_summary(&store).unwrap();
-    let log = store
-        .log_entries(1)
-        .unwrap()
-        .map(|e| e.map(|(s, v)| (s, v.to_vec())).unwrap())
-        .collect();
-    (store.applied_seq().unwrap(), summary.digest, log)
-}
-
 #[test]
 fn replicas_resume_after_sigkill_of_either_side_at_any_stage() {
     let dir = tempfile::tempdir().unwrap();
@@ -291,8 +275,8 @@ fn replicas_resume_after_sigkill_of_either_side_at_any_stage() {
     assert!(s.connected);
     replica.stop();
     leader.stop();
-    let (la, ld, llog) = closed_state(&leader.data);
-    let (ra, rd, rlog) = closed_state(&replica.data);
+    let (la, ld, llog) = common::closed_state(&leader.data);
+    let (ra, rd, rlog) = common::closed_state(&replica.data);
     assert_eq!(ra, la);
     assert_eq!(rd, ld, "index digests");
     assert_eq!(rlog.len(), llog.len(), "records in the logs");

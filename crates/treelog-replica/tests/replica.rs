@@ -18,7 +18,6 @@ use common::commands::{create, mkdir};
 use common::server::{self, connect};
 use treelog::error::{Error, ErrorKind};
 use treelog::retention::RetentionPolicy;
-use treelog::store::{Store, StoreOptions};
 use treelog::{Command, ReadAt};
 use treelog_client::{Client, ClientOptions, SeenSeq};
 use treelog_proto::protocol::{NodeStatus, RequestBody, ResponseBody, Role};
@@ -71,23 +70,6 @@ async fn applied(addr: SocketAddr, seq: u64) -> NodeStatus {
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-}
-
-/// The applied sequence, index digest and log (as stored) of the closed
-/// database at `data`.
-fn closed_state(data: &Path) -> (u64, String, Vec<(u64, Vec<u8>)>) {
-    let so = StoreOptions {
-        create_if_missing: false,
-        ..Default::default()
-    };
-    let store = Store::open(data, &so).unwrap();
-    let summary = treelog::admin::index_summary(&store).unwrap();
-    let log = store
-        .log_entries(1)
-        .unwrap()
-        .map(|e| e.map(|(s, v)| (s, v.to_vec())).unwrap())
-        .collect();
-    (store.applied_seq().unwrap(), summary.digest, log)
 }
 
 /// Creates, renames and deletes from `writers` tasks until `stop`; each
@@ -183,9 +165,9 @@ async fn a_replica_bootstrapped_under_writes_converges_and_so_does_its_own_repli
     rr.shutdown().await.unwrap();
     r.shutdown().await.unwrap();
     l.shutdown().await.unwrap();
-    let (la, ld, llog) = closed_state(&l_data);
+    let (la, ld, llog) = common::closed_state(&l_data);
     for data in [&r_data, &rr_data] {
-        let (ra, rd, rlog) = closed_state(data);
+        let (ra, rd, rlog) = common::closed_state(data);
         assert_eq!(ra, la, "{}: applied", data.display());
         assert_eq!(rd, ld, "{}: the index digest", data.display());
         // The same records, byte for byte, none missing or twice.
@@ -489,8 +471,8 @@ async fn a_replica_whose_position_was_removed_bootstraps_again_without_mixing_st
     drop(c);
     r.shutdown().await.unwrap();
     l.shutdown().await.unwrap();
-    let (la, ld, _) = closed_state(&l_data);
-    let (ra, rd, _) = closed_state(&r_data);
+    let (la, ld, _) = common::closed_state(&l_data);
+    let (ra, rd, _) = common::closed_state(&r_data);
     assert_eq!((ra, rd), (la, ld));
     // Nothing of the bootstrap is left beside the data directory.
     let left: Vec<_> = std::fs::read_dir(dir.path())
@@ -561,8 +543,8 @@ async fn a_replica_of_a_source_whose_history_diverged_bootstraps_again() {
     drop((c, rc));
     r.shutdown().await.unwrap();
     l2.shutdown().await.unwrap();
-    let (la, ld, llog) = closed_state(&l2_data);
-    let (ra, rd, rlog) = closed_state(&r_data);
+    let (la, ld, llog) = common::closed_state(&l2_data);
+    let (ra, rd, rlog) = common::closed_state(&r_data);
     assert_eq!((ra, rd), (la, ld));
     assert!(rlog == llog);
 }
@@ -598,8 +580,8 @@ async fn a_replica_far_behind_catches_up_before_it_serves() {
     drop(c);
     r.shutdown().await.unwrap();
     l.shutdown().await.unwrap();
-    let (la, ld, llog) = closed_state(&l_data);
-    let (ra, rd, rlog) = closed_state(&r_data);
+    let (la, ld, llog) = common::closed_state(&l_data);
+    let (ra, rd, rlog) = common::closed_state(&r_data);
     assert_eq!((ra, rd), (la, ld));
     assert!(rlog == llog);
 }

@@ -1561,38 +1561,19 @@ async fn handle(
         RequestBody::BackupEnd { id } => ctx.backups.end(id).await,
         RequestBody::Status => Ok(ResponseBody::Status(t.status())),
         RequestBody::Replicate(from) => {
-            drop(permit);
-            let outcome = match cancel {
-                Some(c) => replication(ctx, id, from, c).await,
-                None => "internal",
-            };
-            count(ctx, name, outcome);
-            return;
+            return streamed(ctx, name, permit, cancel, |c| replication(ctx, id, from, c)).await
         }
         RequestBody::SubscribeAt { opts, min_seq } => {
-            drop(permit);
-            let outcome = match (cancel, caught_up(t, ReadAt::AtLeast(min_seq)).await) {
-                (Some(c), Ok(())) => subscription(ctx, id, opts, c).await,
-                (_, Err(e)) => {
-                    if let Ok(mut subs) = ctx.subs.lock() {
-                        subs.remove(&id);
-                    }
-                    let _ = respond(&ctx.out, id, protocol::error_body(&e)).await;
-                    e.kind().as_str()
-                }
-                (None, Ok(())) => "internal",
-            };
-            count(ctx, name, outcome);
-            return;
+            return streamed(ctx, name, permit, cancel, |c| {
+                subscription(ctx, id, opts, min_seq, c)
+            })
+            .await
         }
         RequestBody::Subscribe(opts) => {
-            drop(permit);
-            let outcome = match cancel {
-                Some(c) => subscription(ctx, id, opts, c).await,
-                None => "internal",
-            };
-            count(ctx, name, outcome);
-            return;
+            return streamed(ctx, name, permit, cancel, |c| {
+                subscription(ctx, id, opts, 0, c)
+            })
+            .await
         }
     };
     count(
@@ -1606,6 +1587,26 @@ async fn handle(
     let body = res.unwrap_or_else(|e| protocol::error_body(&e));
     let _ = respond(&ctx.out, id, body).await;
     drop(permit);
+}
+
+/// Runs a streaming request (its replies are its own; it holds no
+/// in-flight permit) and counts its outcome.
+async fn streamed<F, Fut>(
+    ctx: &ConnCtx,
+    name: &str,
+    permit: tokio::sync::OwnedSemaphorePermit,
+    cancel: Option<watch::Receiver<bool>>,
+    run: F,
+) where
+    F: FnOnce(watch::Receiver<bool>) -> Fut,
+    Fut: std::future::Future<Output = &'static str>,
+{
+    drop(permit);
+    let outcome = match cancel {
+        Some(c) => run(c).await,
+        None => "internal",
+    };
+    count(ctx, name, outcome);
 }
 
 /// For a read at `ReadAt::AtLeast(seq)`: waits (without holding a
@@ -1697,13 +1698,7 @@ async fn replication(
         };
         // A slow replica fills the connection's queue: wait for room
         // before reading further (one batch held, no more).
-        let cancelled = tokio::select! {
-            _ = cancel_rx.changed() => true,
-            _ = shutdown.changed() => true,
-            _ = ctx.out.room() => false,
-        };
-        if cancelled {
-            let _ = respond(&ctx.out, id, ResponseBody::StreamEnd).await;
+        if ended_before_room(ctx, id, &mut cancel_rx, &mut shutdown).await {
             break "ok";
         }
         let first = next;
@@ -1740,12 +1735,33 @@ fn timed_read<T>(ctx: &ConnCtx, op: &str, f: impl FnOnce() -> Result<T>) -> Resu
     r
 }
 
+/// Waits until the connection's queue has room for a stream's next reply;
+/// true, with `StreamEnd` sent, when the stream was cancelled or the
+/// server began shutting down meanwhile.
+async fn ended_before_room(
+    ctx: &ConnCtx,
+    id: u64,
+    cancel_rx: &mut watch::Receiver<bool>,
+    shutdown: &mut watch::Receiver<bool>,
+) -> bool {
+    let ended = tokio::select! {
+        _ = cancel_rx.changed() => true,
+        _ = shutdown.changed() => true,
+        _ = ctx.out.room() => false,
+    };
+    if ended {
+        let _ = respond(&ctx.out, id, ResponseBody::StreamEnd).await;
+    }
+    ended
+}
+
 /// Streams a subscription until it is cancelled, fails, or the server
 /// shuts down. Returns the outcome label for metrics.
 async fn subscription(
     ctx: &Arc<ConnCtx>,
     id: u64,
     opts: crate::stream::SubscribeOptions,
+    min_seq: u64,
     mut cancel_rx: watch::Receiver<bool>,
 ) -> &'static str {
     let unregister = || {
@@ -1753,7 +1769,12 @@ async fn subscription(
             subs.remove(&id);
         }
     };
-    let mut sub = match ctx.t.subscribe(opts) {
+    // `SubscribeAt`: from a state at least as new as the client's token.
+    let subscribed = match caught_up(&ctx.t, ReadAt::AtLeast(min_seq)).await {
+        Ok(()) => ctx.t.subscribe(opts),
+        Err(e) => Err(e),
+    };
+    let mut sub = match subscribed {
         Ok(s) => s,
         Err(e) => {
             unregister();
@@ -1787,13 +1808,7 @@ async fn subscription(
         // subscribers until it is encoded) and making no more, instead of
         // buffering without bound. It encodes and queues the item only
         // once there is room.
-        let cancelled = tokio::select! {
-            _ = cancel_rx.changed() => true,
-            _ = shutdown.changed() => true,
-            _ = ctx.out.room() => false,
-        };
-        if cancelled {
-            let _ = respond(&ctx.out, id, ResponseBody::StreamEnd).await;
+        if ended_before_room(ctx, id, &mut cancel_rx, &mut shutdown).await {
             break "ok";
         }
         if !respond(&ctx.out, id, body).await {
