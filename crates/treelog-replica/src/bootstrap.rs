@@ -114,7 +114,6 @@ pub async fn prepare(
         if *stop.borrow() {
             return Ok(None);
         }
-        let started = Instant::now();
         // Stopping does not wait for the fetch: what it fetched so far is
         // kept, and the next start resumes it.
         let attempted = tokio::select! {
@@ -122,12 +121,11 @@ pub async fn prepare(
             _ = stop.changed() => return Ok(None),
         };
         match attempted {
-            Ok(mut p) => {
-                p.elapsed_ms = started.elapsed().as_millis() as u64;
+            Ok(p) => {
                 state.bootstrapped(
                     p.bytes,
                     Duration::from_millis(p.fetch_ms),
-                    started.elapsed(),
+                    Duration::from_millis(p.elapsed_ms),
                 );
                 tracing::info!(
                     seq = p.seq,
@@ -156,6 +154,7 @@ pub async fn prepare(
 }
 
 async fn attempt(cfg: &ReplicaConfig, backup: &Path, new: &Path) -> Result<Prepared> {
+    let started = Instant::now();
     // A complete backup left here belongs to an earlier bootstrap: its
     // position may be gone from the source by now.
     if backup.join(treelog::backup::MANIFEST_FILE).exists() {
@@ -178,7 +177,7 @@ async fn attempt(cfg: &ReplicaConfig, backup: &Path, new: &Path) -> Result<Prepa
         bytes: fetched.bytes,
         inodes: restored.inodes,
         fetch_ms: fetched.elapsed_ms,
-        elapsed_ms: 0,
+        elapsed_ms: started.elapsed().as_millis() as u64,
     })
 }
 
