@@ -476,9 +476,9 @@ fn apply_replicated(
             }
         }
     }
-    for v in recs {
-        let r = record::decode_record_ref(v, None).map_err(Executed::Fault)?;
-        crate::engine::apply_events(r.events, overlay, state).map_err(Executed::Fault)?;
+    for r in &out {
+        let events = r.events.iter().map(crate::event::Event::borrowed);
+        crate::engine::apply_events(events, overlay, state).map_err(Executed::Fault)?;
     }
     Ok(out)
 }
