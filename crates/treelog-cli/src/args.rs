@@ -226,6 +226,12 @@ pub enum Cmd {
     Serve(Box<ServeArgs>),
     /// Build a small tree, print it, show the log and verify the index.
     Demo,
+    /// Publish the server's committed change log into a bus, exactly once
+    /// and in order (docs/BRIDGE.md). Needs --server.
+    Bridge {
+        #[command(subcommand)]
+        cmd: BridgeCmd,
+    },
     /// Operator commands.
     Admin {
         #[command(subcommand)]
@@ -337,6 +343,84 @@ pub struct ServeArgs {
     /// Most bytes of records per batch from the source.
     #[arg(long, requires = "replica_of", hide = true, default_value_t = 1 << 20)]
     pub replica_batch_bytes: u32,
+    /// Run a bridge that publishes this server's committed log into NATS
+    /// JetStream at this URL (as `treelog bridge nats`; its metrics join
+    /// the server's). See docs/BRIDGE.md.
+    #[arg(
+        long,
+        value_name = "URL",
+        requires = "bridge_stream",
+        conflicts_with = "replica_of"
+    )]
+    pub bridge_nats: Option<String>,
+    /// The stream of --bridge-nats.
+    #[arg(long, value_name = "NAME", requires = "bridge_nats")]
+    pub bridge_stream: Option<String>,
+    /// The subject of --bridge-nats (default: treelog.<namespace id>.log).
+    #[arg(long, value_name = "SUBJECT", requires = "bridge_nats")]
+    pub bridge_subject: Option<String>,
+    /// Replicas of the stream when the bridge creates it; 0: never create
+    /// it.
+    #[arg(long, requires = "bridge_nats", default_value_t = 1)]
+    pub bridge_stream_replicas: usize,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum BridgeCmd {
+    /// Into a NATS JetStream stream: one subject per namespace, one
+    /// message per record (parts for a record above the server's
+    /// max_payload), `Nats-Msg-Id` and `Nats-Expected-Last-Sequence` on
+    /// each; after a restart it resumes after the stream's last message.
+    Nats(Box<BridgeNatsArgs>),
+}
+
+#[derive(Args, Debug)]
+pub struct BridgeNatsArgs {
+    /// NATS server URL(s), comma-separated for a cluster.
+    #[arg(long, value_name = "URL", default_value = "nats://127.0.0.1:4222")]
+    pub nats: String,
+    /// The JetStream stream (one per namespace: it holds only --subject).
+    #[arg(long, value_name = "NAME")]
+    pub stream: String,
+    #[command(flatten)]
+    pub opts: BridgeOpts,
+    /// Serve the bridge's metrics on GET /metrics at this address.
+    #[arg(long, value_name = "ADDR")]
+    pub metrics_listen: Option<std::net::SocketAddr>,
+    /// Log events on standard error as text or as JSON lines.
+    #[arg(long, default_value_t = crate::server::LogFormat::Text)]
+    pub log_format: crate::server::LogFormat,
+}
+
+/// What `bridge nats` and `serve --bridge-nats` share.
+#[derive(Args, Debug, Clone)]
+pub struct BridgeOpts {
+    /// The subject (default: treelog.<namespace id>.log).
+    #[arg(long, value_name = "SUBJECT")]
+    pub subject: Option<String>,
+    /// The durable treelog cursor that keeps the log until published
+    /// (default: bridge-<stream>).
+    #[arg(long, value_name = "NAME")]
+    pub bridge_cursor: Option<String>,
+    /// Payload encoding: `json` (the `tail --json` record) or `postcard`.
+    #[arg(long, default_value = "json")]
+    pub encoding: String,
+    /// Replicas of the stream when the bridge creates it (it does when
+    /// the stream does not exist); 0: never create it.
+    #[arg(long, default_value_t = 1)]
+    pub stream_replicas: usize,
+    /// Where to start when the stream holds nothing of the namespace and
+    /// the cursor does not exist: `beginning` (the log's first record) or
+    /// `now`.
+    #[arg(long, default_value = "beginning")]
+    pub start: String,
+    /// Messages in flight (sent, not yet acknowledged by JetStream).
+    #[arg(long, default_value_t = 1024)]
+    pub max_in_flight: usize,
+    /// Cut records into parts of at most this many bytes (default: the
+    /// server's max_payload less 1 KiB for headers).
+    #[arg(long, hide = true)]
+    pub max_payload: Option<usize>,
 }
 
 #[derive(Subcommand, Debug)]

@@ -33,21 +33,25 @@ pub enum Sub<'a> {
     },
 }
 
+/// A `--server` address: `host:port` or an IP address and port.
+pub fn resolve(addr: &str) -> Result<std::net::SocketAddr> {
+    addr.parse()
+        .or_else(|_| {
+            use std::net::ToSocketAddrs;
+            addr.to_socket_addrs()
+                .map_err(|e| e.to_string())
+                .and_then(|mut a| a.next().ok_or_else(|| "no address".to_string()))
+        })
+        .map_err(|e| Error::InvalidArgument(format!("bad server address {addr:?}: {e}")))
+}
+
 impl Backend {
     pub fn local(data: &std::path::Path, opts: Options) -> Result<Backend> {
         Ok(Backend::Local(Treelog::open(data, opts)?))
     }
 
     pub fn remote(addr: &str, token: Option<String>) -> Result<Backend> {
-        let addr = addr
-            .parse()
-            .or_else(|_| {
-                use std::net::ToSocketAddrs;
-                addr.to_socket_addrs()
-                    .map_err(|e| e.to_string())
-                    .and_then(|mut a| a.next().ok_or_else(|| "no address".to_string()))
-            })
-            .map_err(|e| Error::InvalidArgument(format!("bad server address {addr:?}: {e}")))?;
+        let addr = resolve(addr)?;
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()?;

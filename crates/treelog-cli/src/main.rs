@@ -6,6 +6,7 @@ use clap::Parser;
 mod admin_cmd;
 mod args;
 mod backend;
+mod bridge;
 mod demo;
 mod describe;
 mod exit;

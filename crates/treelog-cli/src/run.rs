@@ -4,7 +4,7 @@
 use std::io::Write;
 use std::process::ExitCode;
 
-use crate::args::{Cli, Cmd};
+use crate::args::{BridgeCmd, Cli, Cmd};
 use crate::error::Result;
 use crate::exit::{exit_code, is_broken_pipe};
 use crate::output::Out;
@@ -101,6 +101,9 @@ fn dispatch(cli: &Cli, out: &Out) -> Result<u8> {
         Cmd::Import(a) => crate::import::run(cli, out, a),
         Cmd::Serve(args) => crate::serve::run(cli, args),
         Cmd::Demo => crate::demo::run(&cli.data, out.json),
+        Cmd::Bridge {
+            cmd: BridgeCmd::Nats(a),
+        } => crate::bridge::nats(cli, a),
         Cmd::Admin { cmd } => crate::admin_cmd::run(cli, out, cmd),
     }
 }

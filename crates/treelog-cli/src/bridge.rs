@@ -1,0 +1,154 @@
+//! `treelog bridge nats`, and the bridge `treelog serve --bridge-nats`
+//! runs beside the server (docs/BRIDGE.md).
+
+use crate::args::{BridgeNatsArgs, BridgeOpts, Cli, ServeArgs};
+use crate::backend::read_token;
+use crate::error::{Error, Result};
+use treelog_bridge::{BridgeConfig, BridgeError, Encoding, NatsConfig, Start};
+
+/// The bridge's settings from its flags.
+fn configs(
+    server: std::net::SocketAddr,
+    token: Option<String>,
+    url: &str,
+    stream: &str,
+    o: &BridgeOpts,
+) -> Result<(BridgeConfig, NatsConfig)> {
+    let mut cfg = BridgeConfig::new(server);
+    cfg.token = token;
+    cfg.cursor = o
+        .bridge_cursor
+        .clone()
+        .unwrap_or_else(|| treelog_bridge::default_cursor(stream));
+    cfg.encoding = Encoding::parse(&o.encoding).ok_or_else(|| {
+        Error::InvalidArgument(format!("--encoding {:?}: json or postcard", o.encoding))
+    })?;
+    cfg.start = match o.start.as_str() {
+        "beginning" => Start::Beginning,
+        "now" => Start::Now,
+        other => {
+            return Err(Error::InvalidArgument(format!(
+                "--start {other:?}: beginning or now"
+            )))
+        }
+    };
+    if o.max_in_flight == 0 {
+        return Err(Error::InvalidArgument(
+            "--max-in-flight must be at least 1".into(),
+        ));
+    }
+    cfg.max_in_flight = o.max_in_flight;
+    let mut nats = NatsConfig::new(url, stream);
+    nats.subject = o.subject.clone();
+    nats.create_replicas = (o.stream_replicas > 0).then_some(o.stream_replicas);
+    nats.encoding = cfg.encoding;
+    nats.max_payload = o.max_payload;
+    Ok((cfg, nats))
+}
+
+fn bridge_error(e: BridgeError) -> Error {
+    match e {
+        BridgeError::Gap(m) => Error::PositionGone(m),
+        BridgeError::Refused(m) => Error::InvalidArgument(m),
+        BridgeError::Task(m) => Error::Protocol(m),
+    }
+}
+
+/// `treelog bridge nats`: runs until SIGINT/SIGTERM, or an error it cannot
+/// retry.
+pub fn nats(cli: &Cli, a: &BridgeNatsArgs) -> Result<u8> {
+    crate::server::init_logging(a.log_format)?;
+    let Some(addr) = &cli.server else {
+        return Err(Error::InvalidArgument(
+            "bridge publishes a server's log: give --server ADDR".into(),
+        ));
+    };
+    let server = crate::backend::resolve(addr)?;
+    let token = read_token(cli.token_file.as_deref())?;
+    let (cfg, nats) = configs(server, token, &a.nats, &a.stream, &a.opts)?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    rt.block_on(async {
+        let registry = prometheus::Registry::new();
+        if let Some(listen) = a.metrics_listen {
+            let l = tokio::net::TcpListener::bind(listen).await?;
+            tracing::info!(addr = %l.local_addr()?, "bridge metrics on /metrics");
+            tokio::spawn(treelog_bridge::serve_metrics(l, registry.clone()));
+        }
+        let mut h = treelog_bridge::start_nats(cfg, nats, &registry).map_err(bridge_error)?;
+        let signalled = treelog_server::signal_handlers();
+        tokio::select! {
+            signal = signalled => {
+                tracing::info!(signal, "signal received: stopping the bridge");
+                h.shutdown().await.map_err(bridge_error)
+            }
+            ended = h.ended() => ended.map_err(bridge_error),
+        }
+    })?;
+    Ok(0)
+}
+
+/// The bridge of `serve --bridge-nats`, started once the server listens
+/// (it is the server's own client, over its RPC port).
+pub fn serve_bridge(
+    a: &ServeArgs,
+    listen: std::net::SocketAddr,
+    token: Option<String>,
+) -> Result<Option<(BridgeConfig, NatsConfig)>> {
+    let (Some(url), Some(stream)) = (&a.bridge_nats, &a.bridge_stream) else {
+        return Ok(None);
+    };
+    let o = BridgeOpts {
+        subject: a.bridge_subject.clone(),
+        bridge_cursor: None,
+        encoding: "json".into(),
+        stream_replicas: a.bridge_stream_replicas,
+        start: "beginning".into(),
+        max_in_flight: 1024,
+        max_payload: None,
+    };
+    configs(listen, token, url, stream, &o).map(Some)
+}
+
+/// `serve --bridge-nats`: the server, and its bridge beside it. The bridge
+/// stopping on an error it cannot retry is logged (and
+/// `treelog_bridge_failed` set); the server goes on serving.
+pub async fn serve_with_bridge(
+    cfg: crate::server::ServerConfig,
+    mut bridge: BridgeConfig,
+    nats: NatsConfig,
+) -> Result<()> {
+    let mut h = treelog_server::start(cfg).await?;
+    let signalled = treelog_server::signal_handlers();
+    bridge.server = h.bound.rpc;
+    let registry = match h.metrics() {
+        Some(m) => m.registry.clone(),
+        None => prometheus::Registry::new(),
+    };
+    tracing::info!(rpc = %h.bound.rpc, http = %h.bound.http, "ready");
+    let mut b = Some(treelog_bridge::start_nats(bridge, nats, &registry).map_err(bridge_error)?);
+    tokio::pin!(signalled);
+    loop {
+        tokio::select! {
+            signal = &mut signalled => {
+                tracing::info!(signal, "signal received: shutting down");
+                if let Some(b) = b.take() {
+                    let _ = b.shutdown().await;
+                }
+                return h.shutdown().await;
+            }
+            ended = h.ended() => {
+                if let Some(b) = b.take() {
+                    let _ = b.shutdown().await;
+                }
+                return ended;
+            }
+            failed = async { b.as_mut().expect("guarded").ended().await }, if b.is_some() => {
+                tracing::error!(error = ?failed.err(), "the bridge stopped; the server goes on");
+                b = None;
+            }
+        }
+    }
+}
