@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """End-to-end check with a real Prometheus.
 
-Starts `treelog serve` on loopback and a replica of it (`serve
---replica-of`), a Prometheus scraping both every second,
+Starts a NATS server with JetStream (TREELOG_NATS_SERVER or nats-server),
+`treelog serve` on loopback publishing its log into it (`--bridge-nats`)
+and a replica of it (`serve --replica-of`), a Prometheus scraping both
+every second,
 runs a workload through the CLI, then evaluates every expression of the
 Grafana dashboard through Prometheus's HTTP API and fails if any returns no
 data. Usage: prometheus-e2e.py PATH_TO_TREELOG_BINARY
@@ -13,6 +15,7 @@ BIN = sys.argv[1]
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RPC, HTTP, PROM = "127.0.0.1:17500", "127.0.0.1:17501", "127.0.0.1:19090"
 REPLICA_RPC, REPLICA_HTTP = "127.0.0.1:17510", "127.0.0.1:17511"
+NATS = "127.0.0.1:14222"
 
 
 def get(url, timeout=5):
@@ -42,7 +45,12 @@ def main():
     tmp = tempfile.mkdtemp(prefix="treelog-prom-")
     procs = []
     try:
-        server = subprocess.Popen([BIN, "--data", f"{tmp}/db", "serve", "--listen", RPC, "--http", HTTP],
+        nats = subprocess.Popen([os.environ.get("TREELOG_NATS_SERVER", "nats-server"), "-js", "-sd", f"{tmp}/nats",
+                                 "-a", NATS.split(":")[0], "-p", NATS.split(":")[1]],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        procs.append(nats)
+        server = subprocess.Popen([BIN, "--data", f"{tmp}/db", "serve", "--listen", RPC, "--http", HTTP,
+                                   "--bridge-nats", f"nats://{NATS}", "--bridge-stream", "E2E"],
                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         procs.append(server)
         wait_until("treelog /readyz", lambda: get(f"http://{HTTP}/readyz")[0] == 200)

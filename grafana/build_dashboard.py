@@ -130,6 +130,26 @@ ts("Replica reconnects and re-bootstraps", [(f"increase(treelog_replica_reconnec
 ts("Last bootstrap", [("treelog_replica_bootstrap_bytes", "bytes {{instance}}"), ("treelog_replica_bootstrap_seconds", "seconds {{instance}}")],
    desc="Checkpoint bytes fetched and seconds taken by the replica's last bootstrap")
 
+row("Change-stream bridge")
+ts("Bridge positions", [("treelog_bridge_published_seq", "published {{instance}}"),
+                        ("treelog_bridge_committed_seq", "committed {{instance}}")],
+   desc="The last record the bus acknowledged beside the server's committed sequence (docs/BRIDGE.md)")
+ts("Bridge lag", [("treelog_bridge_lag_records", "records {{instance}}")],
+   desc="Committed records the bus has not acknowledged; bounded under load is healthy, growing means the bridge or the bus cannot keep up")
+ts("Bridge lag (seconds)", [("treelog_bridge_lag_seconds", "{{instance}}")], "s",
+   desc="Age of the oldest committed record the bus has not acknowledged (0 when caught up)")
+ts("Bridge latency", [(q("treelog_bridge_publish_seconds", 0.5), "publish p50"), (q("treelog_bridge_publish_seconds", 0.99), "publish p99"),
+                      (q("treelog_bridge_commit_to_ack_seconds", 0.5), "commit to ack p50"),
+                      (q("treelog_bridge_commit_to_ack_seconds", 0.99), "commit to ack p99")], "s",
+   desc="From sending a message to JetStream's ack, and from a record's commit to the ack of its last part")
+ts("Bridge throughput", [(f"rate(treelog_bridge_records_total[{RI}])", "records/s"),
+                         (f"rate(treelog_bridge_messages_total[{RI}])", "messages/s"),
+                         (f"rate(treelog_bridge_bytes_total[{RI}])", "bytes/s")])
+ts("Bridge state", [("treelog_bridge_connected", "connected {{instance}}"), ("treelog_bridge_failed", "failed {{instance}}"),
+                    (f"increase(treelog_bridge_retries_total[{RI}])", "retries {{instance}}"),
+                    (f"increase(treelog_bridge_duplicates_total[{RI}])", "duplicates {{instance}}")],
+   desc="connected is 1 while the bus is reachable; failed is 1 when the bridge stopped on a gap or a stream it cannot use (an operator must act); retries are sessions started again after errors")
+
 dash = {
     "title": "treelog",
     "uid": "treelog-overview",
