@@ -12,6 +12,7 @@
 //!   write grouping.
 
 pub mod backup;
+pub mod bridge;
 pub mod network;
 pub mod replica;
 pub mod seed;
@@ -122,6 +123,39 @@ pub enum BenchCmd {
         /// Writer threads (one synced create at a time each).
         #[arg(long, default_value_t = 8)]
         callers: usize,
+        /// Where to put the scratch databases (default: a temp directory).
+        #[arg(long)]
+        dir: Option<std::path::PathBuf>,
+    },
+    /// Durable creates at full speed without and with a bridge publishing
+    /// the log into NATS JetStream (a nats-server this starts): the
+    /// writers' rate both ways, records published per second, lag and
+    /// commit-to-ack latency.
+    Bridge {
+        /// Writer threads (one synced create at a time each).
+        #[arg(long, default_value_t = 64)]
+        callers: usize,
+        /// Seconds per run.
+        #[arg(long, default_value_t = 10)]
+        seconds: u64,
+        /// Runs each way, alternating.
+        #[arg(long, default_value_t = 3)]
+        rounds: usize,
+        /// The nats-server binary.
+        #[arg(long, env = "TREELOG_NATS_SERVER", default_value = "nats-server")]
+        nats_server: std::path::PathBuf,
+        /// JetStream with `sync_interval: always` (an fsync per message).
+        #[arg(long)]
+        sync_always: bool,
+        /// Run nats-server at this niceness (19: it gets only the CPU the
+        /// writers leave, as if it ran on another machine).
+        #[arg(long, default_value_t = 0)]
+        nats_nice: i32,
+        /// The server's --stream-priority: `idle` (subscribers, the
+        /// bridge's among them, get only the CPU the writers leave) or a
+        /// niceness 0..19.
+        #[arg(long, default_value = "idle")]
+        stream_priority: treelog::stream::DeliveryPriority,
         /// Where to put the scratch databases (default: a temp directory).
         #[arg(long)]
         dir: Option<std::path::PathBuf>,
@@ -544,18 +578,24 @@ pub struct Writers {
 
 impl Writers {
     pub fn start(t: &Arc<Treelog>, callers: usize) -> Result<Writers> {
+        Writers::start_in(t, callers, "/w")
+    }
+
+    /// [`Writers::start`] under `root` (a new directory per run).
+    pub fn start_in(t: &Arc<Treelog>, callers: usize, root: &str) -> Result<Writers> {
         for c in 0..callers {
-            t.mkdir_p(&format!("/w/c{c}"))?;
+            t.mkdir_p(&format!("{root}/c{c}"))?;
         }
         let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let done = Arc::new(std::sync::atomic::AtomicU64::new(0));
         let threads = (0..callers)
             .map(|c| {
                 let (t, stop, done) = (t.clone(), stop.clone(), done.clone());
+                let dir = format!("{root}/c{c}");
                 std::thread::spawn(move || -> Result<()> {
                     let mut k = 0u64;
                     while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                        t.create(&format!("/w/c{c}/f{k}"), CreateOptions::default())?;
+                        t.create(&format!("{dir}/f{k}"), CreateOptions::default())?;
                         done.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                         k += 1;
                     }
@@ -686,6 +726,32 @@ pub fn run(args: &BenchArgs) -> Result<u8> {
         } => {
             let base = scratch(dir)?;
             backup::run(&base, *inodes, *callers)?;
+            if dir.is_none() {
+                let _ = std::fs::remove_dir_all(&base);
+            }
+            Ok(0)
+        }
+        BenchCmd::Bridge {
+            callers,
+            seconds,
+            rounds,
+            nats_server,
+            sync_always,
+            nats_nice,
+            stream_priority,
+            dir,
+        } => {
+            let base = scratch(dir)?;
+            let b = bridge::BridgeBench {
+                callers: *callers,
+                seconds: *seconds,
+                rounds: (*rounds).max(1),
+                nats_server: nats_server.clone(),
+                sync_always: *sync_always,
+                nats_nice: *nats_nice,
+                stream_priority: *stream_priority,
+            };
+            bridge::run(&base, &b)?;
             if dir.is_none() {
                 let _ = std::fs::remove_dir_all(&base);
             }
