@@ -141,7 +141,17 @@ impl Sink for NatsSink {
                         ..Default::default()
                     })
                     .await
-                    .map_err(|e| retry("cannot create the stream", e))?
+                    .map_err(|e| match e.kind() {
+                        // JetStream answered: its refusal (subjects that
+                        // overlap another stream's, limits) will not change.
+                        jetstream::context::CreateStreamErrorKind::JetStream(j) => {
+                            SinkError::fatal(format!(
+                                "cannot create stream {} for subject {subject:?}: {j}",
+                                self.cfg.stream
+                            ))
+                        }
+                        _ => retry("cannot create the stream", e),
+                    })?
                 }
                 _ => return Err(retry(&format!("stream {}", self.cfg.stream), e)),
             },

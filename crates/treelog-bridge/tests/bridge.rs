@@ -189,6 +189,16 @@ async fn a_stream_of_another_namespace_or_shared_with_other_subjects_is_refused(
         Err(BridgeError::Refused(m)) => assert!(m.contains("a stream of its own subject"), "{m}"),
         other => panic!("{other:?}"),
     }
+    // A new stream JetStream will not create (its subject is WIDE's).
+    let mut n = NatsConfig::new(nats.url(), "OVERLAP");
+    n.subject = Some("treelog.wide.log".into());
+    let mut cfg = BridgeConfig::new(other.bound.rpc);
+    cfg.cursor = "c".into();
+    let mut b = treelog_bridge::start_nats(cfg, n, &prometheus_registry()).unwrap();
+    match b.ended().await {
+        Err(BridgeError::Refused(m)) => assert!(m.contains("cannot create stream OVERLAP"), "{m}"),
+        other => panic!("{other:?}"),
+    }
     one.shutdown().await.unwrap();
     other.shutdown().await.unwrap();
 }

@@ -10,8 +10,12 @@ use treelog::stream::{Filter, StartFrom, StreamItem, SubscribeOptions};
 use treelog::Command;
 
 fn schema() -> jsonschema::Validator {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/stream-item.schema.json");
-    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../docs/stream-item.schema.json"
+    );
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
     jsonschema::validator_for(&v).expect("a valid JSON Schema")
 }
 
@@ -23,8 +27,14 @@ async fn every_item_a_server_streams_validates_and_broken_ones_do_not() {
     let cmds = vec![
         common::commands::mkdir_as("/s/d", "alice", "staff"),
         common::commands::create("/s/d/f"),
-        Command::Complete { path: "/s/d/f".into(), size: 10 },
-        Command::SetSize { path: "/s/d/f".into(), size: 20 },
+        Command::Complete {
+            path: "/s/d/f".into(),
+            size: 10,
+        },
+        Command::SetSize {
+            path: "/s/d/f".into(),
+            size: 20,
+        },
         Command::SetAttr {
             path: "/s/d/f".into(),
             mode: Some(0o600),
@@ -33,9 +43,20 @@ async fn every_item_a_server_streams_validates_and_broken_ones_do_not() {
             mtime_ms: Some(1),
         },
         common::commands::mkdir("/out/x"),
-        Command::Rename { src: "/out/x".into(), dst: "/s/x".into(), overwrite: false },
-        Command::Rename { src: "/s/d/f".into(), dst: "/out/f".into(), overwrite: false },
-        Command::Delete { path: "/s/d".into(), recursive: true },
+        Command::Rename {
+            src: "/out/x".into(),
+            dst: "/s/x".into(),
+            overwrite: false,
+        },
+        Command::Rename {
+            src: "/s/d/f".into(),
+            dst: "/out/f".into(),
+            overwrite: false,
+        },
+        Command::Delete {
+            path: "/s/d".into(),
+            recursive: true,
+        },
         common::commands::mkdir("/elsewhere"),
     ];
     for cmd in cmds {
@@ -53,7 +74,10 @@ async fn every_item_a_server_streams_validates_and_broken_ones_do_not() {
         let mut sub = c
             .subscribe(SubscribeOptions {
                 from,
-                filter: Filter { prefix: prefix.map(Into::into), kinds: None },
+                filter: Filter {
+                    prefix: prefix.map(Into::into),
+                    kinds: None,
+                },
                 cursor: None,
                 resync_on_move_in: Some(false),
             })
@@ -79,8 +103,20 @@ async fn every_item_a_server_streams_validates_and_broken_ones_do_not() {
         }
     }
     for k in [
-        "SnapshotStart", "SnapshotEntry", "SnapshotEnd", "Record", "Progress", "Create", "Complete",
-        "SetSize", "SetAttr", "Delete", "Rename", "Inside", "MoveIn", "MoveOut",
+        "SnapshotStart",
+        "SnapshotEntry",
+        "SnapshotEnd",
+        "Record",
+        "Progress",
+        "Create",
+        "Complete",
+        "SetSize",
+        "SetAttr",
+        "Delete",
+        "Rename",
+        "Inside",
+        "MoveIn",
+        "MoveOut",
     ] {
         assert!(kinds.contains(k), "no {k} was streamed: {kinds:?}");
     }
