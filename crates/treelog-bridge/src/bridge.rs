@@ -116,12 +116,14 @@ impl From<SinkError> for End {
 
 fn treelog_end(what: &str, e: treelog::Error) -> End {
     match e.kind() {
-        ErrorKind::Compacted | ErrorKind::CursorExpired => End::Fatal(BridgeError::Gap(format!(
+        ErrorKind::Compacted => End::Fatal(BridgeError::Gap(format!(
             "{what}: {e}. The records after the bus's last message were removed from treelog's log \
              before they were published (the bridge's cursor passed the server's --max-cursor-lag, \
              or was dropped); the stream would have a gap. Publish into a new stream, or purge \
              this one, to start again"
         ))),
+        // An expired cursor alone is no gap: the next session drops it and
+        // checks the bus's position against the log's start.
         _ => End::Retry {
             why: format!("{what}: {e}"),
             progressed: false,
@@ -213,24 +215,33 @@ async fn session<S: Sink>(
     // Where the bus stands decides; the cursor only when the bus holds
     // nothing (a purged or expired stream): it never passes what the bus
     // acknowledged.
+    let cursors = match client.cursors().await {
+        Ok(c) => c,
+        Err(e) => return treelog_end("cursors", e),
+    };
+    let mut cursor = cursors.iter().find(|c| c.name == cfg.cursor);
+    if let Some(c) = cursor.filter(|c| c.state.expired.is_some()) {
+        // Retention expired it (it lagged past --max-cursor-lag); whether
+        // that cut records the bus lacks is decided below, by the bus's
+        // own position against the log's start.
+        tracing::warn!(cursor = %c.name, acked = c.state.acked, "the bridge's cursor expired: dropping it");
+        if let Err(e) = client.drop_cursor(&cfg.cursor).await {
+            return treelog_end("dropping the expired cursor", e);
+        }
+        cursor = None;
+    }
     let (seq, skip, cut): Resume = match opened.last {
         Some(mark) => {
             let (seq, skip) = mark.resume();
             (seq, skip, (skip > 0).then_some(mark.len))
         }
-        None => {
-            let cursors = match client.cursors().await {
-                Ok(c) => c,
-                Err(e) => return treelog_end("cursors", e),
-            };
-            match cursors.iter().find(|c| c.name == cfg.cursor) {
-                Some(c) if c.state.acked > 0 => (c.state.acked + 1, 0, None),
-                _ => match cfg.start {
-                    Start::Beginning => (status.log_start.max(1), 0, None),
-                    Start::Now => (status.applied_seq + 1, 0, None),
-                },
-            }
-        }
+        None => match cursor {
+            Some(c) if c.state.acked > 0 => (c.state.acked + 1, 0, None),
+            _ => match cfg.start {
+                Start::Beginning => (status.log_start.max(1), 0, None),
+                Start::Now => (status.applied_seq + 1, 0, None),
+            },
+        },
     };
     if opened.last.is_some() && seq < status.log_start {
         return treelog_end(

@@ -284,45 +284,76 @@ async fn past_the_cursor_cap_retention_frees_the_disk_and_the_bridge_refuses_the
         return;
     };
     let dir = tempfile::tempdir().unwrap();
-    let mut nats = NatsServer::single(&bin, &dir.path().join("nats"), 1 << 20);
+    let nats = NatsServer::single(&bin, &dir.path().join("nats"), 1 << 20);
     let h = common::server::start(&dir.path().join("db"), |_| {}).await;
     let store = h.store().unwrap();
     let client = common::server::client(&h).await;
-    for i in 0..100 {
-        client
-            .submit(common::commands::mkdir(&format!("/a{i}")))
-            .await
-            .unwrap();
-    }
-    let mut b = bridge(&h, &nats.url(), "CAP", "bridge-cap", 1);
+    let mkdirs = |from: usize, n: usize| {
+        let c = &client;
+        async move {
+            for i in from..from + n {
+                c.submit(common::commands::mkdir(&format!("/d{i}")))
+                    .await
+                    .unwrap();
+            }
+        }
+    };
+    let acked = |c: &treelog_client::Client| {
+        let c = c.clone();
+        async move {
+            let list = c.cursors().await.unwrap();
+            list.iter()
+                .find(|x| x.name == "bridge-cap")
+                .map(|x| (x.state.acked, x.state.expired.is_some()))
+        }
+    };
+    mkdirs(0, 100).await;
+    let b = bridge(&h, &nats.url(), "CAP", "bridge-cap", 1);
     harness::wait_published(&nats.url(), "CAP", 100, 30).await;
-    nats.kill();
-    for i in 0..500 {
-        client
-            .submit(common::commands::mkdir(&format!("/b{i}")))
-            .await
-            .unwrap();
-    }
-    common::poll::eventually(30, "the bridge sees the bus gone", || {
-        b.metrics().connected.get() == 0
+    common::poll::eventually(10, "cursor acknowledged", || {
+        b.metrics().published_seq.get() == 100
     })
     .await;
-    let published = b.metrics().published_seq.get() as u64;
-    assert_eq!(published, 100);
-    // 500 behind a cap of 200: the cursor expires, the log is cut.
+    b.shutdown().await.unwrap();
+    assert_eq!(acked(&client).await, Some((100, false)));
+    // 1. Expired, nothing removed (only the cap bounds the log): the next
+    //    bridge drops the cursor and goes on from the bus's position.
+    mkdirs(100, 300).await;
+    let report = store
+        .run_retention(&RetentionPolicy {
+            max_cursor_lag: Some(200),
+            ..Default::default()
+        })
+        .unwrap();
+    assert!(
+        report.expired_cursors.contains(&"bridge-cap".to_owned()),
+        "{report:?}"
+    );
+    assert_eq!(acked(&client).await, Some((100, true)));
+    let b = bridge(&h, &nats.url(), "CAP", "bridge-cap", 1);
+    harness::wait_published(&nats.url(), "CAP", 400, 30).await;
+    b.shutdown().await.unwrap();
+    check_stream(&nats.url(), "CAP", &client, 1, 400).await;
+    assert_eq!(acked(&client).await, Some((400, false)), "a fresh cursor");
+    // 2. Expired and the log cut past the bus's end: the disk is freed and
+    //    the bridge refuses to go on (the stream would have a gap).
+    mkdirs(400, 500).await;
     let report = store.run_retention(&policy(200)).unwrap();
     assert!(
         report.expired_cursors.contains(&"bridge-cap".to_owned()),
         "{report:?}"
     );
-    assert!(report.new_start > published + 1, "{report:?}");
-    nats.start();
+    assert!(report.new_start > 401, "{report:?}");
+    let mut b = bridge(&h, &nats.url(), "CAP", "bridge-cap", 1);
     match tokio::time::timeout(Duration::from_secs(60), b.ended()).await {
         Ok(Err(BridgeError::Gap(m))) => assert!(m.contains("gap"), "{m}"),
         other => panic!("{other:?}"),
     }
     assert_eq!(b.metrics().failed.get(), 1);
-    // Nothing was published past the gap.
-    assert_eq!(harness::last_published(&nats.url(), "CAP").await, published);
+    assert_eq!(
+        harness::last_published(&nats.url(), "CAP").await,
+        400,
+        "nothing past the gap"
+    );
     h.shutdown().await.unwrap();
 }
