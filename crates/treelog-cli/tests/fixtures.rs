@@ -61,15 +61,30 @@ fn the_v1_fixture_opens_and_holds_what_format_1_wrote() {
     let dir = tempfile::tempdir().unwrap();
     let db = copy_db("v1", dir.path());
     let want_raw = std::fs::read_to_string(fixture("v1/raw.txt")).unwrap();
-    assert_eq!(raw_listing(&db), want_raw, "the stored bytes differ from tests/fixtures/v1/raw.txt");
+    assert_eq!(
+        raw_listing(&db),
+        want_raw,
+        "the stored bytes differ from tests/fixtures/v1/raw.txt"
+    );
     let dump = run(&db, &["--json", "admin", "dump"]);
     assert_eq!(dump.code(), 0, "{}", dump.stderr);
     let want_dump = std::fs::read_to_string(fixture("v1/dump.jsonl")).unwrap();
-    assert_eq!(dump.stdout, want_dump, "admin dump differs from tests/fixtures/v1/dump.jsonl");
+    assert_eq!(
+        dump.stdout, want_dump,
+        "admin dump differs from tests/fixtures/v1/dump.jsonl"
+    );
     // What the dump holds: every event kind, both dictionaries.
     for needle in [
-        "\"Create\"", "\"Complete\"", "\"SetSize\"", "\"SetAttr\"", "\"Delete\"", "\"Rename\"",
-        "owner_dict", "group_dict", "\"dave\"", "\"ops\"",
+        "\"Create\"",
+        "\"Complete\"",
+        "\"SetSize\"",
+        "\"SetAttr\"",
+        "\"Delete\"",
+        "\"Rename\"",
+        "owner_dict",
+        "group_dict",
+        "\"dave\"",
+        "\"ops\"",
     ] {
         assert!(want_dump.contains(needle), "the fixture has no {needle}");
     }
