@@ -19,9 +19,9 @@ before decoding. The payload is the `Record` item `treelog tail --json`
 prints (docs/stream-item.schema.json).
 
 Usage (the test drives it): prints "ready <S>" once the first snapshot is
-taken; reads "until <SEQ>" on standard input; when its mirror is at SEQ or
-later, prints the mirror as one JSON object {"seq": ..., "entries": {path:
-attrs}} and exits.
+taken; for each line "until <SEQ>" read on standard input, prints the mirror
+as one JSON object {"seq": ..., "resyncs": ..., "entries": {path: attrs}}
+once it is at SEQ or later; exits at the end of its input.
 
     mirror.py --nats nats://127.0.0.1:4222 --stream TREELOG \
               --treelog ./treelog --server 127.0.0.1:7400 --prefix /data
@@ -134,18 +134,22 @@ async def main():
     m.snapshot()
     print("ready", m.seq, flush=True)
 
-    until = None
+    untils = asyncio.Queue()  # targets, then None at the end of the input
     loop = asyncio.get_running_loop()
     stdin = asyncio.StreamReader()
     await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(stdin), sys.stdin)
 
-    async def read_until():
-        nonlocal until
-        line = await stdin.readline()
-        if line.startswith(b"until "):
-            until = int(line.split()[1])
+    async def read_untils():
+        while True:
+            line = await stdin.readline()
+            if not line:
+                await untils.put(None)
+                return
+            if line.startswith(b"until "):
+                await untils.put(int(line.split()[1]))
 
-    reader = asyncio.ensure_future(read_until())
+    reader = asyncio.ensure_future(read_untils())
+    until = await untils.get()
 
     nc = await nats.connect(args.nats.split(","))
     js = nc.jetstream()
@@ -158,9 +162,11 @@ async def main():
         config=ConsumerConfig(deliver_policy=DeliverPolicy.ALL),
     )
     parts = []
-    while True:
-        if until is not None and m.seq >= until:
-            break
+    while until is not None:
+        if m.seq >= until:
+            print(json.dumps({"seq": m.seq, "resyncs": m.resyncs, "entries": m.entries}), flush=True)
+            until = await untils.get()
+            continue
         try:
             msg = await sub.next_msg(timeout=0.2)
         except nats.errors.TimeoutError:
@@ -188,7 +194,6 @@ async def main():
             m.resyncs += 1
             m.snapshot()  # at a sequence >= seq: later records are skipped
     reader.cancel()
-    print(json.dumps({"seq": m.seq, "resyncs": m.resyncs, "entries": m.entries}), flush=True)
     await nc.close()
 
 

@@ -123,6 +123,33 @@ fn python_with_nats() -> Option<String> {
     None
 }
 
+/// The server's subtree at `prefix`, from a snapshot, as the mirror prints
+/// it (path → attributes).
+async fn subtree(client: &treelog_client::Client, prefix: &str) -> serde_json::Value {
+    let mut sub = client
+        .subscribe(SubscribeOptions {
+            from: StartFrom::Snapshot,
+            filter: Filter {
+                prefix: Some(prefix.into()),
+                kinds: None,
+            },
+            cursor: None,
+            resync_on_move_in: None,
+        })
+        .await
+        .unwrap();
+    let mut want = serde_json::Map::new();
+    loop {
+        match sub.next().await.unwrap().unwrap() {
+            StreamItem::SnapshotEntry { path, inode } => {
+                want.insert(path, serde_json::to_value(&inode.attrs).unwrap());
+            }
+            StreamItem::SnapshotEnd { .. } => return serde_json::Value::Object(want),
+            _ => {}
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn serve_publishes_and_the_python_consumer_mirrors_a_subtree_through_renames() {
     let Some(bin) = harness::nats_server_bin() else {
@@ -167,81 +194,76 @@ async fn serve_publishes_and_the_python_consumer_mirrors_a_subtree_through_renam
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
-    let mut out = BufReader::new(mirror.stdout.take().unwrap());
-    let mut line = String::new();
-    out.read_line(&mut line).unwrap();
-    assert!(line.starts_with("ready "), "{line:?}");
-    let script = vec![
-        mv("/x/d", "/m/d"),     // a directory moves in: a resync
-        mv("/m/a/f1", "/x/f1"), // a file moves out
-        mv("/x/g", "/m/g"),     // a file moves in
-        mv("/m/d", "/m/e"),     // within
-        cr("/m/e/sub/new"),
-        treelog::Command::Complete {
-            path: "/m/e/sub/new".into(),
-            size: 7,
-        },
-        treelog::Command::SetAttr {
-            path: "/m/g".into(),
-            mode: Some(0o600),
-            owner: Some("py".into()),
-            group: None,
-            mtime_ms: None,
-        },
-        mk("/m/e/sub2"),
-        mv("/m/e/sub", "/x/sub"), // a directory moves out
-        treelog::Command::Delete {
-            path: "/m/a".into(),
-            recursive: true,
-        },
-        mv("/m", "/old"), // the subtree's root moves away
-        mk("/m/fresh"),
-        mv("/old/e", "/m/e"), // and a directory comes back in
-        cr("/outside"),
-    ];
-    for c in script {
-        client.submit(c).await.unwrap();
-    }
-    let last = client.info().await.unwrap().0;
-    writeln!(mirror.stdin.as_mut().unwrap(), "until {last}").unwrap();
-    let mut json = String::new();
-    let read = tokio::task::spawn_blocking(move || {
-        out.read_line(&mut json).unwrap();
-        json
-    });
-    let json = tokio::time::timeout(Duration::from_secs(60), read)
-        .await
-        .expect("the mirror never reached the end")
-        .unwrap();
-    assert!(mirror.wait().unwrap().success());
-    let got: serde_json::Value = serde_json::from_str(&json).unwrap();
-    assert!(got["seq"].as_u64().unwrap() >= last);
-    assert!(got["resyncs"].as_u64().unwrap() >= 2, "{got}");
-    // The server's subtree, from a snapshot.
-    let mut sub = client
-        .subscribe(SubscribeOptions {
-            from: StartFrom::Snapshot,
-            filter: Filter {
-                prefix: Some("/m".into()),
-                kinds: None,
-            },
-            cursor: None,
-            resync_on_move_in: None,
-        })
-        .await
-        .unwrap();
-    let mut want = serde_json::Map::new();
-    loop {
-        match sub.next().await.unwrap().unwrap() {
-            StreamItem::SnapshotEntry { path, inode } => {
-                want.insert(path, serde_json::to_value(&inode.attrs).unwrap());
-            }
-            StreamItem::SnapshotEnd { .. } => break,
-            _ => {}
+    // Its output, line by line.
+    let (tx, lines) = std::sync::mpsc::channel::<String>();
+    let out = BufReader::new(mirror.stdout.take().unwrap());
+    std::thread::spawn(move || {
+        for l in out.lines().map_while(Result::ok) {
+            let _ = tx.send(l);
         }
+    });
+    let next_line = || {
+        tokio::task::block_in_place(|| lines.recv_timeout(Duration::from_secs(60)))
+            .expect("the mirror said nothing within a minute")
+    };
+    let ready = next_line();
+    assert!(ready.starts_with("ready "), "{ready:?}");
+    let mut stdin = mirror.stdin.take().unwrap();
+    // Each phase's writes, then the mirror once it is at their end beside
+    // the server's subtree: the mirror answers before the next phase
+    // writes, so each phase's move-in is met by the mirror's stream (a
+    // resync whose snapshot is of that phase).
+    let phases = vec![
+        vec![mv("/x/d", "/m/d")], // a directory moves in: a resync
+        vec![
+            mv("/m/a/f1", "/x/f1"), // a file moves out
+            mv("/x/g", "/m/g"),     // a file moves in
+            mv("/m/d", "/m/e"),     // within
+            cr("/m/e/sub/new"),
+            treelog::Command::Complete {
+                path: "/m/e/sub/new".into(),
+                size: 7,
+            },
+            treelog::Command::SetAttr {
+                path: "/m/g".into(),
+                mode: Some(0o600),
+                owner: Some("py".into()),
+                group: None,
+                mtime_ms: None,
+            },
+            mk("/m/e/sub2"),
+            mv("/m/e/sub", "/x/sub"), // a directory moves out
+            treelog::Command::Delete {
+                path: "/m/a".into(),
+                recursive: true,
+            },
+            mv("/m", "/old"), // the subtree's root moves away
+            mk("/m/fresh"),
+        ],
+        vec![
+            mv("/old/e", "/m/e"), // and a directory comes back in: a resync
+            cr("/outside"),
+        ],
+    ];
+    let mut last = 0;
+    for (i, phase) in phases.into_iter().enumerate() {
+        for c in phase {
+            client.submit(c).await.unwrap();
+        }
+        last = client.info().await.unwrap().0;
+        writeln!(stdin, "until {last}").unwrap();
+        let got: serde_json::Value = serde_json::from_str(&next_line()).unwrap();
+        assert!(got["seq"].as_u64().unwrap() >= last);
+        let resyncs = [1, 1, 2][i];
+        assert_eq!(
+            got["resyncs"].as_u64().unwrap(),
+            resyncs,
+            "phase {i}: {got}"
+        );
+        assert_eq!(got["entries"], subtree(&client, "/m").await, "phase {i}");
     }
-    assert!(!want.contains_key("/m/e/sub") && want.contains_key("/m/e/sub2"));
-    assert_eq!(got["entries"], serde_json::Value::Object(want));
+    drop(stdin);
+    assert!(mirror.wait().unwrap().success());
     // The bridge's metrics are the server's (the ack reaching the bridge
     // may follow the consumer's delivery by a moment).
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
