@@ -21,6 +21,7 @@ pub mod inode;
 pub mod keys;
 pub mod meta;
 pub mod record;
+pub mod v2;
 
 pub use dict::{Dict, DictSet};
 pub use inode::{InodeEntry, FLAG_COMPLETE, FLAG_DIRECTORY, INODE_HEADER_LEN};
