@@ -357,3 +357,52 @@ async fn past_the_cursor_cap_retention_frees_the_disk_and_the_bridge_refuses_the
     );
     h.shutdown().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_bridge_moved_from_the_leader_to_its_replica_goes_on_without_a_gap() {
+    harness::logs();
+    let Some(bin) = harness::nats_server_bin() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let nats = NatsServer::single(&bin, &dir.path().join("nats"), 1 << 20);
+    let leader = common::server::start(&dir.path().join("leader"), |_| {}).await;
+    let (stop, tasks) = writers(&leader, 2, 0);
+    let a = bridge(&leader, &nats.url(), "MOVE", "bridge-leader", 1);
+    common::poll::eventually(60, "published from the leader", || {
+        a.metrics().records.get() > 300
+    })
+    .await;
+    let replica = treelog_replica::start(treelog_replica::ReplicaConfig::new(
+        common::server::config(&dir.path().join("replica")),
+        leader.bound.rpc,
+    ))
+    .await
+    .unwrap();
+    // The leader's bridge stops (its node "fails"); one on the replica
+    // takes over the same stream while the writers go on.
+    a.shutdown().await.unwrap();
+    let handed_over = harness::last_published(&nats.url(), "MOVE").await;
+    let mut cfg = BridgeConfig::new(replica.bound.rpc);
+    cfg.cursor = "bridge-replica".into();
+    let b = treelog_bridge::start_nats(
+        cfg,
+        NatsConfig::new(nats.url(), "MOVE"),
+        &prometheus_registry(),
+    )
+    .unwrap();
+    common::poll::eventually(60, "published from the replica", || {
+        b.metrics().published_seq.get() as u64 > handed_over + 300
+    })
+    .await;
+    stop_writers(stop, tasks).await;
+    let last = committed(&leader).await;
+    harness::wait_published(&nats.url(), "MOVE", last, 60).await;
+    // Byte for byte the leader's log: a record is the same on every node.
+    let client = common::server::client(&leader).await;
+    check_stream(&nats.url(), "MOVE", &client, 1, last).await;
+    assert_eq!(b.metrics().duplicates.get(), 0);
+    b.shutdown().await.unwrap();
+    replica.shutdown().await.unwrap();
+    leader.shutdown().await.unwrap();
+}
