@@ -148,7 +148,7 @@ ts("Bridge throughput", [(f"rate(treelog_bridge_records_total[{RI}])", "records/
 ts("Bridge state", [("treelog_bridge_connected", "connected {{instance}}"), ("treelog_bridge_failed", "failed {{instance}}"),
                     (f"increase(treelog_bridge_retries_total[{RI}])", "retries {{instance}}"),
                     (f"increase(treelog_bridge_duplicates_total[{RI}])", "duplicates {{instance}}")],
-   desc="connected is 1 while the bus is reachable; failed is 1 when the bridge stopped on a gap or a stream it cannot use (an operator must act); retries are sessions started again after errors")
+   desc="connected is 1 while the bus is reachable; failed is 1 when the bridge stopped on a gap or a stream it cannot use (an operator must act); retries are attempts started again after errors")
 
 dash = {
     "title": "treelog",

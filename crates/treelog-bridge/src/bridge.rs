@@ -1,4 +1,4 @@
-//! The bridge's loop: sessions of (read where the bus stands, stream the
+//! The bridge's loop: attempts of (read where the bus stands, stream the
 //! committed log from the record after it, publish in order with many in
 //! flight, acknowledge the treelog cursor behind the bus's acks), started
 //! again with backoff after any error that can be retried.
@@ -46,7 +46,7 @@ pub struct BridgeConfig {
     pub max_in_flight: usize,
     /// Acknowledge the cursor at least this often while publishing.
     pub ack_interval: Duration,
-    /// The longest pause between two sessions after errors.
+    /// The longest pause between two attempts after errors.
     pub max_backoff: Duration,
 }
 
@@ -89,10 +89,10 @@ impl std::fmt::Display for BridgeError {
 
 impl std::error::Error for BridgeError {}
 
-/// How a session ended.
+/// How an attempt ended.
 enum End {
     Stopped,
-    /// Worth another session (after a pause); `progressed` resets the
+    /// Worth another attempt (after a pause); `progressed` resets the
     /// backoff.
     Retry {
         why: String,
@@ -122,7 +122,7 @@ fn treelog_end(what: &str, e: treelog::Error) -> End {
              or was dropped); the stream would have a gap. Publish into a new stream, or purge \
              this one, to start again"
         ))),
-        // An expired cursor alone is no gap: the next session drops it and
+        // An expired cursor alone is no gap: the next attempt drops it and
         // checks the bus's position against the log's start.
         _ => End::Retry {
             why: format!("{what}: {e}"),
@@ -131,7 +131,7 @@ fn treelog_end(what: &str, e: treelog::Error) -> End {
     }
 }
 
-/// Runs sessions until `stop` is set (Ok) or an error that cannot be
+/// Runs attempts until `stop` is set (Ok) or an error that cannot be
 /// retried (Err; `treelog_bridge_failed` is set).
 pub async fn run<S: Sink>(
     cfg: BridgeConfig,
@@ -144,7 +144,7 @@ pub async fn run<S: Sink>(
         if *stop.borrow() {
             return Ok(());
         }
-        let end = session(&cfg, &mut sink, &metrics, &mut stop).await;
+        let end = attempt(&cfg, &mut sink, &metrics, &mut stop).await;
         metrics.connected.set(0);
         match end {
             End::Stopped => return Ok(()),
@@ -158,7 +158,7 @@ pub async fn run<S: Sink>(
                     backoff = Duration::from_millis(100);
                 }
                 metrics.retries.inc();
-                tracing::warn!(error = %why, retry_in_ms = backoff.as_millis() as u64, "bridge session ended");
+                tracing::warn!(error = %why, retry_in_ms = backoff.as_millis() as u64, "bridge attempt ended");
                 tokio::select! {
                     _ = tokio::time::sleep(backoff) => {}
                     _ = stop.changed() => return Ok(()),
@@ -179,11 +179,11 @@ struct InFlight {
 }
 
 /// The record being published and what of it the bus has: `(seq, parts
-/// stored, the size they were cut at)` when a session resumes inside a
+/// stored, the size they were cut at)` when an attempt resumes inside a
 /// split record.
 type Resume = (u64, u32, Option<usize>);
 
-async fn session<S: Sink>(
+async fn attempt<S: Sink>(
     cfg: &BridgeConfig,
     sink: &mut S,
     m: &BridgeMetrics,
@@ -273,7 +273,7 @@ async fn session<S: Sink>(
         server = %cfg.server, namespace = %ns, from = seq, parts_stored = skip,
         max_payload = opened.max_payload, "bridge streaming"
     );
-    let mut s = Session {
+    let mut s = Attempt {
         cfg,
         m,
         client: &client,
@@ -334,7 +334,7 @@ async fn session<S: Sink>(
         }
     };
     // What the bus acknowledged is acknowledged to the cursor, whatever
-    // ended the session (on a stop, the messages in flight first).
+    // ended the attempt (on a stop, the messages in flight first).
     if matches!(end, End::Stopped) {
         let drain = async {
             while let Some(acked) = acks.next().await {
@@ -356,7 +356,7 @@ fn with_progress(end: End, progressed: bool) -> End {
     }
 }
 
-struct Session<'a> {
+struct Attempt<'a> {
     cfg: &'a BridgeConfig,
     m: &'a BridgeMetrics,
     client: &'a Client,
@@ -373,7 +373,7 @@ struct Session<'a> {
     progressed: bool,
 }
 
-impl Session<'_> {
+impl Attempt<'_> {
     /// The messages of a record still to send (none for a record the bus
     /// has: the cursor may start the stream before the bus's end).
     fn messages(&mut self, item: &StreamItem) -> Result<Vec<Message>, End> {

@@ -20,11 +20,11 @@ pub struct BridgeMetrics {
     pub records: IntCounter,
     pub messages: IntCounter,
     pub bytes: IntCounter,
-    /// Sessions started again after an error (with backoff).
+    /// Attempts started again after an error (with backoff).
     pub retries: IntCounter,
     /// Messages the bus reported as duplicates (it had them already).
     pub duplicates: IntCounter,
-    /// 1 while a session streams to the bus.
+    /// 1 while an attempt streams to the bus.
     pub connected: IntGauge,
     /// 1 when the bridge stopped on an error it cannot retry (a gap in
     /// the log, another namespace's stream): an operator must act.
@@ -73,7 +73,7 @@ impl BridgeMetrics {
             bytes: IntCounter::new("treelog_bridge_bytes_total", "Payload bytes published")?,
             retries: IntCounter::new(
                 "treelog_bridge_retries_total",
-                "Sessions started again after an error",
+                "Attempts started again after an error",
             )?,
             duplicates: IntCounter::new(
                 "treelog_bridge_duplicates_total",

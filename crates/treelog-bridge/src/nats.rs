@@ -4,9 +4,9 @@
 //! message carries `Nats-Expected-Last-Sequence`, the stream sequence the
 //! message before it got, so a message is stored only right after its
 //! predecessor. That is what lets many publishes be in flight without a
-//! gap (a failed one makes every later one of the session fail too), and
+//! gap (a failed one makes every later one of the attempt fail too), and
 //! what stops two bridges racing on one stream from interleaving: the
-//! second's next publish fails and its session starts again from the
+//! second's next publish fails and its attempt starts again from the
 //! stream's last message. `Nats-Msg-Id` (`<namespace>:<seq>`) adds
 //! JetStream's de-duplication within its window on top.
 
@@ -113,7 +113,7 @@ impl Sink for NatsSink {
     type Ack = BoxFuture<'static, Result<Acked, SinkError>>;
 
     async fn open(&mut self, namespace: &str) -> Result<Opened, SinkError> {
-        // A new connection per session: whatever the old one still had
+        // A new connection per attempt: whatever the old one still had
         // queued can no longer be stored after the last message is read.
         self.js = None;
         let servers = server_addrs(&self.cfg.url).map_err(SinkError::fatal)?;

@@ -6,7 +6,7 @@ use std::future::Future;
 
 use crate::payload::{Mark, Message};
 
-/// Where the bus stands for a namespace, read when a session opens.
+/// Where the bus stands for a namespace, read when an attempt opens.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Opened {
     /// The last message of the namespace in the bus, if any.
@@ -58,11 +58,11 @@ impl std::fmt::Display for SinkError {
 /// exactly-once:
 ///
 /// 1. [`Sink::open`] reads the namespace's last stored message; should a
-///    message of an earlier session still be stored after that read, the
-///    new session's first message is refused (and the session starts
+///    message of an earlier attempt still be stored after that read, the
+///    new attempt's first message is refused (and the attempt starts
 ///    again from there).
-/// 2. Messages of a session are stored in the order sent, and a message
-///    is stored only if every message sent before it in the session was
+/// 2. Messages of an attempt are stored in the order sent, and a message
+///    is stored only if every message sent before it in the attempt was
 ///    (no gap, even with many in flight).
 /// 3. A message's ack resolves only once the bus stored it durably.
 pub trait Sink: Send {
