@@ -22,19 +22,34 @@ use treelog::stream::{Filter, StartFrom, StreamItem, SubscribeOptions};
 
 const BIN: &str = env!("CARGO_BIN_EXE_treelog");
 
-fn bridge_process(server: std::net::SocketAddr, url: &str, stream: &str, log: &Path) -> Child {
+fn bridge_process(server: std::net::SocketAddr, url: &str, stream: &str, log: &Path) -> Reaped {
     let log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
         .open(log)
         .unwrap();
-    Command::new(BIN)
-        .args(["--server", &server.to_string(), "bridge", "nats"])
-        .args(["--nats", url, "--stream", stream, "--max-payload", "4096"])
-        .stdout(Stdio::null())
-        .stderr(log)
-        .spawn()
-        .unwrap()
+    Reaped(
+        Command::new(BIN)
+            .args(["--server", &server.to_string(), "bridge", "nats"])
+            .args(["--nats", url, "--stream", stream, "--max-payload", "4096"])
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap(),
+    )
+}
+
+/// A child process killed when the test ends, a failed assertion included
+/// (a server left running would hold its ports and CPU for the next tests).
+struct Reaped(Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        if let Ok(None) = self.0.try_wait() {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
 }
 
 fn kill9(c: &mut Child) {
@@ -78,13 +93,13 @@ async fn kill_9_of_the_bridge_at_random_moments_leaves_no_gap_and_no_duplicate()
                 "round {round}: nothing published"
             );
             assert!(
-                b.try_wait().unwrap().is_none(),
+                b.0.try_wait().unwrap().is_none(),
                 "round {round}: the bridge exited"
             );
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
         tokio::time::sleep(Duration::from_millis(rng.below(300))).await;
-        kill9(&mut b);
+        kill9(&mut b.0);
     }
     stop.store(true, Ordering::Relaxed);
     for w in writers {
@@ -94,7 +109,7 @@ async fn kill_9_of_the_bridge_at_random_moments_leaves_no_gap_and_no_duplicate()
     let last = client.info().await.unwrap().0;
     let mut b = bridge_process(h.bound.rpc, &url, "KILL", &log);
     harness::wait_published(&url, "KILL", last, 120).await;
-    kill9(&mut b);
+    kill9(&mut b.0);
     let parts = check_stream(&url, "KILL", &client, 1, last).await;
     assert!(parts > 0, "no record was cut into parts");
     eprintln!("{rounds} kills, {last} records, {parts} part messages");
@@ -159,15 +174,17 @@ async fn serve_publishes_and_the_python_consumer_mirrors_a_subtree_through_renam
     let dir = tempfile::tempdir().unwrap();
     let nats = NatsServer::single(&bin, &dir.path().join("nats"), 1 << 20);
     let url = nats.url();
-    let mut serve = Command::new(BIN)
-        .arg("--data")
-        .arg(dir.path().join("db"))
-        .args(["serve", "--listen", "127.0.0.1:0", "--http", "127.0.0.1:0"])
-        .args(["--bridge-nats", &url, "--bridge-stream", "MIRROR"])
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let (rpc, http) = common::cli::ready_addrs(&mut serve);
+    let mut serve = Reaped(
+        Command::new(BIN)
+            .arg("--data")
+            .arg(dir.path().join("db"))
+            .args(["serve", "--listen", "127.0.0.1:0", "--http", "127.0.0.1:0"])
+            .args(["--bridge-nats", &url, "--bridge-stream", "MIRROR"])
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let (rpc, http) = common::cli::ready_addrs(&mut serve.0);
     let client = common::server::connect(rpc).await;
     let mk = |p: &str| common::commands::mkdir(p);
     let cr = |p: &str| common::commands::create(p);
@@ -186,14 +203,17 @@ async fn serve_publishes_and_the_python_consumer_mirrors_a_subtree_through_renam
         client.submit(c).await.unwrap();
     }
     // The consumer's first snapshot, before the moves.
-    let mut mirror = Command::new(&py)
-        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/python/mirror.py"))
-        .args(["--nats", &url, "--stream", "MIRROR", "--treelog", BIN])
-        .args(["--server", &rpc.to_string(), "--prefix", "/m"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut mirror = Reaped(
+        Command::new(&py)
+            .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/python/mirror.py"))
+            .args(["--nats", &url, "--stream", "MIRROR", "--treelog", BIN])
+            .args(["--server", &rpc.to_string(), "--prefix", "/m"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let mirror = &mut mirror.0;
     // Its output, line by line.
     let (tx, lines) = std::sync::mpsc::channel::<String>();
     let out = BufReader::new(mirror.stdout.take().unwrap());
@@ -286,6 +306,6 @@ async fn serve_publishes_and_the_python_consumer_mirrors_a_subtree_through_renam
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    unsafe { libc::kill(serve.id() as i32, libc::SIGTERM) };
-    assert!(serve.wait().unwrap().success());
+    unsafe { libc::kill(serve.0.id() as i32, libc::SIGTERM) };
+    assert!(serve.0.wait().unwrap().success());
 }
