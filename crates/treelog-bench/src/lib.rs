@@ -14,6 +14,7 @@
 pub mod backup;
 pub mod bridge;
 pub mod network;
+pub mod redis_peer;
 pub mod replica;
 pub mod seed;
 pub mod streams;

@@ -5,7 +5,11 @@
 //! - creates/s, 16 connections with 4 in flight each;
 //! - creates/s in-process, 64 tokio tasks calling `submit_async`;
 //! - stats/s over 1 connection with 64 in flight, and in-process with 2
-//!   threads.
+//!   threads;
+//! - a lone caller's creates/s over the network (one in flight);
+//! - listings/s of a 10,000-entry directory over the network;
+//! - the same workloads against Redis (`crate::redis_peer`), when
+//!   `redis-server` is on PATH, and treelog's ratio to it.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -68,6 +72,25 @@ where
     Ok(total as f64 / t0.elapsed().as_secs_f64())
 }
 
+/// Lists `path` whole over the network (pages of the server's maximum);
+/// returns the entries.
+async fn list_all(c: &Client, path: &str) -> Result<usize> {
+    let mut after: Option<String> = None;
+    let mut n = 0;
+    loop {
+        let page = c.list(path, after.as_deref(), 10_000).await?;
+        n += page.entries.len();
+        match page.next_start_after {
+            Some(a) => after = Some(a),
+            None => return Ok(n),
+        }
+    }
+}
+
+/// Listing rounds of the 10,000-entry directory.
+const LIST_ROUNDS: usize = 50;
+const LIST_ENTRIES: usize = 10_000;
+
 pub fn run(base: &std::path::Path, ops: usize) -> Result<()> {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -125,6 +148,30 @@ pub fn run(base: &std::path::Path, ops: usize) -> Result<()> {
         })
         .await?;
         println!("  stats/s,   1 connection x 64 in flight:   {stats_net:>10.0}");
+        c.submit(mkdir_cmd("/lone".into())).await?;
+        let c3 = c.clone();
+        let lone = drive(1, ops / 8, move |_, i| {
+            let c = c3.clone();
+            async move { c.submit(create_cmd(format!("/lone/f{i}"))).await.map(|_| ()) }
+        })
+        .await?;
+        println!("  creates/s, a lone caller (1 in flight):   {lone:>10.0}");
+        c.submit(mkdir_cmd("/big".into())).await?;
+        let c4 = c.clone();
+        drive(64, LIST_ENTRIES, move |_, i| {
+            let c = c4.clone();
+            async move { c.submit(create_cmd(format!("/big/f{i:05}"))).await.map(|_| ()) }
+        })
+        .await?;
+        let t0 = Instant::now();
+        for _ in 0..LIST_ROUNDS {
+            let n = list_all(&c, "/big").await?;
+            if n != LIST_ENTRIES {
+                return Err(Error::InvalidArgument(format!("listed {n} of {LIST_ENTRIES}")));
+            }
+        }
+        let lists = LIST_ROUNDS as f64 / t0.elapsed().as_secs_f64();
+        println!("  lists/s of {LIST_ENTRIES} entries (with attributes): {lists:>7.0}");
         drop(c);
         h.shutdown().await?;
 
@@ -171,6 +218,45 @@ pub fn run(base: &std::path::Path, ops: usize) -> Result<()> {
         .await
         .map_err(|e| Error::Protocol(e.to_string()))?;
         println!("  stats/s,   in-process, 2 threads:         {stats_in:>10.0}");
+        let goal = |ok: bool| if ok { "met" } else { "MISSED" };
+        println!(
+            "  goal: creates over 1 connection >= 0.8x in-process: {:.2}x {}; over 16 >= 0.7x: {:.2}x {}",
+            one / inproc,
+            goal(one / inproc >= 0.8),
+            sixteen / inproc,
+            goal(sixteen / inproc >= 0.7)
+        );
+        drop(t);
+        match crate::redis_peer::find() {
+            Err(why) => println!("== Redis peer: SKIPPED: {why}"),
+            Ok(bin) => {
+                let redis = crate::redis_peer::start(&bin, &base.join("redis"))?;
+                println!(
+                    "== Redis peer: redis-server, appendonly yes, appendfsync always, loopback; JuiceFS's layout (simplified)"
+                );
+                let r = crate::redis_peer::run(redis.port, ops, LIST_ENTRIES, LIST_ROUNDS).await?;
+                let row = |what: &str, t: f64, p: f64, peer: &str| {
+                    println!("  {what:<44} treelog {t:>9.0}  {peer:<26} {p:>9.0}  {:>5.2}x", t / p)
+                };
+                row("creates/s, 1 connection x 64 in flight", one, r.creates_1x64, "Redis create script");
+                row("creates/s, 16 connections x 4 in flight", sixteen, r.creates_16x4, "Redis create script");
+                row("creates/s, a lone caller", lone, r.creates_1x1, "Redis create script");
+                row("stats/s by path, 1 connection x 64", stats_net, r.stats_resolve_1x64, "Redis resolve script");
+                row("stats/s by path, 1 connection x 64", stats_net, r.gets_1x64, "Redis GET i<ino>");
+                row("lists/s of 10,000 entries", lists, r.lists_10k, "Redis HGETALL + MGET");
+                match crate::redis_peer::redis_benchmark_get(redis.port, 2_000_000) {
+                    Some(rb) => {
+                        row("stats/s by path, 1 connection x 64", stats_net, rb, "redis-benchmark GET -P 64");
+                        println!(
+                            "  goal: stats over 1 connection >= 0.7x Redis's pipelined GET (redis-benchmark): {:.2}x {}",
+                            stats_net / rb,
+                            goal(stats_net / rb >= 0.7)
+                        );
+                    }
+                    None => println!("  redis-benchmark not found: no pipelined-GET floor"),
+                }
+            }
+        }
         Ok(())
     })
 }
