@@ -43,8 +43,8 @@ fn mkdir_cmd(p: String) -> Command {
 }
 
 /// Runs `total` operations with `lanes` concurrent loops over `clients`
-/// (round robin); returns ops/s.
-async fn drive<F, Fut>(lanes: usize, total: usize, op: F) -> Result<f64>
+/// (round robin); returns ops/s. (The Redis peer's workloads run on it too.)
+pub(crate) async fn drive<F, Fut>(lanes: usize, total: usize, op: F) -> Result<f64>
 where
     F: Fn(usize, u64) -> Fut + Send + Sync + 'static,
     Fut: std::future::Future<Output = Result<()>> + Send,

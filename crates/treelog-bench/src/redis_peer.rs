@@ -30,6 +30,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
+use crate::network::drive;
 
 const ATTR: [u8; 70] = [7; 70];
 
@@ -152,34 +153,6 @@ pub struct RedisFigures {
     pub lists_10k: f64,
 }
 
-/// Runs `total` operations, `lanes` at a time; ops/s.
-async fn drive<F, Fut>(lanes: usize, total: u64, op: F) -> Result<f64>
-where
-    F: Fn(usize, u64) -> Fut + Send + Sync + 'static,
-    Fut: std::future::Future<Output = Result<()>> + Send,
-{
-    let op = Arc::new(op);
-    let next = Arc::new(AtomicU64::new(0));
-    let t0 = Instant::now();
-    let mut tasks = Vec::new();
-    for lane in 0..lanes {
-        let (op, next) = (op.clone(), next.clone());
-        tasks.push(tokio::spawn(async move {
-            loop {
-                let i = next.fetch_add(1, Ordering::Relaxed);
-                if i >= total {
-                    return Ok::<(), Error>(());
-                }
-                op(lane, i).await?;
-            }
-        }));
-    }
-    for t in tasks {
-        t.await.map_err(|e| Error::Protocol(e.to_string()))??;
-    }
-    Ok(total as f64 / t0.elapsed().as_secs_f64())
-}
-
 /// The namespace's directories: `/r1/d<k>` and `/r16/d<k>` (1000 each,
 /// as treelog's), and `/big` (for the listing).
 struct Layout {
@@ -280,7 +253,7 @@ pub async fn run(
     {
         let (con, create, layout, dirs) =
             (con.clone(), create.clone(), layout.clone(), dirs.clone());
-        f.creates_1x64 = drive(64, ops as u64, move |_, i| {
+        f.creates_1x64 = drive(64, ops, move |_, i| {
             let parent = dirs[0][(i % 1000) as usize];
             file(
                 con.clone(),
@@ -305,7 +278,7 @@ pub async fn run(
         }
         let conns = Arc::new(conns);
         let (create, layout, dirs) = (create.clone(), layout.clone(), dirs.clone());
-        f.creates_16x4 = drive(64, ops as u64, move |lane, i| {
+        f.creates_16x4 = drive(64, ops, move |lane, i| {
             let parent = dirs[1][(i % 1000) as usize];
             file(
                 conns[lane % 16].clone(),
@@ -321,7 +294,7 @@ pub async fn run(
     {
         let (con, create, layout) = (con.clone(), create.clone(), layout.clone());
         let parent = tops[2];
-        f.creates_1x1 = drive(1, (ops / 8) as u64, move |_, i| {
+        f.creates_1x1 = drive(1, ops / 8, move |_, i| {
             file(
                 con.clone(),
                 create.clone(),
@@ -335,7 +308,7 @@ pub async fn run(
     // Stats by path (/r1/d<k>/f<i>), resolved server-side; and plain GETs.
     {
         let (rcon, resolve) = (con.clone(), resolve.clone());
-        f.stats_resolve_1x64 = drive(64, (ops * 4) as u64, move |_, i| {
+        f.stats_resolve_1x64 = drive(64, ops * 4, move |_, i| {
             let (mut con, resolve) = (rcon.clone(), resolve.clone());
             async move {
                 let path = format!("/r1/d{}/f{}", i % 1000, i % ops as u64);
@@ -352,7 +325,7 @@ pub async fn run(
         })
         .await?;
         let con = con.clone();
-        f.gets_1x64 = drive(64, (ops * 4) as u64, move |_, i| {
+        f.gets_1x64 = drive(64, ops * 4, move |_, i| {
             let mut con = con.clone();
             async move {
                 let attr: Option<Vec<u8>> = redis::cmd("GET")
@@ -370,7 +343,7 @@ pub async fn run(
     {
         let (con2, create, layout) = (con.clone(), create.clone(), layout.clone());
         let big = tops[3];
-        drive(64, list_entries as u64, move |_, i| {
+        drive(64, list_entries, move |_, i| {
             file(
                 con2.clone(),
                 create.clone(),
