@@ -389,7 +389,13 @@ impl Attempt<'_> {
                 "cannot encode record {seq}: {e}"
             )))
         })?;
-        let mut msgs = payload::split(seq, time_ms, payload, cut.unwrap_or(self.max_payload));
+        let mut msgs = payload::split(
+            seq,
+            time_ms,
+            self.cfg.encoding,
+            payload,
+            cut.unwrap_or(self.max_payload),
+        );
         if seq == from && skip > 0 {
             // Resuming inside a split record: the same cut gives the same
             // parts, of which the bus has the first `skip`.

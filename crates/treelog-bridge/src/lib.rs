@@ -70,8 +70,6 @@ pub fn start_nats(
             BridgeError::Task(format!("cannot register the bridge's metrics: {e}"))
         })?);
     let (stop, stop_rx) = watch::channel(false);
-    let mut nats = nats;
-    nats.encoding = cfg.encoding;
     let done = tokio::spawn(bridge::run(
         cfg,
         NatsSink::new(nats),

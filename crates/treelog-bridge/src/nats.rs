@@ -16,7 +16,7 @@ use async_nats::jetstream::{self, message::PublishMessage, stream};
 use futures_util::future::BoxFuture;
 use futures_util::FutureExt;
 
-use crate::payload::{self, Encoding, Message};
+use crate::payload::{self, Message};
 use crate::sink::{Acked, Opened, Sink, SinkError};
 
 /// Bytes of a message kept for headers: NATS counts headers and payload
@@ -35,7 +35,6 @@ pub struct NatsConfig {
     pub create_replicas: Option<usize>,
     /// How long a publish waits for JetStream's ack.
     pub ack_timeout: Duration,
-    pub encoding: Encoding,
     /// Cut records at most this many bytes (below the server's limit).
     pub max_payload: Option<usize>,
 }
@@ -48,7 +47,6 @@ impl NatsConfig {
             subject: None,
             create_replicas: Some(1),
             ack_timeout: Duration::from_secs(5),
-            encoding: Encoding::Json,
             max_payload: None,
         }
     }
@@ -216,7 +214,7 @@ impl Sink for NatsSink {
             .payload(msg.payload.clone())
             .message_id(msg.id(namespace))
             .expected_last_sequence(self.last_sent);
-        for (k, v) in msg.headers(namespace, self.cfg.encoding) {
+        for (k, v) in msg.headers(namespace) {
             p = p.header(k, v);
         }
         let ack = js

@@ -85,6 +85,8 @@ pub struct Message {
     /// 1-based; `part == parts == 1` for a record that was not split.
     pub part: u32,
     pub parts: u32,
+    /// How the payload (of the whole record) is encoded.
+    pub encoding: Encoding,
     pub payload: bytes::Bytes,
 }
 
@@ -100,12 +102,12 @@ impl Message {
     }
 
     /// The headers every message carries (the bus adds its own).
-    pub fn headers(&self, namespace: &str, encoding: Encoding) -> Vec<(&'static str, String)> {
+    pub fn headers(&self, namespace: &str) -> Vec<(&'static str, String)> {
         let mut h = vec![
             (SEQ, self.seq.to_string()),
             (NAMESPACE, namespace.to_owned()),
             (TIME_MS, self.time_ms.to_string()),
-            (ENCODING, encoding.name().to_owned()),
+            (ENCODING, self.encoding.name().to_owned()),
             (SCHEMA, EVENT_SCHEMA_VERSION.to_string()),
         ];
         if self.parts > 1 {
@@ -124,7 +126,13 @@ impl Message {
 /// (every part full but the last, so the split is a function of the
 /// payload and `max`, and a resumed bridge splits a record as before when
 /// it knows `max` from the first part's length).
-pub fn split(seq: u64, time_ms: u64, payload: Vec<u8>, max: usize) -> Vec<Message> {
+pub fn split(
+    seq: u64,
+    time_ms: u64,
+    encoding: Encoding,
+    payload: Vec<u8>,
+    max: usize,
+) -> Vec<Message> {
     assert!(max > 0, "a message must hold at least one byte");
     let payload = bytes::Bytes::from(payload);
     if payload.len() <= max {
@@ -133,6 +141,7 @@ pub fn split(seq: u64, time_ms: u64, payload: Vec<u8>, max: usize) -> Vec<Messag
             time_ms,
             part: 1,
             parts: 1,
+            encoding,
             payload,
         }];
     }
@@ -144,6 +153,7 @@ pub fn split(seq: u64, time_ms: u64, payload: Vec<u8>, max: usize) -> Vec<Messag
             time_ms,
             part: i as u32 + 1,
             parts: parts_u32,
+            encoding,
             payload: payload.slice(i * max..((i + 1) * max).min(payload.len())),
         })
         .collect()
@@ -271,7 +281,7 @@ mod tests {
     #[test]
     fn split_cuts_full_parts_and_reassembles() {
         let payload: Vec<u8> = (0..1000u32).map(|i| i as u8).collect();
-        let m = split(7, 9, payload.clone(), 300);
+        let m = split(7, 9, Encoding::Json, payload.clone(), 300);
         assert_eq!(m.len(), 4);
         assert!(m
             .iter()
@@ -283,13 +293,13 @@ mod tests {
         assert_eq!(m[1].id("ns"), "ns:7:2");
         assert!(m[3].is_last() && !m[2].is_last());
         // A resumed bridge knows the cut from a full part's length.
-        assert_eq!(split(7, 9, payload.clone(), m[0].payload.len()), m);
-        let whole = split(7, 9, payload, 1000);
+        assert_eq!(
+            split(7, 9, Encoding::Json, payload.clone(), m[0].payload.len()),
+            m
+        );
+        let whole = split(7, 9, Encoding::Json, payload, 1000);
         assert_eq!((whole.len(), whole[0].id("ns")), (1, "ns:7".to_owned()));
-        assert!(!whole[0]
-            .headers("ns", Encoding::Json)
-            .iter()
-            .any(|(k, _)| *k == PART));
+        assert!(!whole[0].headers("ns").iter().any(|(k, _)| *k == PART));
     }
 
     #[test]

@@ -66,20 +66,33 @@ async fn stop_writers(stop: Arc<AtomicBool>, tasks: Vec<tokio::task::JoinHandle<
     n
 }
 
+/// The nats-server binary and a scratch directory, with the bridge's log
+/// events on the test's output; `None` (said) when there is no server.
+fn nats_env() -> Option<(std::path::PathBuf, tempfile::TempDir)> {
+    harness::logs();
+    let bin = harness::nats_server_bin()?;
+    Some((bin, tempfile::tempdir().unwrap()))
+}
+
+/// A NATS server of its own (`max_payload` bytes per message) and a
+/// treelog server, in a scratch directory (kept alive by the first item).
+async fn single_env(max_payload: usize) -> Option<(tempfile::TempDir, NatsServer, ServerHandle)> {
+    let (bin, dir) = nats_env()?;
+    let nats = NatsServer::single(&bin, &dir.path().join("nats"), max_payload);
+    let h = common::server::start(&dir.path().join("db"), |_| {}).await;
+    Some((dir, nats, h))
+}
+
 async fn committed(h: &ServerHandle) -> u64 {
     common::server::client(h).await.info().await.unwrap().0
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn every_record_reaches_the_stream_exactly_once_in_order_while_writers_run() {
-    harness::logs();
-    let Some(bin) = harness::nats_server_bin() else {
+    // A small max_payload: the recursive deletes' records are cut in parts.
+    let Some((_dir, nats, h)) = single_env(32 << 10).await else {
         return;
     };
-    let dir = tempfile::tempdir().unwrap();
-    // A small max_payload: the recursive deletes' records are cut in parts.
-    let nats = NatsServer::single(&bin, &dir.path().join("nats"), 32 << 10);
-    let h = common::server::start(&dir.path().join("db"), |_| {}).await;
     let (stop, tasks) = writers(&h, 3, 150);
     let b = bridge(&h, &nats.url(), "TREELOG", "bridge-t", 1);
     // Until the writers made a few big records, and the bridge published
@@ -112,13 +125,9 @@ async fn every_record_reaches_the_stream_exactly_once_in_order_while_writers_run
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn two_bridges_racing_on_one_stream_cannot_interleave() {
-    harness::logs();
-    let Some(bin) = harness::nats_server_bin() else {
+    let Some((_dir, nats, h)) = single_env(1 << 20).await else {
         return;
     };
-    let dir = tempfile::tempdir().unwrap();
-    let nats = NatsServer::single(&bin, &dir.path().join("nats"), 1 << 20);
-    let h = common::server::start(&dir.path().join("db"), |_| {}).await;
     let (stop, tasks) = writers(&h, 2, 0);
     let a = bridge(&h, &nats.url(), "RACE", "bridge-a", 1);
     let b = bridge(&h, &nats.url(), "RACE", "bridge-b", 1);
@@ -143,11 +152,9 @@ async fn two_bridges_racing_on_one_stream_cannot_interleave() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_stream_of_another_namespace_or_shared_with_other_subjects_is_refused() {
-    harness::logs();
-    let Some(bin) = harness::nats_server_bin() else {
+    let Some((bin, dir)) = nats_env() else {
         return;
     };
-    let dir = tempfile::tempdir().unwrap();
     let nats = NatsServer::single(&bin, &dir.path().join("nats"), 1 << 20);
     let one = common::server::start(&dir.path().join("one"), |_| {}).await;
     let other = common::server::start(&dir.path().join("other"), |_| {}).await;
@@ -216,11 +223,9 @@ fn policy(cap: u64) -> RetentionPolicy {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_cluster_losing_a_node_then_all_never_blocks_writers_and_resumes_without_a_gap() {
-    harness::logs();
-    let Some(bin) = harness::nats_server_bin() else {
+    let Some((bin, dir)) = nats_env() else {
         return;
     };
-    let dir = tempfile::tempdir().unwrap();
     let mut cluster = NatsCluster::start(&bin, &dir.path().join("nats"));
     let url = cluster.url();
     let h = common::server::start(&dir.path().join("db"), |_| {}).await;
@@ -279,13 +284,9 @@ async fn a_cluster_losing_a_node_then_all_never_blocks_writers_and_resumes_witho
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn past_the_cursor_cap_retention_frees_the_disk_and_the_bridge_refuses_the_gap() {
-    harness::logs();
-    let Some(bin) = harness::nats_server_bin() else {
+    let Some((_dir, nats, h)) = single_env(1 << 20).await else {
         return;
     };
-    let dir = tempfile::tempdir().unwrap();
-    let nats = NatsServer::single(&bin, &dir.path().join("nats"), 1 << 20);
-    let h = common::server::start(&dir.path().join("db"), |_| {}).await;
     let store = h.store().unwrap();
     let client = common::server::client(&h).await;
     let mkdirs = |from: usize, n: usize| {
@@ -360,11 +361,9 @@ async fn past_the_cursor_cap_retention_frees_the_disk_and_the_bridge_refuses_the
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_bridge_moved_from_the_leader_to_its_replica_goes_on_without_a_gap() {
-    harness::logs();
-    let Some(bin) = harness::nats_server_bin() else {
+    let Some((bin, dir)) = nats_env() else {
         return;
     };
-    let dir = tempfile::tempdir().unwrap();
     let nats = NatsServer::single(&bin, &dir.path().join("nats"), 1 << 20);
     let leader = common::server::start(&dir.path().join("leader"), |_| {}).await;
     let (stop, tasks) = writers(&leader, 2, 0);

@@ -6,7 +6,26 @@ use crate::backend::read_token;
 use crate::error::{Error, Result};
 use treelog_bridge::{BridgeConfig, BridgeError, Encoding, NatsConfig, Start};
 
-/// The bridge's settings from its flags.
+/// A bridge of `server` into `stream` at `url`, with the library's
+/// defaults for everything else (what `serve --bridge-nats` runs).
+fn base_configs(
+    server: std::net::SocketAddr,
+    token: Option<String>,
+    url: &str,
+    stream: &str,
+    subject: Option<String>,
+    stream_replicas: usize,
+) -> (BridgeConfig, NatsConfig) {
+    let mut cfg = BridgeConfig::new(server);
+    cfg.token = token;
+    cfg.cursor = treelog_bridge::default_cursor(stream);
+    let mut nats = NatsConfig::new(url, stream);
+    nats.subject = subject;
+    nats.create_replicas = (stream_replicas > 0).then_some(stream_replicas);
+    (cfg, nats)
+}
+
+/// The settings of `bridge nats` from its flags.
 fn configs(
     server: std::net::SocketAddr,
     token: Option<String>,
@@ -14,12 +33,17 @@ fn configs(
     stream: &str,
     o: &BridgeOpts,
 ) -> Result<(BridgeConfig, NatsConfig)> {
-    let mut cfg = BridgeConfig::new(server);
-    cfg.token = token;
-    cfg.cursor = o
-        .bridge_cursor
-        .clone()
-        .unwrap_or_else(|| treelog_bridge::default_cursor(stream));
+    let (mut cfg, mut nats) = base_configs(
+        server,
+        token,
+        url,
+        stream,
+        o.subject.clone(),
+        o.stream_replicas,
+    );
+    if let Some(c) = &o.bridge_cursor {
+        cfg.cursor = c.clone();
+    }
     cfg.encoding = Encoding::parse(&o.encoding).ok_or_else(|| {
         Error::InvalidArgument(format!("--encoding {:?}: json or postcard", o.encoding))
     })?;
@@ -38,10 +62,6 @@ fn configs(
         ));
     }
     cfg.max_in_flight = o.max_in_flight;
-    let mut nats = NatsConfig::new(url, stream);
-    nats.subject = o.subject.clone();
-    nats.create_replicas = (o.stream_replicas > 0).then_some(o.stream_replicas);
-    nats.encoding = cfg.encoding;
     nats.max_payload = o.max_payload;
     Ok((cfg, nats))
 }
@@ -96,20 +116,18 @@ pub fn serve_bridge(
     a: &ServeArgs,
     listen: std::net::SocketAddr,
     token: Option<String>,
-) -> Result<Option<(BridgeConfig, NatsConfig)>> {
+) -> Option<(BridgeConfig, NatsConfig)> {
     let (Some(url), Some(stream)) = (&a.bridge_nats, &a.bridge_stream) else {
-        return Ok(None);
+        return None;
     };
-    let o = BridgeOpts {
-        subject: a.bridge_subject.clone(),
-        bridge_cursor: None,
-        encoding: "json".into(),
-        stream_replicas: a.bridge_stream_replicas,
-        start: "beginning".into(),
-        max_in_flight: 1024,
-        max_payload: None,
-    };
-    configs(listen, token, url, stream, &o).map(Some)
+    Some(base_configs(
+        listen,
+        token,
+        url,
+        stream,
+        a.bridge_subject.clone(),
+        a.bridge_stream_replicas,
+    ))
 }
 
 /// `serve --bridge-nats`: the server, and its bridge beside it. The bridge

@@ -44,7 +44,7 @@ pub fn run(cli: &Cli, a: &ServeArgs) -> Result<u8> {
             }
             rt.block_on(treelog_replica::run(rc))?;
         }
-        None => match crate::bridge::serve_bridge(a, cfg.listen, cfg.token.clone())? {
+        None => match crate::bridge::serve_bridge(a, cfg.listen, cfg.token.clone()) {
             None => rt.block_on(crate::server::run(cfg))?,
             Some((bridge, nats)) => {
                 rt.block_on(crate::bridge::serve_with_bridge(cfg, bridge, nats))?
