@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
+use crate::pct;
 use crate::Writers;
 use treelog_bridge::{BridgeConfig, BridgeMetrics, NatsConfig};
 use treelog_server::ServerConfig;
@@ -95,13 +96,6 @@ fn quantile(h: &prometheus::Histogram, q: f64) -> f64 {
         (lo, below) = (ub, n);
     }
     lo
-}
-
-fn pct(v: &mut [u64], p: f64) -> u64 {
-    v.sort_unstable();
-    v.get(((v.len() as f64 - 1.0) * p).round() as usize)
-        .copied()
-        .unwrap_or(0)
 }
 
 pub struct BridgeBench {
@@ -225,22 +219,20 @@ pub fn run(base: &Path, b: &BridgeBench) -> Result<()> {
                 without.push(rate);
             }
         }
-        let med = |v: &mut Vec<f64>| {
-            v.sort_by(|a, b| a.total_cmp(b));
-            v[v.len() / 2]
-        };
-        let (a, bb) = (med(&mut without), med(&mut with));
+        let med = |v: &[f64]| crate::median(v.to_vec());
+        let (a, bb) = (med(&without), med(&with));
+        let published = med(&published);
         println!(
             "median: without {a:.0}/s, with {bb:.0}/s: {:.3}x (goal >= 0.95x: {}); published \
              {:.2}x the writers' rate (goal >= 1x: {}); lag p99 (median run) {} records; \
              commit-to-ack p50 {:.1} ms, p99 {:.1} ms",
             bb / a,
             if bb / a >= 0.95 { "met" } else { "MISSED" },
-            med(&mut published),
-            if med(&mut published) >= 0.999 { "met" } else { "MISSED" },
+            published,
+            if published >= 0.999 { "met" } else { "MISSED" },
             pct(&mut lags, 0.5),
-            med(&mut ack50),
-            med(&mut ack99),
+            med(&ack50),
+            med(&ack99),
         );
         server.shutdown().await?;
         Ok(())

@@ -370,6 +370,14 @@ pub(crate) fn percentile(sorted: &[Duration], p: f64) -> f64 {
     sorted[i].as_secs_f64() * 1e6
 }
 
+/// The `p` quantile of samples (nearest rank; sorts them); 0 if empty.
+pub(crate) fn pct(v: &mut [u64], p: f64) -> u64 {
+    v.sort_unstable();
+    v.get(((v.len() as f64 - 1.0) * p).round() as usize)
+        .copied()
+        .unwrap_or(0)
+}
+
 /// Makes the `dirs` directories the creates of a run named `tag` spread over.
 fn make_create_dirs(c: &dyn Creator, dirs: usize, tag: &str) -> Result<()> {
     for d in 0..dirs {

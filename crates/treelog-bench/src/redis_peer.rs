@@ -153,39 +153,68 @@ pub struct RedisFigures {
     pub lists_10k: f64,
 }
 
-/// The namespace's directories: `/r1/d<k>` and `/r16/d<k>` (1000 each,
-/// as treelog's), and `/big` (for the listing).
-struct Layout {
-    next_ino: AtomicU64,
+/// Creates entries with the create script, numbering inodes from a
+/// client-side counter. Cheap to clone: the clones share the counter.
+#[derive(Clone)]
+struct Creator {
+    script: Arc<redis::Script>,
+    next_ino: Arc<AtomicU64>,
 }
 
-impl Layout {
-    fn ino(&self) -> u64 {
-        self.next_ino.fetch_add(1, Ordering::Relaxed)
+impl Creator {
+    /// Creates `name` in directory `parent` (`dir`: a directory, else a
+    /// file); returns its inode.
+    async fn create(
+        &self,
+        mut con: redis::aio::MultiplexedConnection,
+        parent: u64,
+        name: String,
+        dir: bool,
+    ) -> Result<u64> {
+        let ino = self.next_ino.fetch_add(1, Ordering::Relaxed);
+        let kind = if dir { 'd' } else { 'f' };
+        let created: i64 = self
+            .script
+            .key(format!("d{parent}"))
+            .key(format!("i{ino}"))
+            .key(format!("i{parent}"))
+            .arg(&name)
+            .arg(format!("{kind}:{ino}"))
+            .arg(&ATTR[..])
+            .invoke_async(&mut con)
+            .await
+            .map_err(rerr)?;
+        if created != 1 {
+            return Err(Error::InvalidArgument(format!("{name} exists")));
+        }
+        Ok(ino)
     }
-}
 
-async fn mkdir(
-    c: &mut redis::aio::MultiplexedConnection,
-    script: &redis::Script,
-    parent: u64,
-    name: &str,
-    ino: u64,
-) -> Result<()> {
-    let created: i64 = script
-        .key(format!("d{parent}"))
-        .key(format!("i{ino}"))
-        .key(format!("i{parent}"))
-        .arg(name)
-        .arg(format!("d:{ino}"))
-        .arg(&ATTR[..])
-        .invoke_async(c)
+    /// `total` files `f<i>` in the directory `parent(i)`, `lanes` at a
+    /// time, lane `l` on connection `conns[l % conns.len()]`; creates/s.
+    async fn files(
+        &self,
+        conns: Arc<Vec<redis::aio::MultiplexedConnection>>,
+        lanes: usize,
+        total: usize,
+        parent: impl Fn(usize) -> u64 + Send + Sync + 'static,
+        name: fn(usize) -> String,
+    ) -> Result<f64> {
+        let me = self.clone();
+        drive(lanes, total, move |lane, i| {
+            let (me, con, dir) = (
+                me.clone(),
+                conns[lane % conns.len()].clone(),
+                parent(i as usize),
+            );
+            async move {
+                me.create(con, dir, name(i as usize), false)
+                    .await
+                    .map(|_| ())
+            }
+        })
         .await
-        .map_err(rerr)?;
-    if created != 1 {
-        return Err(Error::InvalidArgument(format!("{name} exists")));
     }
-    Ok(())
 }
 
 pub async fn run(
@@ -199,11 +228,11 @@ pub async fn run(
         .get_multiplexed_async_connection()
         .await
         .map_err(rerr)?;
-    let create = Arc::new(redis::Script::new(CREATE));
+    let creator = Creator {
+        script: Arc::new(redis::Script::new(CREATE)),
+        next_ino: Arc::new(AtomicU64::new(2)),
+    };
     let resolve = Arc::new(redis::Script::new(RESOLVE));
-    let layout = Arc::new(Layout {
-        next_ino: AtomicU64::new(2),
-    });
     let mut c = con.clone();
     redis::cmd("SET")
         .arg("i1")
@@ -211,100 +240,49 @@ pub async fn run(
         .query_async::<()>(&mut c)
         .await
         .map_err(rerr)?;
-    // /r1, /r16, /rone and 1000 directories under each of the first two.
+    // /r1, /r16, /rone, /big, and 1000 directories under each of the first two.
     let mut tops = Vec::new();
     for top in ["r1", "r16", "rone", "big"] {
-        let ino = layout.ino();
-        mkdir(&mut c, &create, 1, top, ino).await?;
-        tops.push(ino);
+        tops.push(creator.create(con.clone(), 1, top.into(), true).await?);
     }
     let mut dirs = vec![Vec::new(), Vec::new()];
     for (k, top) in tops[..2].iter().enumerate() {
         for d in 0..1000 {
-            let ino = layout.ino();
-            mkdir(&mut c, &create, *top, &format!("d{d}"), ino).await?;
-            dirs[k].push(ino);
+            dirs[k].push(
+                creator
+                    .create(con.clone(), *top, format!("d{d}"), true)
+                    .await?,
+            );
         }
     }
     let dirs = Arc::new(dirs);
-    let mut f = RedisFigures::default();
-    let file = |con: redis::aio::MultiplexedConnection,
-                script: Arc<redis::Script>,
-                parent: u64,
-                name: String,
-                ino: u64| async move {
-        let mut con = con;
-        let created: i64 = script
-            .key(format!("d{parent}"))
-            .key(format!("i{ino}"))
-            .key(format!("i{parent}"))
-            .arg(name)
-            .arg(format!("f:{ino}"))
-            .arg(&ATTR[..])
-            .invoke_async(&mut con)
-            .await
-            .map_err(rerr)?;
-        if created != 1 {
-            return Err(Error::InvalidArgument("exists".into()));
-        }
-        Ok(())
+    let one = Arc::new(vec![con.clone()]);
+    let mut sixteen = Vec::new();
+    for _ in 0..16 {
+        sixteen.push(
+            client
+                .get_multiplexed_async_connection()
+                .await
+                .map_err(rerr)?,
+        );
+    }
+    let sixteen = Arc::new(sixteen);
+    let name = |i: usize| format!("f{i}");
+    let in_dirs = |k: usize| {
+        let dirs = dirs.clone();
+        move |i: usize| dirs[k][i % 1000]
     };
-    // Creates, 1 connection x 64 in flight.
-    {
-        let (con, create, layout, dirs) =
-            (con.clone(), create.clone(), layout.clone(), dirs.clone());
-        f.creates_1x64 = drive(64, ops, move |_, i| {
-            let parent = dirs[0][(i % 1000) as usize];
-            file(
-                con.clone(),
-                create.clone(),
-                parent,
-                format!("f{i}"),
-                layout.ino(),
-            )
-        })
-        .await?;
-    }
-    // Creates, 16 connections x 4 in flight.
-    {
-        let mut conns = Vec::new();
-        for _ in 0..16 {
-            conns.push(
-                client
-                    .get_multiplexed_async_connection()
-                    .await
-                    .map_err(rerr)?,
-            );
-        }
-        let conns = Arc::new(conns);
-        let (create, layout, dirs) = (create.clone(), layout.clone(), dirs.clone());
-        f.creates_16x4 = drive(64, ops, move |lane, i| {
-            let parent = dirs[1][(i % 1000) as usize];
-            file(
-                conns[lane % 16].clone(),
-                create.clone(),
-                parent,
-                format!("f{i}"),
-                layout.ino(),
-            )
-        })
-        .await?;
-    }
-    // A lone caller.
-    {
-        let (con, create, layout) = (con.clone(), create.clone(), layout.clone());
-        let parent = tops[2];
-        f.creates_1x1 = drive(1, ops / 8, move |_, i| {
-            file(
-                con.clone(),
-                create.clone(),
-                parent,
-                format!("f{i}"),
-                layout.ino(),
-            )
-        })
-        .await?;
-    }
+    let (rone, big) = (tops[2], tops[3]);
+    let mut f = RedisFigures {
+        creates_1x64: creator
+            .files(one.clone(), 64, ops, in_dirs(0), name)
+            .await?,
+        creates_16x4: creator.files(sixteen, 64, ops, in_dirs(1), name).await?,
+        creates_1x1: creator
+            .files(one.clone(), 1, ops / 8, move |_| rone, name)
+            .await?,
+        ..Default::default()
+    };
     // Stats by path (/r1/d<k>/f<i>), resolved server-side; and plain GETs.
     {
         let (rcon, resolve) = (con.clone(), resolve.clone());
@@ -341,18 +319,9 @@ pub async fn run(
     }
     // A directory of `list_entries` files, listed with attributes.
     {
-        let (con2, create, layout) = (con.clone(), create.clone(), layout.clone());
-        let big = tops[3];
-        drive(64, list_entries, move |_, i| {
-            file(
-                con2.clone(),
-                create.clone(),
-                big,
-                format!("f{i:05}"),
-                layout.ino(),
-            )
-        })
-        .await?;
+        creator
+            .files(one, 64, list_entries, move |_| big, |i| format!("f{i:05}"))
+            .await?;
         let mut c = con.clone();
         let t0 = Instant::now();
         for _ in 0..list_rounds {

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
+use crate::pct;
 use treelog::Treelog;
 use treelog_client::{Client, ClientOptions};
 use treelog_proto::protocol::{NodeStatus, RequestBody, ResponseBody};
@@ -53,13 +54,6 @@ async fn until_applied(addr: std::net::SocketAddr, seq: u64) -> Result<Duration>
 fn leader_store(h: &ServerHandle) -> Result<Arc<Treelog>> {
     h.store()
         .ok_or_else(|| Error::InvalidArgument("the leader's store is closed".into()))
-}
-
-fn pct(v: &mut [u64], p: f64) -> u64 {
-    v.sort_unstable();
-    v.get(((v.len() as f64 - 1.0) * p).round() as usize)
-        .copied()
-        .unwrap_or(0)
 }
 
 pub fn run(base: &Path, inodes: u64, callers: usize, seconds: u64, behind: u64) -> Result<()> {
