@@ -49,3 +49,124 @@ pub fn encode_u64(v: u64) -> [u8; 8] {
 pub fn decode_u64(what: &'static str, b: &[u8]) -> Result<u64> {
     super::keys::decode_u64_be(what, b)
 }
+
+// -- A node of a Raft cluster ------------------------------------------------
+//
+// Present only in the database of a cluster's node (a single node's has
+// none of them). The Raft crate (`treelog-raft`) decides their values; the
+// store keeps them, and replay and retention respect them.
+
+/// The node id this database belongs to (u64 BE), set when it first
+/// starts as a node of a cluster. A store opened without it, or as another
+/// node, is refused: a node's log holds entries no single node may extend.
+pub const RAFT_NODE_ID_KEY: &[u8] = b"raft/node_id";
+/// The last vote this node made or saw ([`RaftVote`]), written through the
+/// WAL and synced before Raft acts on it.
+pub const RAFT_VOTE_KEY: &[u8] = b"raft/vote";
+/// The highest log id known committed ([`RaftLogId`]), through the WAL. An
+/// open replays the log up to it and no further: entries after it may be
+/// truncated by a new leader.
+pub const RAFT_COMMITTED_KEY: &[u8] = b"raft/committed";
+/// The highest log id Raft has purged ([`RaftLogId`]): Raft reads no entry
+/// at or below it. The log may still hold some of them (durable cursors hold
+/// retention back); `log_start` says what it holds.
+pub const RAFT_PURGED_KEY: &[u8] = b"raft/purged";
+/// The log id of the last entry applied to the index ([`RaftLogId`]; its
+/// index is `applied_seq`), written in the index's batch.
+pub const RAFT_APPLIED_KEY: &[u8] = b"raft/applied";
+/// The last membership applied: its entry's [`RaftLogId`] (24 bytes) and
+/// the membership as the entry holds it; written in the index's batch.
+pub const RAFT_MEMBERSHIP_KEY: &[u8] = b"raft/membership";
+/// Present while a snapshot is installed into the index: the directory of
+/// the verified snapshot being installed (UTF-8). An open that finds it
+/// installs that snapshot again, from the start.
+pub const RAFT_INSTALLING_KEY: &[u8] = b"raft/installing";
+
+/// A Raft log id: the term and node of the leader that proposed the entry,
+/// and its index (= its log sequence). 24 bytes, u64 BE each.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct RaftLogId {
+    pub term: u64,
+    pub node: u64,
+    pub index: u64,
+}
+
+impl RaftLogId {
+    pub const LEN: usize = 24;
+
+    pub fn encode(&self) -> [u8; 24] {
+        let mut b = [0u8; 24];
+        b[..8].copy_from_slice(&self.term.to_be_bytes());
+        b[8..16].copy_from_slice(&self.node.to_be_bytes());
+        b[16..].copy_from_slice(&self.index.to_be_bytes());
+        b
+    }
+
+    pub fn decode(what: &'static str, b: &[u8]) -> Result<RaftLogId> {
+        if b.len() != Self::LEN {
+            return Err(crate::error::Error::corrupt(
+                what,
+                format!("a log id is {} bytes, not {}", Self::LEN, b.len()),
+            ));
+        }
+        Ok(RaftLogId {
+            term: decode_u64(what, &b[..8])?,
+            node: decode_u64(what, &b[8..16])?,
+            index: decode_u64(what, &b[16..])?,
+        })
+    }
+}
+
+/// A Raft vote: the term, the node voted for, and whether a quorum granted
+/// it (a committed vote is a leader's). 17 bytes: u64 BE, u64 BE, 0 or 1.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct RaftVote {
+    pub term: u64,
+    pub node: u64,
+    pub committed: bool,
+}
+
+impl RaftVote {
+    pub const LEN: usize = 17;
+
+    pub fn encode(&self) -> [u8; 17] {
+        let mut b = [0u8; 17];
+        b[..8].copy_from_slice(&self.term.to_be_bytes());
+        b[8..16].copy_from_slice(&self.node.to_be_bytes());
+        b[16] = self.committed as u8;
+        b
+    }
+
+    pub fn decode(b: &[u8]) -> Result<RaftVote> {
+        let what = "raft vote";
+        if b.len() != Self::LEN || b[16] > 1 {
+            return Err(crate::error::Error::corrupt(
+                what,
+                format!("a vote is {} bytes ending in 0 or 1", Self::LEN),
+            ));
+        }
+        Ok(RaftVote {
+            term: decode_u64(what, &b[..8])?,
+            node: decode_u64(what, &b[8..16])?,
+            committed: b[16] == 1,
+        })
+    }
+}
+
+/// A stored membership: its entry's log id, then the membership's bytes.
+pub fn encode_membership(id: &RaftLogId, membership: &[u8]) -> Vec<u8> {
+    let mut v = id.encode().to_vec();
+    v.extend_from_slice(membership);
+    v
+}
+
+pub fn decode_membership(b: &[u8]) -> Result<(RaftLogId, &[u8])> {
+    if b.len() < RaftLogId::LEN {
+        return Err(crate::error::Error::corrupt(
+            "raft membership",
+            "shorter than its log id",
+        ));
+    }
+    let (id, m) = b.split_at(RaftLogId::LEN);
+    Ok((RaftLogId::decode("raft membership", id)?, m))
+}
