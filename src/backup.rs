@@ -82,6 +82,36 @@ pub struct Manifest {
     pub groups: Vec<String>,
     /// Every file of `db/`, by name.
     pub files: Vec<BackupFile>,
+    /// The database of a Raft cluster's node: the log id of the entry at
+    /// `seq` and the last membership applied (a Raft snapshot's meta).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub raft: Option<RaftManifest>,
+}
+
+/// A Raft snapshot's meta in a backup's manifest.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct RaftManifest {
+    /// `[term, node, index]` of the entry at `seq` (none: nothing
+    /// applied).
+    pub applied: Option<[u64; 3]>,
+    /// The last membership applied: its entry's `[term, node, index]` and
+    /// its bytes, hex.
+    pub membership: Option<([u64; 3], String)>,
+}
+
+impl RaftManifest {
+    fn of(store: &Store) -> Result<Option<RaftManifest>> {
+        if store.raft_node_id()?.is_none() {
+            return Ok(None);
+        }
+        let id = |i: &format::meta::RaftLogId| [i.term, i.node, i.index];
+        let st = crate::raft::AppliedState::load(store)?;
+        let applied = crate::raft::applied_log_id(store)?;
+        Ok(Some(RaftManifest {
+            applied: applied.as_ref().map(id),
+            membership: st.membership.map(|(i, m)| (id(&i), hex::encode(m))),
+        }))
+    }
 }
 
 /// One file of a backup's `db/` directory.
@@ -401,7 +431,18 @@ impl Checkpoint {
         let t = Instant::now();
         let staged = Store::open(&self.dir, &so)?;
         let replayed = crate::recovery::replay(&staged, |_, _| {})?;
-        let seq = staged.last_log_seq()?;
+        let raft = staged.raft_node_id()?.is_some();
+        if raft {
+            // A Raft node's log may end with entries not yet committed,
+            // which a new leader may truncate: they are not the backup's.
+            // (And its index may be ahead of its log: a node that installed
+            // a snapshot holds no entry before it.)
+            staged.raft_truncate_from(staged.applied_seq()? + 1)?;
+        }
+        let seq = match raft {
+            true => staged.applied_seq()?,
+            false => staged.last_log_seq()?,
+        };
         if staged.applied_seq()? != seq {
             return Err(Error::corrupt(
                 "checkpoint",
@@ -437,6 +478,7 @@ impl Checkpoint {
             owners: dict(DictKind::Owner)?,
             groups: dict(DictKind::Group)?,
             files: Vec::new(),
+            raft: RaftManifest::of(&staged)?,
         };
         Ok((manifest, replayed))
     }
@@ -916,7 +958,9 @@ pub fn restore(
             )
         };
         let (last, applied) = (store.last_log_seq()?, store.applied_seq()?);
-        if last != manifest.seq || applied != manifest.seq {
+        // A Raft node's index may be ahead of its log (see `catch_up`).
+        let raft_ahead = manifest.raft.is_some() && last < manifest.seq;
+        if (last != manifest.seq && !raft_ahead) || applied != manifest.seq {
             return Err(mismatch(
                 "sequence (log end, applied)",
                 format!("({last}, {applied})"),

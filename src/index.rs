@@ -330,6 +330,12 @@ impl PendingWrites {
         }
     }
 
+    /// Forgets every group (a Raft leader's proposals, when it stops
+    /// leading).
+    pub fn clear(&mut self) {
+        self.groups.clear();
+    }
+
     /// Groups still pending.
     #[cfg(test)]
     pub fn len(&self) -> usize {
@@ -417,6 +423,14 @@ impl WriterCache {
             hits: 0,
             misses: 0,
             skipped: 0,
+        }
+    }
+
+    /// Forgets every entry (a Raft leader's writer, when the proposals
+    /// whose values it holds are dropped).
+    pub fn clear(&mut self) {
+        for map in &mut self.maps {
+            map.clear();
         }
     }
 

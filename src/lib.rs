@@ -30,6 +30,7 @@ pub mod stream;
 mod clock;
 mod engine;
 mod index;
+pub mod raft;
 mod reader_cache;
 mod readview;
 pub mod recovery;

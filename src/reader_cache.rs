@@ -285,6 +285,20 @@ impl ReaderCache {
         }
     }
 
+    /// Forgets every entry (a Raft node installed a snapshot: any key may
+    /// have changed). Only the publisher calls this, as it does `apply`.
+    pub fn clear(&self) {
+        for cf in &self.shards {
+            for shard in cf.iter() {
+                write(shard).clear();
+            }
+        }
+        // Invalidates every thread-local copy.
+        for g in self.generations.iter() {
+            g.fetch_add(1, Ordering::AcqRel);
+        }
+    }
+
     /// Whether `apply` found a shard full since the last [`grow`].
     ///
     /// [`grow`]: ReaderCache::grow

@@ -15,9 +15,65 @@ use crate::index::{Cf, IndexWrite};
 use crate::store::{IndexBatch, LogIter, Store, StoreOptions};
 
 /// Replays the log from `applied_seq + 1` into the index. Returns the
-/// number of records replayed.
+/// number of records replayed. A Raft node's log is replayed up to the
+/// committed index Raft saved, no further (see [`crate::raft`]).
 pub fn replay(store: &Store, progress: impl FnMut(u64, u64)) -> Result<u64> {
-    replay_upto(store, store.last_log_seq()?, progress)
+    match crate::raft::replay_limit(store)? {
+        None => replay_upto(store, store.last_log_seq()?, progress),
+        Some(last) => {
+            let before = store.applied_seq()?;
+            let n = replay_upto(store, last, progress)?;
+            if last > before {
+                raft_applied_after_replay(store, before, last)?;
+            }
+            Ok(n)
+        }
+    }
+}
+
+/// After replaying a Raft node's entries `from+1..=to`: the log id of the
+/// last and the last membership among them, written beside `applied_seq`
+/// as the writer does.
+fn raft_applied_after_replay(store: &Store, from: u64, to: u64) -> Result<()> {
+    use crate::format::meta::{self, RaftLogId};
+    use crate::format::record::{self, EntryKind};
+    let mut applied = None;
+    let mut membership = None;
+    for (seq, v) in store.raft_entries(from + 1, to + 1)? {
+        let e = record::decode_raft_entry(&v, Some(seq))?;
+        let id = RaftLogId {
+            term: e.leader.term,
+            node: e.leader.node,
+            index: seq,
+        };
+        if e.kind == EntryKind::Membership {
+            membership = Some(meta::encode_membership(&id, e.membership));
+        }
+        applied = Some(id);
+    }
+    let mut b = store.index_batch();
+    if let Some(a) = applied {
+        store.add_meta_write(&mut b, meta::RAFT_APPLIED_KEY, &a.encode())?;
+    }
+    if let Some(m) = membership {
+        store.add_meta_write(&mut b, meta::RAFT_MEMBERSHIP_KEY, &m)?;
+    }
+    store.write_index_batch(b, to, None)
+}
+
+/// The commit time of the last record at or before `seq` that has one
+/// (Raft's own entries have none); 0 for none.
+pub fn last_record_time(store: &Store, seq: u64) -> Result<u64> {
+    let start = store.log_start()?;
+    let mut s = seq;
+    while s >= start.max(1) {
+        match store.read_record(s)? {
+            Some(r) if r.time_ms > 0 => return Ok(r.time_ms),
+            Some(_) => s -= 1,
+            None => return Ok(0),
+        }
+    }
+    Ok(0)
 }
 
 /// [`replay`] up to record `last` of the log (which may grow meanwhile:

@@ -115,6 +115,12 @@ impl LogRetention {
         self.start.load(Ordering::Acquire)
     }
 
+    /// The log's start moved to `start` outside a pass (a Raft node's
+    /// purge or snapshot install, already persisted).
+    pub(crate) fn moved_start(&self, start: u64) {
+        self.start.fetch_max(start, Ordering::AcqRel);
+    }
+
     /// Bytes of record values in the log.
     pub fn log_bytes(&self) -> u64 {
         self.bytes.load(Ordering::Acquire)
@@ -215,8 +221,54 @@ impl LogRetention {
             .collect()
     }
 
+    /// Raft purged its log up to `id`: the log goes too, as far as the
+    /// live cursors and the index on disk allow (the rest goes in later
+    /// passes). Returns the log's new start.
+    pub(crate) fn raft_purge(
+        &self,
+        store: &Store,
+        tail: &TailCache,
+        id: &crate::format::meta::RaftLogId,
+    ) -> Result<u64> {
+        let _pass = self.pass.lock().unwrap_or_else(|p| p.into_inner());
+        let start = self.log_start();
+        let mut target = id.index.saturating_add(1);
+        for st in self.cursors().values() {
+            if st.expired.is_none() {
+                target = target.min(st.acked + 1);
+            }
+        }
+        target = target.max(start);
+        if target > start {
+            let durable = store.durable_applied_seq(target - 1)?;
+            target = target.min(durable + 1).max(start);
+        }
+        let mut removed_bytes = 0u64;
+        if target > start {
+            for item in store.log_sizes(start)? {
+                let (seq, len) = item?;
+                if seq >= target {
+                    break;
+                }
+                removed_bytes += len as u64;
+            }
+        }
+        store.raft_purge(id, target)?;
+        if target > start {
+            self.start.store(target, Ordering::Release);
+            tail.truncate_below(target);
+            let _ = self
+                .bytes
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |b| {
+                    Some(b.saturating_sub(removed_bytes))
+                });
+        }
+        Ok(target)
+    }
+
     /// One retention pass over a log that ends at `last`; `tail` drops what
-    /// the pass removed.
+    /// the pass removed. On a Raft node, nothing Raft has not purged goes
+    /// (`ceiling`: the first entry Raft may still read).
     pub fn run(
         &self,
         store: &Store,
@@ -225,6 +277,14 @@ impl LogRetention {
         metrics: Option<&Metrics>,
         policy: &RetentionPolicy,
     ) -> Result<RetentionReport> {
+        let ceiling = store
+            .raft_node_id()?
+            .map(|_| -> Result<u64> {
+                Ok(store
+                    .raft_log_id(crate::format::meta::RAFT_PURGED_KEY)?
+                    .map_or(0, |p| p.index + 1))
+            })
+            .transpose()?;
         let _pass = self.pass.lock().unwrap_or_else(|p| p.into_inner());
         let start = self.log_start();
         let mut report = RetentionReport {
@@ -268,6 +328,9 @@ impl LogRetention {
             }
         }
         target = target.min(last + 1);
+        if let Some(c) = ceiling {
+            target = target.min(c);
+        }
 
         // Cursors: expire the ones lagging too far, then let the rest hold.
         let mut expired = Vec::new();
@@ -364,10 +427,18 @@ impl LogRetention {
     }
 }
 
-/// The time of record `seq`.
+/// The time of record `seq`. A Raft node's own entries (a new leader's
+/// blank, a membership change) have none: theirs is the next record's
+/// (none after them: the newest possible), so that times stay
+/// non-decreasing for the search.
 fn record_time(store: &Store, seq: u64) -> Result<u64> {
-    store
-        .read_record(seq)?
-        .map(|r| r.time_ms)
-        .ok_or_else(|| Error::corrupt("log", format!("record {seq} is missing")))
+    let mut s = seq;
+    loop {
+        match store.read_record(s)? {
+            Some(r) if r.time_ms > 0 || !r.events.is_empty() => return Ok(r.time_ms),
+            Some(_) => s += 1,
+            None if s > seq => return Ok(u64::MAX),
+            None => return Err(Error::corrupt("log", format!("record {seq} is missing"))),
+        }
+    }
 }

@@ -107,12 +107,14 @@ impl Shared {
             crate::readview::RetainedViews::new(metrics.as_ref().map(|m| m.pinned_views.clone()));
         Ok(Shared {
             dicts: arc_swap::ArcSwap::from_pointee(dicts),
+            // The index's: a Raft node's log may go on past it, with
+            // entries not yet committed.
             view: arc_swap::ArcSwap::from_pointee(crate::readview::PublishedView {
                 snap: store.snapshot(),
-                seq: store.last_log_seq()?,
+                seq: store.applied_seq()?,
             }),
             retained,
-            committed: Watermark::new(store.last_log_seq()?),
+            committed: Watermark::new(store.applied_seq()?),
             failure: Default::default(),
             stats: Default::default(),
             retention: crate::retention::LogRetention::load(&store)?,

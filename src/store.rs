@@ -918,6 +918,18 @@ impl Store {
         Ok(())
     }
 
+    /// Adds a `meta` write to an index batch (written with it, without
+    /// the WAL: a Raft node's applied log id and membership).
+    pub(crate) fn add_meta_write(
+        &self,
+        b: &mut IndexBatch,
+        key: &[u8],
+        value: &[u8],
+    ) -> Result<()> {
+        b.0.put_cf(self.cf(CF_META)?, key, value);
+        Ok(())
+    }
+
     pub(crate) fn add_index_writes(&self, b: &mut IndexBatch, w: &OverlayWrites) -> Result<()> {
         self.add_index_writes_raw(&mut b.0, w)
     }
@@ -1073,6 +1085,179 @@ impl Store {
         SnapshotIndex { store: self, snap }
     }
 }
+
+// -- A node of a Raft cluster ------------------------------------------------
+//
+// The log of a cluster's node is written by Raft (the `treelog-raft` crate):
+// its entries arrive at their indexes, may be truncated before they are
+// committed, and are purged once a snapshot covers them. These are the
+// store's operations for it; the entries' bytes are `record`'s version-2
+// envelopes.
+impl Store {
+    /// Appends log values at their sequences, through the WAL, not synced
+    /// (see [`Store::sync_log`]). Returns their bytes.
+    pub fn raft_append(&self, entries: &[(u64, Vec<u8>)]) -> Result<u64> {
+        let cf = self.cf(CF_LOG)?;
+        let mut b = WriteBatch::default();
+        let mut bytes = 0u64;
+        for (seq, v) in entries {
+            b.put_cf(cf, format::log_key(*seq), v);
+            bytes += v.len() as u64;
+        }
+        self.write_meta(b, false)?;
+        Ok(bytes)
+    }
+
+    /// Makes every log write that has returned durable (see
+    /// [`Store::sync_log`]), for Raft's log syncer.
+    pub fn raft_sync(&self) -> Result<()> {
+        self.sync_log()
+    }
+
+    /// Removes every log entry from `first` on, synced: a truncated entry
+    /// must not come back after a crash beside the entries that replace it.
+    pub fn raft_truncate_from(&self, first: u64) -> Result<()> {
+        let cf = self.cf(CF_LOG)?;
+        let mut b = WriteBatch::default();
+        b.delete_range_cf(cf, format::log_key(first), format::log_key(u64::MAX));
+        // The range's end is exclusive: the last key goes by itself.
+        b.delete_cf(cf, format::log_key(u64::MAX));
+        self.write_meta(b, true)
+    }
+
+    /// A `meta` value of Raft's, through the WAL (synced when `sync`).
+    pub fn raft_put_meta(&self, key: &[u8], value: &[u8], sync: bool) -> Result<()> {
+        let mut b = WriteBatch::default();
+        b.put_cf(self.cf(CF_META)?, key, value);
+        self.write_meta(b, sync)
+    }
+
+    /// Removes a `meta` value of Raft's, through the WAL, synced.
+    pub fn raft_delete_meta(&self, key: &[u8]) -> Result<()> {
+        let mut b = WriteBatch::default();
+        b.delete_cf(self.cf(CF_META)?, key);
+        self.write_meta(b, true)
+    }
+
+    /// The last log value and its sequence, if the log holds any.
+    pub fn raft_last_entry(&self) -> Result<Option<(u64, Vec<u8>)>> {
+        let mut it = self.db.raw_iterator_cf(self.cf(CF_LOG)?);
+        it.seek_to_last();
+        match (it.key(), it.value()) {
+            (Some(k), Some(v)) => Ok(Some((format::decode_log_key(k)?, v.to_vec()))),
+            _ => {
+                it.status()?;
+                Ok(None)
+            }
+        }
+    }
+
+    /// The log values with sequences in `from..to` that the log holds, in
+    /// order (no check for gaps: Raft asks only for what it knows is
+    /// there).
+    pub fn raft_entries(&self, from: u64, to: u64) -> Result<Vec<(u64, Vec<u8>)>> {
+        let mut out = Vec::new();
+        if from >= to {
+            return Ok(out);
+        }
+        let mut ro = ReadOptions::default();
+        ro.set_iterate_upper_bound(format::log_key(to).to_vec());
+        let mut it = self.db.raw_iterator_cf_opt(self.cf(CF_LOG)?, ro);
+        it.seek(format::log_key(from));
+        while let (Some(k), Some(v)) = (it.key(), it.value()) {
+            out.push((format::decode_log_key(k)?, v.to_vec()));
+            it.next();
+        }
+        it.status()?;
+        Ok(out)
+    }
+
+    /// Raft's purge: records that Raft reads nothing up to `id` (synced
+    /// with the log's new start, `keep_from`, which retention's cursors may
+    /// hold below `id.index + 1`), then removes the entries below
+    /// `keep_from`.
+    pub fn raft_purge(&self, id: &meta::RaftLogId, keep_from: u64) -> Result<()> {
+        let m = self.cf(CF_META)?;
+        let mut b = WriteBatch::default();
+        b.put_cf(m, meta::RAFT_PURGED_KEY, id.encode());
+        let start = self.log_start()?;
+        if keep_from > start {
+            b.put_cf(m, meta::LOG_START_KEY, meta::encode_u64(keep_from));
+        }
+        self.write_meta(b, true)?;
+        if keep_from > start {
+            self.delete_log_below(keep_from)?;
+        }
+        Ok(())
+    }
+
+    /// A `meta` value holding a Raft log id.
+    pub fn raft_log_id(&self, key: &[u8]) -> Result<Option<meta::RaftLogId>> {
+        match self.get_meta(key)? {
+            Some(v) => Ok(Some(meta::RaftLogId::decode("raft log id", &v)?)),
+            None => Ok(None),
+        }
+    }
+
+    /// The node id this database belongs to, if it is a cluster's node's.
+    pub fn raft_node_id(&self) -> Result<Option<u64>> {
+        self.meta_u64(meta::RAFT_NODE_ID_KEY)
+    }
+
+    /// Replaces the index (`inodes`, `edges`) and the state machine's
+    /// `meta` with `src`'s, a snapshot's database: the index changes
+    /// without the WAL, then a flush makes them durable. Not atomic: the
+    /// caller marks the install first (`meta.raft/installing`) and an open
+    /// that finds the mark does it again.
+    pub(crate) fn install_index(&self, src: &Store) -> Result<()> {
+        let mut wo = WriteOptions::default();
+        wo.disable_wal(true);
+        // Above every key: inodes' keys are 8 bytes and a suffix, edges'
+        // 8 bytes and a name of at most 255.
+        let end = [0xffu8; 512];
+        let mut b = WriteBatch::default();
+        for name in [CF_INODES, CF_EDGES] {
+            b.delete_range_cf(self.cf(name)?, &[][..], &end[..]);
+        }
+        self.db.write_opt(b, &wo)?;
+        for name in [CF_INODES, CF_EDGES] {
+            let to = self.cf(name)?;
+            let mut it = src.db.raw_iterator_cf(src.cf(name)?);
+            it.seek_to_first();
+            let mut b = WriteBatch::default();
+            while let (Some(k), Some(v)) = (it.key(), it.value()) {
+                b.put_cf(to, k, v);
+                if b.size_in_bytes() >= INSTALL_BATCH_BYTES {
+                    self.db.write_opt(std::mem::take(&mut b), &wo)?;
+                }
+                it.next();
+            }
+            it.status()?;
+            self.db.write_opt(b, &wo)?;
+        }
+        let m = self.cf(CF_META)?;
+        let mut b = WriteBatch::default();
+        for key in [
+            meta::APPLIED_SEQ_KEY,
+            meta::RAFT_APPLIED_KEY,
+            meta::RAFT_MEMBERSHIP_KEY,
+        ] {
+            match src.get_meta(key)? {
+                Some(v) => b.put_cf(m, key, v),
+                None => b.delete_cf(m, key),
+            }
+        }
+        self.db.write_opt(b, &wo)?;
+        crate::failpoint::crash_point("install::before_flush");
+        self.flush()?;
+        // The namespace is the snapshot's (a node that joined a cluster
+        // made its own when it was created).
+        self.put_meta_synced(meta::NAMESPACE_ID_KEY, src.namespace_id()?.as_bytes())
+    }
+}
+
+/// Bytes of index entries per write batch of a snapshot's install.
+const INSTALL_BATCH_BYTES: usize = 4 << 20;
 
 /// Iterator over decoded log records.
 /// The file that marks a database under creation (see [`CreationMarker`]).

@@ -56,6 +56,10 @@ pub struct Options {
     /// How long a read at `ReadAt::AtLeast(seq)` waits for this node to
     /// commit `seq` before it fails (`Lagging` on a replica).
     pub min_seq_wait: Duration,
+    /// Open as a node of a Raft cluster (see [`crate::raft`]): the log is
+    /// Raft's, commands are proposed while this node leads and refused
+    /// with `NotLeader` while it follows.
+    pub raft: Option<crate::raft::RaftOptions>,
 }
 
 impl Default for Options {
@@ -71,6 +75,7 @@ impl Default for Options {
             read_cache_entries: 1 << 19,
             replica: None,
             min_seq_wait: Duration::from_secs(5),
+            raft: None,
         }
     }
 }
@@ -198,6 +203,10 @@ impl Treelog {
             None
         };
         let store = Store::open(dir.as_ref(), &opts.store)?;
+        crate::raft::claim(&store, opts.raft.as_ref())?;
+        if opts.raft.is_some() {
+            crate::raft::finish_install(&store)?;
+        }
         if let Some(m) = &metrics {
             m.replaying.set(1);
         }
@@ -207,18 +216,37 @@ impl Treelog {
             m.replay_records.inc_by(replayed);
         }
         let state = EngineState::load(&store.index())?;
-        let last_seq = store.last_log_seq()?;
-        let applied = store.applied_seq()?;
-        debug_assert_eq!(applied, last_seq);
+        // A Raft node's log may hold entries after the last committed one,
+        // which replay leaves for Raft: the writer goes on from the index.
+        let last_seq = store.applied_seq()?;
+        debug_assert!(opts.raft.is_some() || last_seq == store.last_log_seq()?);
+        let applied = last_seq;
         let log_start = store.log_start()?;
         if log_start > 1 {
             // A crash between persisting a new start and the range deletion
             // leaves records below it; remove them (idempotent).
             store.delete_log_below(log_start)?;
         }
-        let last_time = match last_seq {
-            0 => 0,
-            s => store.read_record(s)?.map(|r| r.time_ms).unwrap_or(0),
+        let last_time = crate::recovery::last_record_time(&store, last_seq)?;
+        let raft_writer = match &opts.raft {
+            Some(_) => {
+                let a = crate::raft::AppliedState::load(&store)?;
+                // A single node's store that became a cluster's first node
+                // applied its records as term 0.
+                let applied_id =
+                    a.applied
+                        .or((applied > 0).then_some(crate::format::meta::RaftLogId {
+                            term: 0,
+                            node: 0,
+                            index: applied,
+                        }));
+                Some(crate::writer::RaftWriter::new(
+                    state.clone(),
+                    last_time,
+                    applied_id,
+                ))
+            }
+            None => None,
         };
         let shared = Arc::new(Shared::new(
             store,
@@ -238,7 +266,10 @@ impl Treelog {
             )?;
         }
         let (tx, rx) = crossbeam_channel::bounded(opts.queue_capacity.max(1));
-        let w = Writer::new(shared.clone(), state, last_seq, last_time, opts.writer);
+        let mut w = Writer::new(shared.clone(), state, last_seq, last_time, opts.writer);
+        if let Some(r) = raft_writer {
+            w = w.with_raft(r);
+        }
         threads.spawn("treelog-writer", Stop::InputClosed, move || w.run(rx))?;
         if !opts.retention.is_unbounded() {
             let (sh, policy) = (shared.clone(), opts.retention.clone());
@@ -320,6 +351,58 @@ impl Treelog {
     /// removed `from`.
     pub fn replication_batch(&self, from: u64, max_bytes: usize) -> Result<Vec<Vec<u8>>> {
         replica::replication_batch(&self.shared, from, max_bytes)
+    }
+
+    /// A Raft node's log, for Raft's storage (see [`crate::raft`]).
+    pub fn raft_log(&self) -> crate::raft::RaftLog<'_> {
+        crate::raft::RaftLog {
+            store: &self.shared.store,
+        }
+    }
+
+    /// A Raft node's state machine position (the last entry applied and
+    /// the last membership), as the index holds it.
+    pub fn raft_applied(&self) -> Result<crate::raft::AppliedState> {
+        crate::raft::AppliedState::load(&self.shared.store)
+    }
+
+    /// Applies a Raft node's committed entries (log values already in its
+    /// log, in order) to the index: visible to readers and subscribers
+    /// when this returns, with the sequence of the last.
+    pub async fn raft_apply(&self, entries: Vec<Vec<u8>>) -> Result<u64> {
+        self.send_async(Work::RaftApply(entries)).await
+    }
+
+    /// This Raft node leads under `tag` from now on (call it once every
+    /// entry committed before the leader's first one is applied): its
+    /// writer validates commands and hands their records to `proposer`.
+    pub async fn raft_lead(
+        &self,
+        tag: crate::format::record::LeaderTag,
+        proposer: Arc<dyn crate::raft::Proposer>,
+    ) -> Result<u64> {
+        self.send_async(Work::RaftLead { tag, proposer }).await
+    }
+
+    /// Installs a Raft snapshot (the verified database at `dir`, made by
+    /// `backup::restore`) as this node's index; returns its sequence.
+    /// Crash-safe: an interrupted install is finished by the next open.
+    pub async fn raft_install(&self, dir: std::path::PathBuf) -> Result<u64> {
+        self.send_async(Work::RaftInstall { dir }).await
+    }
+
+    /// Raft purged its log up to `id`: the log goes too, as far as durable
+    /// cursors allow. Returns the log's new start.
+    pub fn raft_purge(&self, id: &crate::format::meta::RaftLogId) -> Result<u64> {
+        self.shared
+            .retention
+            .raft_purge(&self.shared.store, &self.shared.tail, id)
+    }
+
+    /// This Raft node follows from now on: commands are refused with
+    /// `NotLeader` naming `leader`.
+    pub async fn raft_follow(&self, leader: Option<String>) -> Result<u64> {
+        self.send_async(Work::RaftFollow { leader }).await
     }
 
     /// The node's role and positions (`admin status`).
@@ -566,7 +649,10 @@ impl Treelog {
         mut read: impl FnMut(&dyn IndexRead, &DictSet) -> Result<T>,
     ) -> Result<Read<T>> {
         match at {
-            ReadAt::Latest => {}
+            // A node of a Raft cluster serves a linearizable read as
+            // `AtLeast` the leader's read index (`treelog-raft`); alone, the
+            // newest committed state is linearizable.
+            ReadAt::Latest | ReadAt::Linearizable => {}
             ReadAt::AtLeast(seq) => {
                 if !self.shared.committed.wait_for(seq, self.min_seq_wait) {
                     return Err(self.not_caught_up(seq, self.min_seq_wait));

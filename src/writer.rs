@@ -47,8 +47,11 @@ use crate::command::Command;
 use crate::engine::{Engine, EngineState, Executed};
 use crate::error::{Error, Result};
 use crate::event::Record;
+use crate::format::meta::RaftLogId;
 use crate::format::record;
+use crate::format::record::{EntryKind, LeaderTag};
 use crate::index::{Overlay, OverlayWrites, PendingIndex, PendingWrites};
+use crate::raft::{Proposal, Proposals, Proposer};
 
 pub use crate::shared::{Shared, WriterStatsSnapshot};
 
@@ -102,13 +105,30 @@ pub enum Work {
     /// their checksums), continuing this log in order: appended and applied
     /// as they are, so that the replica's log and index are the source's.
     Replicated(Vec<Vec<u8>>),
+    /// A Raft node's committed entries (log values, already in its log),
+    /// in order: applied to the index and published (see `crate::raft`).
+    RaftApply(Vec<Vec<u8>>),
+    /// A Raft node leads under `tag` from now on: commands are validated
+    /// here and proposed to `proposer`. Sent once every entry committed
+    /// before this leader's first is applied.
+    RaftLead {
+        tag: LeaderTag,
+        proposer: Arc<dyn Proposer>,
+    },
+    /// A Raft node follows (`leader`: the address `NotLeader` names, when
+    /// known): commands are refused.
+    RaftFollow { leader: Option<String> },
+    /// A Raft node installs a snapshot (the verified database at `dir`) as
+    /// its index, in place of everything applied so far.
+    RaftInstall { dir: std::path::PathBuf },
 }
 
 impl Work {
     fn approx_bytes(&self) -> usize {
         match self {
             Work::Command(c) => c.approx_bytes(),
-            Work::Replicated(r) => r.iter().map(|v| v.len() + 16).sum(),
+            Work::Replicated(r) | Work::RaftApply(r) => r.iter().map(|v| v.len() + 16).sum(),
+            Work::RaftLead { .. } | Work::RaftFollow { .. } | Work::RaftInstall { .. } => 64,
         }
     }
 
@@ -116,7 +136,19 @@ impl Work {
         match self {
             Work::Command(c) => c.name(),
             Work::Replicated(_) => "replicate",
+            Work::RaftApply(_) => "raft_apply",
+            Work::RaftLead { .. } => "raft_lead",
+            Work::RaftFollow { .. } => "raft_follow",
+            Work::RaftInstall { .. } => "raft_install",
         }
+    }
+
+    /// A change of role: a group of its own (see `Writer::run`).
+    fn is_control(&self) -> bool {
+        matches!(
+            self,
+            Work::RaftLead { .. } | Work::RaftFollow { .. } | Work::RaftInstall { .. }
+        )
     }
 }
 
@@ -136,6 +168,58 @@ pub struct Writer {
     cache: std::cell::RefCell<crate::index::WriterCache>,
     /// Index changes of groups handed to the syncer and not yet committed.
     pending: PendingWrites,
+    /// Set on a Raft cluster's node.
+    raft: Option<RaftWriter>,
+}
+
+/// The writer of a Raft cluster's node (see `crate::raft`). It applies
+/// committed entries to the index with the committed state, and while the
+/// node leads validates commands against the index plus its proposals not
+/// yet applied (with `Writer::engine`, whose state runs ahead of the
+/// committed one by those proposals) and hands their records to Raft.
+pub(crate) struct RaftWriter {
+    /// While leading: the leader's tag and Raft.
+    lead: Option<(LeaderTag, Arc<dyn Proposer>)>,
+    /// Whom `NotLeader` names while following.
+    leader: Option<String>,
+    /// The state of the committed entries applied.
+    committed: EngineState,
+    /// The time of the last committed record (a new leader's records are
+    /// not older).
+    committed_time_ms: u64,
+    /// The log id of the last entry applied (`None`: none ever was).
+    applied: Option<RaftLogId>,
+    /// Index changes of the proposals not yet applied, by the number of
+    /// each group's last proposal.
+    proposed: PendingWrites,
+    proposals: Proposals,
+}
+
+impl RaftWriter {
+    pub(crate) fn new(
+        committed: EngineState,
+        committed_time_ms: u64,
+        applied: Option<RaftLogId>,
+    ) -> RaftWriter {
+        RaftWriter {
+            lead: None,
+            leader: None,
+            committed,
+            committed_time_ms,
+            applied,
+            proposed: PendingWrites::default(),
+            proposals: Proposals::default(),
+        }
+    }
+}
+
+/// What a group of committed Raft entries writes to `meta` beside the
+/// index: the last entry's log id and, if the group applied one, the last
+/// membership.
+#[derive(Debug, Clone)]
+struct RaftMeta {
+    applied: RaftLogId,
+    membership: Option<(RaftLogId, Vec<u8>)>,
 }
 
 /// A group the writer has appended to the WAL (not yet synced), on its way
@@ -152,6 +236,9 @@ struct Appended {
     bytes: u64,
     writes: Arc<OverlayWrites>,
     decoded: Vec<Arc<crate::stream::memo::SharedRecord>>,
+    /// A Raft node's applied log id and membership, written with the
+    /// index.
+    raft_meta: Option<RaftMeta>,
 }
 
 impl Writer {
@@ -174,36 +261,77 @@ impl Writer {
             last_time_ms,
             cache: std::cell::RefCell::new(crate::index::WriterCache::new(1 << 20)),
             pending: PendingWrites::default(),
+            raft: None,
         }
+    }
+
+    /// The writer of a Raft cluster's node: it starts as a follower.
+    pub(crate) fn with_raft(mut self, r: RaftWriter) -> Writer {
+        self.raft = Some(r);
+        self
     }
 
     /// Runs until every sender of `rx` is gone.
     pub fn run(mut self, rx: Receiver<Request>) {
-        let mut inline = Committer::new(self.shared.clone(), self.cfg.durability);
+        // A Raft node's log is made durable by Raft's own log syncer, before
+        // its entries are committed: its writer only applies them.
+        let durability = match self.raft {
+            Some(_) => Durability::None,
+            None => self.cfg.durability,
+        };
+        let mut inline = Committer::new(self.shared.clone(), durability);
         // Groups handed to the syncer and not yet published (or refused).
         let in_flight = Arc::new(AtomicU64::new(0));
-        let (mut sync_tx, threads) =
-            match Committer::spawn(&self.shared, self.cfg.durability, &in_flight) {
-                Some(p) => {
-                    inline.grower = p.grower;
-                    (Some(p.tx), p.threads)
-                }
-                None => (None, Vec::new()),
+        let (mut sync_tx, threads) = match Committer::spawn(&self.shared, durability, &in_flight) {
+            Some(p) => {
+                inline.grower = p.grower;
+                (Some(p.tx), p.threads)
+            }
+            None => (None, Vec::new()),
+        };
+        // A change of role drained behind a group: the next group, alone.
+        let mut carried: Option<Request> = None;
+        loop {
+            let first = match carried.take() {
+                Some(r) => r,
+                None => match rx.recv() {
+                    Ok(r) => r,
+                    Err(_) => break,
+                },
             };
-        while let Ok(first) = rx.recv() {
             // Sized for a typical group, not the largest: a group's vector
             // travels to the syncer and is freed there, and a large
             // allocation per group costs more than growing a small one.
             let mut group: Vec<Request> = Vec::with_capacity(GROUP_CAPACITY);
             let mut bytes = first.work.approx_bytes();
+            let alone = first.work.is_control();
             group.push(first);
-            while group.len() < self.cfg.max_group_commands && bytes < self.cfg.max_group_bytes {
+            while !alone
+                && group.len() < self.cfg.max_group_commands
+                && bytes < self.cfg.max_group_bytes
+            {
                 match rx.try_recv() {
+                    Ok(r) if r.work.is_control() => {
+                        carried = Some(r);
+                        break;
+                    }
                     Ok(r) => {
                         bytes += r.work.approx_bytes();
                         group.push(r);
                     }
                     Err(_) => break,
+                }
+            }
+            if let [only] = &group[..] {
+                if matches!(only.work, Work::RaftInstall { .. }) {
+                    // Everything handed to the pipeline is published
+                    // first: the install replaces the index under it.
+                    while in_flight.load(Ordering::Acquire) > 0 {
+                        std::thread::sleep(std::time::Duration::from_millis(1));
+                    }
+                    let req = group.pop().expect("one request");
+                    self.install(req);
+                    continue;
                 }
             }
             if let Some(appended) = self.append_group(group) {
@@ -283,6 +411,9 @@ impl Writer {
         }
         // Groups the syncer has committed are in the index now.
         self.pending.prune(self.shared.committed.get());
+        if self.raft.is_some() {
+            return self.raft_group(requests);
+        }
         let t_group = Instant::now();
         if let Some(m) = &self.shared.metrics {
             for r in requests.iter() {
@@ -344,6 +475,17 @@ impl Writer {
                         }
                         Err(_) => unreachable!("apply_replicated fails with Refused or Fault"),
                     }
+                    continue;
+                }
+                // A single node's writer has no Raft work (a store opened
+                // without `Options::raft` never gets any).
+                Work::RaftApply(_)
+                | Work::RaftLead { .. }
+                | Work::RaftFollow { .. }
+                | Work::RaftInstall { .. } => {
+                    results.push(Err(Error::InvalidArgument(
+                        "this store is not a node of a Raft cluster".into(),
+                    )));
                     continue;
                 }
             };
@@ -447,8 +589,446 @@ impl Writer {
             bytes,
             writes,
             decoded,
+            raft_meta: None,
         })
     }
+}
+
+impl Writer {
+    /// A group on a Raft cluster's node: role changes (alone in their
+    /// group), committed entries (applied with the committed state, then
+    /// written and published by the pipeline like any group), and commands
+    /// (refused while following; validated and proposed while leading).
+    fn raft_group(&mut self, requests: Vec<Request>) -> Option<Appended> {
+        let raft = self.raft.as_mut().expect("raft_group on a Raft node");
+        raft.proposed.prune(raft.proposals.applied());
+        if let [only] = &requests[..] {
+            if only.work.is_control() {
+                let req = requests.into_iter().next().expect("one request");
+                self.change_role(req);
+                return None;
+            }
+        }
+        let t_group = Instant::now();
+        if let Some(m) = &self.shared.metrics {
+            for r in requests.iter() {
+                m.queue_wait
+                    .observe(t_group.saturating_duration_since(r.enqueued).as_secs_f64());
+            }
+        }
+        let (mut applies, mut commands) = (Vec::new(), Vec::new());
+        for r in requests {
+            match &r.work {
+                Work::RaftApply(_) => applies.push(r),
+                Work::Command(_) => commands.push(r),
+                Work::Replicated(_) => {
+                    let _ = r.reply.send(Err(Error::InvalidArgument(
+                        "a Raft cluster's node takes no replicated records".into(),
+                    )));
+                }
+                Work::RaftLead { .. } | Work::RaftFollow { .. } | Work::RaftInstall { .. } => {
+                    unreachable!("a change of role is a group of its own")
+                }
+            }
+        }
+        if !commands.is_empty() {
+            self.propose(commands, t_group);
+        }
+        if applies.is_empty() {
+            return None;
+        }
+        self.apply_committed_group(applies)
+    }
+
+    /// Leads or follows from now on. Either way the proposals not yet
+    /// applied are forgotten: a new leader validates against what is
+    /// committed (everything before its first entry is applied by now),
+    /// and a follower validates nothing.
+    fn change_role(&mut self, req: Request) {
+        let raft = self.raft.as_mut().expect("change_role on a Raft node");
+        raft.proposed.clear();
+        raft.proposals.forget();
+        self.cache.get_mut().clear();
+        match req.work {
+            Work::RaftLead { tag, proposer } => {
+                self.engine.state = raft.committed.clone();
+                self.last_time_ms = raft.committed_time_ms;
+                tracing::info!(
+                    term = tag.term,
+                    node = tag.node,
+                    applied = self.last_seq,
+                    "leading"
+                );
+                raft.lead = Some((tag, proposer));
+            }
+            Work::RaftFollow { leader } => {
+                if raft.lead.take().is_some() {
+                    tracing::info!(leader = ?leader, "following");
+                }
+                raft.leader = leader;
+            }
+            _ => unreachable!("change_role takes a change of role"),
+        }
+        let _ = req.reply.send(Ok(self.last_seq));
+    }
+
+    /// Installs a snapshot as the index (nothing is in the pipeline: see
+    /// `run`) and publishes it: readers go from the old state to the
+    /// snapshot's at once, and the caches start empty.
+    fn install(&mut self, req: Request) {
+        let Work::RaftInstall { dir } = &req.work else {
+            unreachable!("install takes an install")
+        };
+        if self.raft.is_none() {
+            let _ = req.reply.send(Err(Error::InvalidArgument(
+                "only a Raft node installs snapshots".into(),
+            )));
+            return;
+        }
+        if let Some(why) = self.shared.failure() {
+            let _ = req.reply.send(Err(Error::WriterStopped(why)));
+            return;
+        }
+        let result = self.install_snapshot(dir);
+        if let Err(e) = &result {
+            if let Some(m) = &self.shared.metrics {
+                m.writer_failed.set(1);
+            }
+            // The index may be half replaced: nothing may be served from it
+            // (an open finishes the install).
+            self.shared.fail(format!("installing a snapshot: {e}"));
+        }
+        let _ = req.reply.send(result);
+    }
+
+    fn install_snapshot(&mut self, dir: &std::path::Path) -> Result<u64> {
+        let raft = self.raft.as_mut().expect("checked by install");
+        let store = &self.shared.store;
+        let applied = crate::raft::install(store, dir)?;
+        let state = EngineState::load(&store.index())?;
+        let seq = applied.index;
+        raft.committed = state.clone();
+        raft.committed_time_ms = crate::recovery::last_record_time(store, seq)?;
+        raft.applied = Some(applied);
+        raft.proposed.clear();
+        raft.proposals.forget();
+        self.engine.state = state;
+        self.pending = PendingWrites::default();
+        self.cache.get_mut().clear();
+        self.last_seq = seq;
+        self.last_time_ms = self.last_time_ms.max(raft.committed_time_ms);
+        let sh = &self.shared;
+        sh.retention.moved_start(store.log_start()?);
+        let view = Arc::new(crate::readview::PublishedView {
+            snap: store.snapshot(),
+            seq,
+        });
+        // As a round's publish (see `Committer::publish`): readers see the
+        // old state or the new one, never a mix.
+        sh.publishing.fetch_add(1, Ordering::SeqCst);
+        sh.dicts.store(Arc::new(raft.committed.dicts.clone()));
+        sh.view.store(view);
+        sh.reader_cache.clear();
+        sh.tail.clear();
+        sh.committed.publish(seq);
+        sh.publishing.fetch_add(1, Ordering::SeqCst);
+        if let Some(m) = &sh.metrics {
+            m.last_seq.set(seq as i64);
+            m.applied_seq.set(seq as i64);
+        }
+        tracing::info!(
+            term = applied.term,
+            node = applied.node,
+            seq,
+            "installed a snapshot"
+        );
+        Ok(seq)
+    }
+
+    /// Validates commands against the index plus the proposals not yet
+    /// applied, and proposes their records; a follower refuses them.
+    fn propose(&mut self, commands: Vec<Request>, t_group: Instant) {
+        let raft = self.raft.as_mut().expect("propose on a Raft node");
+        let Some((tag, proposer)) = raft.lead.clone() else {
+            let leader = raft.leader.clone();
+            for r in commands {
+                let _ = r.reply.send(Err(Error::NotLeader {
+                    leader: leader.clone(),
+                }));
+            }
+            return;
+        };
+        let time_ms = now_ms().max(self.last_time_ms);
+        let db_index = self.shared.store.index();
+        let pipeline = PendingIndex {
+            pending: &self.pending,
+            base: &db_index,
+        };
+        let proposed = PendingIndex {
+            pending: &raft.proposed,
+            base: &pipeline,
+        };
+        let index = crate::index::CachedIndex {
+            base: &proposed,
+            cache: &self.cache,
+        };
+        let mut overlay = Overlay::new(&index);
+        let mut out: Vec<Proposal> = Vec::with_capacity(commands.len());
+        let mut fatal = None;
+        for req in commands {
+            let Work::Command(cmd) = &req.work else {
+                unreachable!("propose takes commands")
+            };
+            // Whether the command's answer depends on proposals not yet
+            // applied: then it waits for them (a refusal or a no-op
+            // decided against a proposal that is never applied was wrong).
+            let waits = raft.proposals.last() > raft.proposals.applied();
+            match self.engine.execute(cmd, &mut overlay, time_ms) {
+                Executed::Applied(events) => {
+                    let rec = Record {
+                        seq: 0,
+                        time_ms,
+                        events,
+                    };
+                    match record::record_body(&rec) {
+                        Ok(body) => out.push(Proposal::Record {
+                            schema: crate::event::EVENT_SCHEMA_VERSION,
+                            body,
+                            reply: raft.proposals.reply(req.reply),
+                        }),
+                        Err(e) => {
+                            fatal = Some(format!("encoding a record: {e}"));
+                            let _ = req.reply.send(Err(Error::WriterStopped(
+                                "the writer failed to encode a record".into(),
+                            )));
+                            break;
+                        }
+                    }
+                }
+                Executed::NoOp if waits => out.push(Proposal::AfterPrevious {
+                    reply: req.reply,
+                    refusal: None,
+                }),
+                Executed::Refused(e) if waits => out.push(Proposal::AfterPrevious {
+                    reply: req.reply,
+                    refusal: Some(e),
+                }),
+                Executed::NoOp => {
+                    let _ = req.reply.send(Ok(self.shared.committed.get()));
+                }
+                Executed::Refused(e) => {
+                    let _ = req.reply.send(Err(e));
+                }
+                Executed::Fault(e) => {
+                    fatal = Some(format!("applying events: {e}"));
+                    let _ = req.reply.send(Err(Error::WriterStopped(format!(
+                        "the writer stopped: {e}"
+                    ))));
+                    break;
+                }
+            }
+        }
+        let writes = Arc::new(overlay.take_writes());
+        drop(overlay);
+        if let Some(why) = fatal {
+            // The overlay may hold half a command: stop, as the single
+            // writer does; the proposals made so far are Raft's now.
+            self.shared.fail(why);
+        }
+        self.cache.borrow_mut().absorb(&writes);
+        raft.proposed.push(raft.proposals.last(), writes);
+        self.last_time_ms = time_ms;
+        if let Some(m) = &self.shared.metrics {
+            m.validate.observe(t_group.elapsed().as_secs_f64());
+        }
+        if !out.is_empty() {
+            proposer.propose(tag, out);
+        }
+    }
+
+    /// Applies committed entries with the committed state; returns them as
+    /// a group for the pipeline (index write with `applied_seq` and the
+    /// Raft meta, publish, replies).
+    fn apply_committed_group(&mut self, requests: Vec<Request>) -> Option<Appended> {
+        let raft = self.raft.as_mut().expect("apply on a Raft node");
+        let dicts_before = (
+            raft.committed.dicts.owners.len(),
+            raft.committed.dicts.groups.len(),
+        );
+        let db_index = self.shared.store.index();
+        let pipeline = PendingIndex {
+            pending: &self.pending,
+            base: &db_index,
+        };
+        let mut overlay = Overlay::new(&pipeline);
+        let mut results = Vec::with_capacity(requests.len());
+        let (mut seq, mut records, mut bytes) = (self.last_seq, 0u64, 0u64);
+        let mut decoded = Vec::new();
+        let mut meta: Option<RaftMeta> = None;
+        let mut fatal = None;
+        for req in &requests {
+            let Work::RaftApply(values) = &req.work else {
+                unreachable!("apply_committed_group takes committed entries")
+            };
+            match apply_committed(raft, values, &mut overlay) {
+                Ok(applied) => {
+                    for (a, v) in applied.into_iter().zip(values) {
+                        seq = a.record.seq;
+                        records += 1;
+                        bytes += v.len() as u64;
+                        if a.record.time_ms > 0 {
+                            raft.committed_time_ms = raft.committed_time_ms.max(a.record.time_ms);
+                        }
+                        let m = meta.get_or_insert(RaftMeta {
+                            applied: a.id,
+                            membership: None,
+                        });
+                        m.applied = a.id;
+                        if let Some(mb) = a.membership {
+                            m.membership = Some((a.id, mb));
+                        }
+                        decoded.push(Arc::new(a.record.into()));
+                    }
+                    results.push(Ok(seq));
+                }
+                Err(Executed::Refused(e)) => results.push(Err(e)),
+                Err(Executed::Fault(e)) => {
+                    fatal = Some(format!("applying committed entries: {e}"));
+                    break;
+                }
+                Err(_) => unreachable!("apply_committed fails with Refused or Fault"),
+            }
+        }
+        let writes = Arc::new(overlay.take_writes());
+        drop(overlay);
+        if let Some(why) = fatal {
+            if let Some(m) = &self.shared.metrics {
+                m.writer_failed.set(1);
+            }
+            self.shared.fail(why.clone());
+            // Nothing of the group reached the index; the entries stay in
+            // the log, committed, for the next open's replay.
+            Self::refuse_all(requests, &why, false);
+            return None;
+        }
+        let dicts_after = (
+            raft.committed.dicts.owners.len(),
+            raft.committed.dicts.groups.len(),
+        );
+        if dicts_after != dicts_before {
+            // Before the pipeline writes index entries that use a new id.
+            self.shared
+                .dicts
+                .store(Arc::new(raft.committed.dicts.clone()));
+        }
+        self.pending.push(seq, writes.clone());
+        self.last_seq = seq;
+        Some(Appended {
+            requests,
+            results,
+            seq,
+            records,
+            bytes,
+            writes,
+            decoded,
+            raft_meta: meta,
+        })
+    }
+}
+
+/// A committed entry as applied.
+struct AppliedEntry {
+    record: Record,
+    id: RaftLogId,
+    membership: Option<Vec<u8>>,
+}
+
+/// Checks committed entries (envelope, checksum, order: each after the
+/// last applied, and a record with events right after it) and applies
+/// their events to `overlay` with the committed state. A batch that fails
+/// its checks is refused whole before anything is applied (`Refused`); an
+/// entry that passes them and cannot be applied is a `Fault`.
+fn apply_committed(
+    raft: &mut RaftWriter,
+    values: &[Vec<u8>],
+    overlay: &mut impl crate::index::IndexWrite,
+) -> std::result::Result<Vec<AppliedEntry>, Executed> {
+    let refuse = |detail: String| Executed::Refused(Error::corrupt("committed entry", detail));
+    let mut out = Vec::with_capacity(values.len());
+    let mut last = raft.applied.map(|a| a.index);
+    for v in values {
+        let env = record::open_envelope(v).map_err(|e| refuse(e.to_string()))?;
+        let rec = record::decode_record(v, None).map_err(|e| refuse(e.to_string()))?;
+        // Raft applies in order; only its own entries (no events) may
+        // follow a gap, which its tests of storage make.
+        let in_order = match last {
+            None => true,
+            Some(l) if rec.events.is_empty() => rec.seq > l,
+            Some(l) => rec.seq == l + 1,
+        };
+        if !in_order {
+            return Err(refuse(format!(
+                "entry {} does not follow the last applied, {last:?}",
+                rec.seq
+            )));
+        }
+        last = Some(rec.seq);
+        let membership = match env.kind {
+            EntryKind::Membership => Some(
+                record::decode_raft_entry(v, Some(rec.seq))
+                    .map_err(|e| refuse(e.to_string()))?
+                    .membership
+                    .to_vec(),
+            ),
+            EntryKind::Record | EntryKind::Blank => None,
+        };
+        out.push(AppliedEntry {
+            id: RaftLogId {
+                term: env.leader.term,
+                node: env.leader.node,
+                index: rec.seq,
+            },
+            record: rec,
+            membership,
+        });
+    }
+    for a in &out {
+        let events = a.record.events.iter().map(crate::event::Event::borrowed);
+        crate::engine::apply_events(events, overlay, &mut raft.committed)
+            .map_err(Executed::Fault)?;
+    }
+    raft.applied = out.last().map(|a| a.id).or(raft.applied);
+    Ok(out)
+}
+
+/// Puts the last Raft meta of `groups` (applied log id, membership) into
+/// the index batch `b`.
+fn add_raft_meta(
+    store: &crate::store::Store,
+    b: &mut crate::store::IndexBatch,
+    groups: &[Appended],
+) -> Result<()> {
+    let mut applied = None;
+    let mut membership = None;
+    for g in groups {
+        if let Some(m) = &g.raft_meta {
+            applied = Some(m.applied);
+            if let Some(mb) = &m.membership {
+                membership = Some(mb);
+            }
+        }
+    }
+    if let Some(a) = applied {
+        store.add_meta_write(b, crate::format::meta::RAFT_APPLIED_KEY, &a.encode())?;
+    }
+    if let Some((id, m)) = membership {
+        store.add_meta_write(
+            b,
+            crate::format::meta::RAFT_MEMBERSHIP_KEY,
+            &crate::format::meta::encode_membership(id, m),
+        )?;
+    }
+    Ok(())
 }
 
 /// Checks a replica's records (each one's envelope and checksum, and
@@ -712,6 +1292,7 @@ impl Committer {
         let written = groups
             .iter()
             .try_for_each(|g| store.add_index_writes(&mut b, &g.writes))
+            .and_then(|()| add_raft_meta(store, &mut b, groups))
             .and_then(|()| {
                 let log_bytes = self.shared.retention.add_log_bytes(bytes);
                 store.write_index_batch(b, last.seq, Some(log_bytes))

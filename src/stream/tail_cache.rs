@@ -192,6 +192,17 @@ impl TailCache {
         true
     }
 
+    /// Drops every record (a Raft node installed a snapshot: the records
+    /// before it are no longer the node's history).
+    pub fn clear(&self) {
+        let mut inner = self.inner.write().unwrap_or_else(|p| p.into_inner());
+        inner.chunks.clear();
+        inner.len = 0;
+        let mut stash = self.stash.lock().unwrap_or_else(|p| p.into_inner());
+        stash.chunks.clear();
+        stash.len = 0;
+    }
+
     /// Drops everything below `start` (after retention), whole chunks at a
     /// time; a chunk that straddles `start` stays (readers never ask for
     /// sequences below the log start).
