@@ -37,10 +37,15 @@ pub struct ClientOptions {
     /// The read-your-writes token this client shares with others (see
     /// [`SeenSeq`]); `None`: a token of its own.
     pub seen_seq: Option<SeenSeq>,
-    /// Send a mutation that a replica refused (`NotLeader`: it was not
-    /// applied) to the leader it names, over a connection opened then and
-    /// kept for the next ones. Reads stay on this connection.
+    /// Send a mutation that a replica or a cluster's follower refused
+    /// (`NotLeader`: it was not applied) to the leader it names, over a
+    /// connection opened then and kept for the next ones; when none is
+    /// named (a Raft election under way), or the named one cannot be
+    /// reached, try again for up to `leader_wait`. Reads stay on this
+    /// connection.
     pub follow_leader: bool,
+    /// How long a mutation keeps looking for the leader (`follow_leader`).
+    pub leader_wait: Duration,
 }
 
 /// The highest sequence a set of clients has seen in any reply (a write's
@@ -77,6 +82,7 @@ impl Default for ClientOptions {
             resume_for: Duration::from_secs(60),
             seen_seq: None,
             follow_leader: false,
+            leader_wait: Duration::from_secs(5),
         }
     }
 }
@@ -387,28 +393,53 @@ impl Client {
     }
 
     /// Runs a mutation; returns its sequence number. A connection lost
-    /// after the command was sent gives `OutcomeUnknown`.
+    /// after the command was sent gives `OutcomeUnknown`. With
+    /// `follow_leader`, a `NotLeader` refusal (nothing was applied) sends it
+    /// again to the leader named, or after a pause when none is, until
+    /// `leader_wait` has passed.
     pub async fn submit(&self, cmd: Command) -> Result<u64> {
-        let again = self.opts.follow_leader.then(|| cmd.clone());
-        match self.call(RequestBody::Mutate(cmd)).await {
-            Ok(ResponseBody::Seq(s)) => Ok(s),
-            Ok(other) => Err(unexpected(other)),
-            Err(Error::NotLeader {
-                leader: Some(leader),
-            }) if again.is_some() => {
-                let cmd = again.unwrap_or_else(|| unreachable!("checked"));
-                // Not `submit`: the leader's connection does not follow.
-                match self
-                    .leader(&leader)
-                    .await?
-                    .call(RequestBody::Mutate(cmd))
-                    .await?
-                {
-                    ResponseBody::Seq(s) => Ok(s),
-                    other => Err(unexpected(other)),
-                }
+        if !self.opts.follow_leader {
+            return match self.call(RequestBody::Mutate(cmd)).await? {
+                ResponseBody::Seq(s) => Ok(s),
+                other => Err(unexpected(other)),
+            };
+        }
+        let deadline = tokio::time::Instant::now() + self.opts.leader_wait;
+        let mut pause = Duration::from_millis(10);
+        // `None`: this connection.
+        let mut target: Option<Client> = None;
+        loop {
+            let c = target.as_ref().unwrap_or(self);
+            let err = match c.call(RequestBody::Mutate(cmd.clone())).await {
+                Ok(ResponseBody::Seq(s)) => return Ok(s),
+                Ok(other) => return Err(unexpected(other)),
+                Err(e) => e,
+            };
+            let Error::NotLeader { leader } = &err else {
+                return Err(err);
+            };
+            if tokio::time::Instant::now() >= deadline {
+                return Err(err);
             }
-            Err(e) => Err(e),
+            target = match leader {
+                // Not `submit`: the leader's connection does not follow.
+                Some(l) if target.as_ref().is_none_or(|t| t.addr.to_string() != *l) => {
+                    match self.leader(l).await {
+                        Ok(c) => {
+                            pause = Duration::from_millis(10);
+                            Some(c)
+                        }
+                        // Not reached (it may have just died): nothing was
+                        // sent; ask again after a pause.
+                        Err(_) => None,
+                    }
+                }
+                _ => None,
+            };
+            if target.is_none() {
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_millis(200));
+            }
         }
     }
 

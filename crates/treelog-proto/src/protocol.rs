@@ -124,6 +124,83 @@ pub enum RequestBody {
         opts: SubscribeOptions,
         min_seq: u64,
     },
+    /// A Raft message from another node of the cluster (docs/CLUSTER.md):
+    /// `payload` is the postcard encoding of openraft's request for `rpc`
+    /// (the `treelog-raft` crate); answered with `Raft` (its response) or
+    /// an error.
+    Raft { rpc: RaftRpc, payload: Vec<u8> },
+    /// The administration of a Raft cluster; answered with `Cluster` (the
+    /// node's view of the cluster once the request is done).
+    Cluster(ClusterRequest),
+}
+
+/// The Raft messages between nodes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum RaftRpc {
+    AppendEntries,
+    Vote,
+    PreVote,
+    /// A snapshot's transfer begins (its meta and manifest).
+    SnapshotBegin,
+    /// Bytes of one of its files.
+    SnapshotChunk,
+    /// It is complete: install it.
+    SnapshotEnd,
+    TransferLeader,
+    /// The leader's read index, for a linearizable read elsewhere.
+    ReadIndex,
+}
+
+/// What an operator asks of a Raft cluster (`treelog cluster ...`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ClusterRequest {
+    /// The node's view of the cluster.
+    Status,
+    /// Makes a cluster of this one node (its only voter), with what its
+    /// log holds; refused once it is a cluster's node.
+    Init,
+    /// Adds a non-voting member (a learner: it receives the log, serves
+    /// reads and change streams); with `wait`, answers once it has caught
+    /// up.
+    AddLearner { node: u64, addr: String, wait: bool },
+    /// Makes these members voters (the others stay as they are).
+    Promote { nodes: Vec<u64> },
+    /// Removes these members (voters or learners).
+    Remove { nodes: Vec<u64> },
+    /// Asks the leader to hand leadership to `node`.
+    TransferLeader { node: u64 },
+    /// Builds a snapshot now (Raft builds them by itself too).
+    Snapshot,
+}
+
+/// A member of a Raft cluster.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClusterMember {
+    pub node: u64,
+    /// Its RPC address.
+    pub addr: String,
+    pub voter: bool,
+    /// On the leader: the last entry it is known to hold, and how many
+    /// entries it lacks.
+    pub matched: Option<u64>,
+    pub lag: Option<u64>,
+}
+
+/// A node's view of its Raft cluster (reply to `Cluster`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClusterStatus {
+    pub node: u64,
+    /// `leader`, `follower`, `candidate`, `learner` or `shutdown`.
+    pub state: String,
+    pub term: u64,
+    pub leader: Option<u64>,
+    pub leader_addr: Option<String>,
+    pub members: Vec<ClusterMember>,
+    pub last_log: Option<u64>,
+    pub committed: Option<u64>,
+    pub applied: Option<u64>,
+    pub snapshot: Option<u64>,
+    pub purged: Option<u64>,
 }
 
 /// Where a replica continues, and what it has, so that the source can
@@ -155,6 +232,10 @@ pub enum Role {
     Leader,
     /// Follows a source's log and refuses commands (`NotLeader`).
     Replica,
+    /// A Raft cluster's node that does not lead: it refuses commands
+    /// (`NotLeader`, naming the leader) and applies what the leader's
+    /// majority committed.
+    Follower,
 }
 
 impl std::fmt::Display for Role {
@@ -162,6 +243,7 @@ impl std::fmt::Display for Role {
         f.write_str(match self {
             Role::Leader => "leader",
             Role::Replica => "replica",
+            Role::Follower => "follower",
         })
     }
 }
@@ -282,6 +364,9 @@ pub enum ResponseBody {
         waited_ms: u64,
         leader: Option<String>,
     },
+    /// A Raft response (its postcard encoding; see `RequestBody::Raft`).
+    Raft(Vec<u8>),
+    Cluster(ClusterStatus),
 }
 
 /// Error details a client turns back into an [`Error`]; `NotLeader` and

@@ -13,6 +13,10 @@ pub enum ReadAt {
     /// Exactly the state at this sequence: the newest, or one pinned by
     /// `Treelog::pin_view` (the `treelog` library) and not yet expired.
     Exactly(u64),
+    /// Linearizable: a state that holds every write acknowledged before
+    /// the read began, anywhere in a Raft cluster (the leader's read index,
+    /// waited for on this node). On a single node, the newest state.
+    Linearizable,
 }
 
 /// A read's value and the sequence of the state it was read at.

@@ -88,6 +88,60 @@ pub struct ServerConfig {
     /// The scheduling priority of the thread that delivers change streams.
     pub stream_priority: crate::stream::DeliveryPriority,
     pub store: Options,
+    /// Set on a node of a Raft cluster: its Raft messages, the cluster's
+    /// administration and linearizable reads go to the service put here
+    /// once Raft runs (see [`ClusterService`]).
+    pub cluster: Option<ClusterSlot>,
+}
+
+/// A Raft cluster's node serves the other nodes' Raft messages, the
+/// cluster's administration and linearizable reads (the `treelog-raft`
+/// crate implements it; the server only routes to it).
+pub trait ClusterService: Send + Sync + 'static {
+    /// A Raft message (see `RequestBody::Raft`); the reply's payload.
+    fn raft(&self, rpc: protocol::RaftRpc, payload: Vec<u8>) -> BoxFuture<'_, Result<Vec<u8>>>;
+    /// An administration request; the node's view of the cluster after it.
+    fn admin(
+        &self,
+        req: protocol::ClusterRequest,
+    ) -> BoxFuture<'_, Result<protocol::ClusterStatus>>;
+    /// The sequence a linearizable read must see, applied on this node.
+    fn read_index(&self) -> BoxFuture<'_, Result<u64>>;
+    /// The node's role and the leader's address (for `Status`).
+    fn role(&self) -> (protocol::Role, Option<String>);
+}
+
+pub type BoxFuture<'a, T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send + 'a>>;
+
+/// Where a server finds its node's [`ClusterService`] once Raft runs
+/// (until then, Raft's messages are answered `Busy`).
+#[derive(Clone, Default)]
+pub struct ClusterSlot(Arc<OnceLock<Arc<dyn ClusterService>>>);
+
+impl ClusterSlot {
+    pub fn new() -> ClusterSlot {
+        ClusterSlot::default()
+    }
+
+    /// Puts the service in place (once; later calls change nothing).
+    pub fn set(&self, s: Arc<dyn ClusterService>) {
+        let _ = self.0.set(s);
+    }
+
+    fn get(&self) -> Option<&Arc<dyn ClusterService>> {
+        self.0.get()
+    }
+}
+
+impl std::fmt::Debug for ClusterSlot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let state = if self.0.get().is_some() {
+            "running"
+        } else {
+            "not yet"
+        };
+        write!(f, "ClusterSlot({state})")
+    }
 }
 
 impl ServerConfig {
@@ -112,6 +166,7 @@ impl ServerConfig {
             allow_insecure_listen: false,
             stream_priority: Default::default(),
             store: Options::default(),
+            cluster: None,
         }
     }
 
@@ -1204,6 +1259,22 @@ struct ConnCtx {
     max_subscriptions: usize,
     delivery: tokio::runtime::Handle,
     backups: Arc<backups::Backups>,
+    cluster: Option<ClusterSlot>,
+}
+
+impl ConnCtx {
+    /// The node's cluster service; `InvalidArgument` on a single node,
+    /// `Busy` until Raft runs.
+    fn cluster(&self) -> Result<&Arc<dyn ClusterService>> {
+        match &self.cluster {
+            None => Err(Error::InvalidArgument(
+                "this server is not a node of a Raft cluster (serve --node-id)".into(),
+            )),
+            Some(slot) => slot
+                .get()
+                .ok_or_else(|| Error::Busy("Raft is not running on this node yet".into())),
+        }
+    }
 }
 
 /// Reads the Hello and checks it; `Ok(None)` when the client went away.
@@ -1323,6 +1394,7 @@ async fn serve_connection(
         max_subscriptions: cfg.max_subscriptions,
         delivery: state.delivery.handle().clone(),
         backups: state.backups.clone(),
+        cluster: cfg.cluster.clone(),
     });
     let mut tasks = tokio::task::JoinSet::new();
     let result = loop {
@@ -1435,6 +1507,8 @@ fn request_name(b: &RequestBody) -> &'static str {
         RequestBody::BackupEnd { .. } => "backup_end",
         RequestBody::Replicate(_) => "replicate",
         RequestBody::Status => "status",
+        RequestBody::Raft { .. } => "raft",
+        RequestBody::Cluster(_) => "cluster",
     }
 }
 
@@ -1505,7 +1579,7 @@ async fn handle(
                 None => Err(Error::NotFound(format!("no active request {target}"))),
             }
         }
-        RequestBody::StatAt { path, at } => match caught_up(t, at).await {
+        RequestBody::StatAt { path, at } => match caught_up(ctx, at).await {
             Ok(()) => timed_read(ctx, "stat", || {
                 t.stat_at(&path, at).map(|r| ResponseBody::InodeAt {
                     inode: r.value,
@@ -1514,7 +1588,7 @@ async fn handle(
             }),
             Err(e) => Err(e),
         },
-        RequestBody::StatIdAt { id, at } => match caught_up(t, at).await {
+        RequestBody::StatIdAt { id, at } => match caught_up(ctx, at).await {
             Ok(()) => timed_read(ctx, "stat_id", || {
                 t.stat_id_at(id, at).map(|r| ResponseBody::InodeAt {
                     inode: r.value,
@@ -1528,7 +1602,7 @@ async fn handle(
             start_after,
             limit,
             at,
-        } => match caught_up(t, at).await {
+        } => match caught_up(ctx, at).await {
             Ok(()) => timed_read(ctx, "list", || {
                 t.list_at(
                     &path,
@@ -1559,7 +1633,21 @@ async fn handle(
             len,
         } => ctx.backups.chunk(id, file, offset, len).await,
         RequestBody::BackupEnd { id } => ctx.backups.end(id).await,
-        RequestBody::Status => Ok(ResponseBody::Status(t.status())),
+        RequestBody::Status => Ok(ResponseBody::Status({
+            let mut st = t.status();
+            if let Ok(c) = ctx.cluster() {
+                (st.role, st.leader) = c.role();
+            }
+            st
+        })),
+        RequestBody::Raft { rpc, payload } => match ctx.cluster() {
+            Ok(c) => c.raft(rpc, payload).await.map(ResponseBody::Raft),
+            Err(e) => Err(e),
+        },
+        RequestBody::Cluster(req) => match ctx.cluster() {
+            Ok(c) => c.admin(req).await.map(ResponseBody::Cluster),
+            Err(e) => Err(e),
+        },
         RequestBody::Replicate(from) => {
             return streamed(ctx, name, permit, cancel, |c| replication(ctx, id, from, c)).await
         }
@@ -1612,9 +1700,21 @@ async fn streamed<F, Fut>(
 /// For a read at `ReadAt::AtLeast(seq)`: waits (without holding a
 /// worker) until the store has committed `seq`, at most the store's
 /// `min_seq_wait`; then `Lagging` on a replica, `Busy` on a leader.
-async fn caught_up(t: &Treelog, at: ReadAt) -> Result<()> {
-    let ReadAt::AtLeast(seq) = at else {
-        return Ok(());
+async fn caught_up(ctx: &ConnCtx, at: ReadAt) -> Result<()> {
+    let t = &ctx.t;
+    let seq = match at {
+        ReadAt::AtLeast(seq) => seq,
+        // On a cluster's node: the leader's read index, applied here (the
+        // read then sees the newest state, at least that); alone, the
+        // newest state is linearizable.
+        ReadAt::Linearizable => {
+            return match ctx.cluster() {
+                Ok(c) => c.read_index().await.map(|_| ()),
+                Err(Error::InvalidArgument(_)) => Ok(()),
+                Err(e) => Err(e),
+            }
+        }
+        ReadAt::Latest | ReadAt::Exactly(_) => return Ok(()),
     };
     let wm = t.watermark();
     if wm.get() >= seq {
@@ -1770,7 +1870,7 @@ async fn subscription(
         }
     };
     // `SubscribeAt`: from a state at least as new as the client's token.
-    let subscribed = match caught_up(&ctx.t, ReadAt::AtLeast(min_seq)).await {
+    let subscribed = match caught_up(ctx, ReadAt::AtLeast(min_seq)).await {
         Ok(()) => ctx.t.subscribe(opts),
         Err(e) => Err(e),
     };
