@@ -12,6 +12,7 @@
 
 pub mod cli;
 pub mod commands;
+pub mod history;
 pub mod http;
 pub mod poll;
 pub mod server;
@@ -231,6 +232,15 @@ impl Rng {
             .unwrap_or(0x9E37_79B9_7F4A_7C15 ^ std::process::id() as u64);
         eprintln!("random seed {seed} (TREELOG_TEST_SEED)");
         Rng(seed.max(1))
+    }
+
+    /// A generator of its own for each of several tasks: `new()`'s seed
+    /// mixed with `n`.
+    pub fn nth(n: u64) -> Rng {
+        let mut r = Rng::new();
+        r.0 ^= n.wrapping_mul(0x2545_F491_4F6C_DD1D);
+        r.0 = r.0.max(1);
+        r
     }
 
     pub fn next(&mut self) -> u64 {

@@ -1,0 +1,566 @@
+//! A node of a treelog Raft cluster: its openraft instance over the store,
+//! the task that tells the store's writer whether to lead or follow, and
+//! the cluster's administration (docs/CLUSTER.md).
+
+use openraft::async_runtime::WatchReceiver;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use openraft::{ChangeMembers, ReadPolicy, ServerState};
+use treelog::format::meta::RaftLogId;
+use treelog::format::record::LeaderTag;
+use treelog::{Durability, Error, Result, Treelog};
+use treelog_proto::protocol::{ClusterMember, ClusterStatus};
+
+use crate::log_store::LogStore;
+use crate::metrics::RaftMetrics;
+use crate::network::{Faults, Network};
+use crate::proposer::{RaftProposer, OUTCOME_WAIT};
+use crate::snapshot::Receiver;
+use crate::state_machine::{Snapshots, StateMachine};
+use crate::types::{
+    encode_entry, log_id, Entry, Membership, Node, NodeId, Raft, StoreRef, TypeConfig,
+};
+
+/// How a node runs.
+#[derive(Clone)]
+pub struct NodeConfig {
+    pub id: NodeId,
+    /// The RPC address the other nodes and clients reach it at.
+    pub addr: String,
+    /// The token the other nodes require (the cluster shares one).
+    pub token: Option<String>,
+    /// Durability of the store: `None` skips the log's fsyncs (tests).
+    pub durability: Durability,
+    /// Heartbeats every this many ms; elections after 3 to 6 times it.
+    pub heartbeat_ms: u64,
+    /// Build a snapshot after this many entries (0: only when needed).
+    pub snapshot_every: u64,
+    /// Entries kept in the log behind the last snapshot (Raft's purge).
+    pub keep_after_snapshot: u64,
+    /// Messages between chosen nodes dropped or delayed (tests).
+    pub faults: Option<Arc<Faults>>,
+}
+
+impl NodeConfig {
+    pub fn new(id: NodeId, addr: impl Into<String>) -> NodeConfig {
+        NodeConfig {
+            id,
+            addr: addr.into(),
+            token: None,
+            durability: Durability::Sync,
+            heartbeat_ms: DEFAULT_HEARTBEAT_MS,
+            snapshot_every: 1_000_000,
+            keep_after_snapshot: 100_000,
+            faults: None,
+        }
+    }
+
+    fn raft_config(&self) -> Result<openraft::Config> {
+        let c = openraft::Config {
+            cluster_name: "treelog".into(),
+            heartbeat_interval: self.heartbeat_ms,
+            election_timeout_min: self.heartbeat_ms * 3,
+            election_timeout_max: self.heartbeat_ms * 6,
+            // A snapshot is a checkpoint of the whole database: not every
+            // few thousand entries.
+            snapshot_policy: if self.snapshot_every == 0 {
+                openraft::SnapshotPolicy::Never
+            } else {
+                openraft::SnapshotPolicy::LogsSinceLast(self.snapshot_every)
+            },
+            max_in_snapshot_log_to_keep: self.keep_after_snapshot,
+            // Purges go in batches (each a range deletion and a synced
+            // write), not per entry.
+            purge_batch_size: (self.keep_after_snapshot / 10).clamp(1, 1024),
+            max_payload_entries: 1024,
+            // Sending a snapshot is a transfer of files, timed by the
+            // network layer itself.
+            install_snapshot_timeout: 60_000,
+            // Pre-vote: a node cut off and back does not disturb a leader
+            // with a higher term.
+            enable_pre_vote: Some(true),
+            // A member that lost its disk and comes back empty gets a
+            // snapshot instead of stopping the leader (openraft's default
+            // treats it as a bug and panics). What it had acknowledged
+            // may have counted towards a commit: docs/CLUSTER.md says
+            // when to replace such a member instead.
+            allow_log_reversion: Some(true),
+            ..Default::default()
+        };
+        c.validate()
+            .map_err(|e| Error::InvalidArgument(format!("Raft configuration: {e}")))
+    }
+}
+
+/// The default heartbeat: elections after 0.3 to 0.6 s without one. On a
+/// loaded 2-core machine shorter timeouts caused elections for nothing.
+pub const DEFAULT_HEARTBEAT_MS: u64 = 100;
+
+/// The running openraft instance and its tasks (replaced as a whole when
+/// `cluster init` restarts it).
+struct Running {
+    raft: Raft,
+    /// The store as Raft's storage holds it, released when Raft stops.
+    store: StoreRef,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+pub struct RaftNode {
+    cfg: NodeConfig,
+    t: Arc<Treelog>,
+    metrics: Option<Arc<RaftMetrics>>,
+    snapshots: Arc<Snapshots>,
+    pub(crate) receiver: Receiver,
+    running: tokio::sync::RwLock<Option<Running>>,
+}
+
+/// The name of a node's state (metrics, status).
+pub fn state_name(m: &openraft::RaftMetrics<TypeConfig>) -> &'static str {
+    match m.state {
+        ServerState::Leader => "leader",
+        ServerState::Follower => "follower",
+        ServerState::Candidate => "candidate",
+        ServerState::Learner => "learner",
+        ServerState::Shutdown => "shutdown",
+    }
+}
+
+impl RaftNode {
+    /// Starts the node on `t` (opened with `Options::raft`).
+    pub async fn start(t: Arc<Treelog>, cfg: NodeConfig) -> Result<Arc<RaftNode>> {
+        let metrics = match t.metrics() {
+            Some(m) => Some(Arc::new(RaftMetrics::register(&m.registry).map_err(
+                |e| Error::InvalidArgument(format!("cannot register Raft metrics: {e}")),
+            )?)),
+            None => None,
+        };
+        let node = Arc::new(RaftNode {
+            receiver: Receiver::new(t.store().path()),
+            cfg,
+            t,
+            metrics,
+            snapshots: Arc::default(),
+            running: tokio::sync::RwLock::new(None),
+        });
+        let running = node.run().await?;
+        *node.running.write().await = Some(running);
+        Ok(node)
+    }
+
+    async fn run(self: &Arc<Self>) -> Result<Running> {
+        let config = Arc::new(self.cfg.raft_config()?);
+        let store = StoreRef::new(self.t.clone());
+        let log = LogStore::new(store.clone(), self.cfg.durability, self.metrics.clone())
+            .map_err(Error::Io)?;
+        let sm = StateMachine::new(store.clone(), self.snapshots.clone(), self.metrics.clone());
+        let network = Network::new(self.cfg.id, self.cfg.token.clone(), self.cfg.faults.clone())
+            .with_metrics(self.metrics.clone());
+        let raft = Raft::new(self.cfg.id, config, network, log, sm)
+            .await
+            .map_err(|e| Error::InvalidArgument(format!("starting Raft: {e}")))?;
+        let (proposer, writes) = RaftProposer::start(raft.clone(), self.metrics.clone());
+        let watch = tokio::spawn(watch_leadership(
+            Arc::downgrade(self),
+            raft.clone(),
+            proposer.clone(),
+        ));
+        Ok(Running {
+            raft,
+            store,
+            tasks: vec![writes, watch],
+        })
+    }
+
+    pub fn id(&self) -> NodeId {
+        self.cfg.id
+    }
+
+    pub fn store(&self) -> &Arc<Treelog> {
+        &self.t
+    }
+
+    /// The openraft instance (`Fatal` once the node shut down).
+    pub async fn raft(&self) -> Result<Raft> {
+        self.running
+            .read()
+            .await
+            .as_ref()
+            .map(|r| r.raft.clone())
+            .ok_or(Error::ShuttingDown)
+    }
+
+    /// The openraft instance, without waiting (`Busy` while `cluster
+    /// init` restarts it).
+    pub fn raft_now(&self) -> Result<Raft> {
+        self.running
+            .try_read()
+            .ok()
+            .and_then(|r| r.as_ref().map(|r| r.raft.clone()))
+            .ok_or_else(|| Error::Busy("Raft is restarting".into()))
+    }
+
+    /// Stops Raft (the store stays open).
+    pub async fn shutdown(&self) {
+        if let Some(r) = self.running.write().await.take() {
+            stop(r).await;
+        }
+    }
+
+    /// Makes a cluster of this one node, with what its log holds: a
+    /// membership entry after the log's last record, with this node as the
+    /// only voter. Raft restarts on it and elects this node.
+    pub async fn init(self: &Arc<Self>) -> Result<()> {
+        let mut running = self.running.write().await;
+        let log = self.t.raft_log();
+        if log.vote()?.is_some() || self.t.raft_applied()?.membership.is_some() {
+            return Err(Error::AlreadyExists(format!(
+                "node {} is already a member of a cluster",
+                self.cfg.id
+            )));
+        }
+        let last = log.last()?.map_or(0, |(s, _)| s);
+        let applied = self.t.committed_seq();
+        if last != applied {
+            return Err(Error::InvalidArgument(format!(
+                "the log ends at {last} but the index is at {applied}: not a single node's store"
+            )));
+        }
+        if let Some(r) = running.take() {
+            stop(r).await;
+        }
+        let membership = Membership::new(
+            vec![BTreeSet::from([self.cfg.id])],
+            BTreeMap::from([(
+                self.cfg.id,
+                Node {
+                    addr: self.cfg.addr.clone(),
+                },
+            )]),
+        )
+        .map_err(|e| Error::InvalidArgument(e.to_string()))?;
+        // Raft reads nothing up to the last record: a node that joins gets
+        // a snapshot (and with it the namespace), never the records of a
+        // single node's history.
+        let upto = RaftLogId {
+            term: 0,
+            node: 0,
+            index: last,
+        };
+        log.init_purged(&upto)?;
+        let entry = Entry {
+            log_id: log_id(0, 0, last + 1),
+            payload: openraft::EntryPayload::Membership(membership),
+        };
+        log.append(&[(last + 1, encode_entry(&entry).map_err(Error::Io)?)])?;
+        log.sync()?;
+        tracing::info!(node = self.cfg.id, addr = %self.cfg.addr, seq = last + 1, "initialized a cluster");
+        *running = Some(self.run().await?);
+        Ok(())
+    }
+
+    /// Adds `node` at `addr` as a learner; with `wait`, once it caught up.
+    pub async fn add_learner(&self, node: NodeId, addr: String, wait: bool) -> Result<()> {
+        let raft = self.raft().await?;
+        raft.add_learner(node, Node { addr }, wait)
+            .await
+            .map_err(|e| write_error(e.to_string(), e.forward_to_leader()))?;
+        Ok(())
+    }
+
+    /// Makes `nodes` (learners) voters.
+    pub async fn promote(&self, nodes: Vec<NodeId>) -> Result<()> {
+        let raft = self.raft().await?;
+        raft.change_membership(
+            ChangeMembers::AddVoterIds(nodes.into_iter().collect()),
+            true,
+        )
+        .await
+        .map_err(|e| write_error(e.to_string(), e.forward_to_leader()))?;
+        Ok(())
+    }
+
+    /// Removes `nodes` (voters become learners first, then go).
+    pub async fn remove(&self, nodes: Vec<NodeId>) -> Result<()> {
+        let raft = self.raft().await?;
+        let ids: BTreeSet<NodeId> = nodes.into_iter().collect();
+        raft.change_membership(ChangeMembers::RemoveVoters(ids.clone()), false)
+            .await
+            .map_err(|e| write_error(e.to_string(), e.forward_to_leader()))?;
+        raft.change_membership(ChangeMembers::RemoveNodes(ids), false)
+            .await
+            .map_err(|e| write_error(e.to_string(), e.forward_to_leader()))?;
+        Ok(())
+    }
+
+    /// Asks the leader (this node) to hand leadership to `to`.
+    pub async fn transfer_leader(&self, to: NodeId) -> Result<()> {
+        let raft = self.raft().await?;
+        if !raft.is_leader() {
+            return Err(self.not_leader().await);
+        }
+        raft.trigger()
+            .transfer_leader(to)
+            .await
+            .map_err(|e| Error::InvalidArgument(e.to_string()))
+    }
+
+    /// Builds a snapshot now.
+    pub async fn snapshot(&self) -> Result<()> {
+        let raft = self.raft().await?;
+        raft.trigger()
+            .snapshot()
+            .await
+            .map_err(|e| Error::InvalidArgument(e.to_string()))
+    }
+
+    /// `NotLeader`, naming the leader this node knows.
+    pub async fn not_leader(&self) -> Error {
+        Error::NotLeader {
+            leader: self.leader_addr().await,
+        }
+    }
+
+    /// The leader's RPC address, when this node knows it.
+    pub async fn leader_addr(&self) -> Option<String> {
+        let raft = self.raft().await.ok()?;
+        let m = raft.metrics().borrow_watched().clone();
+        let id = m.current_leader?;
+        m.membership_config
+            .membership()
+            .get_node(&id)
+            .map(|n| n.addr.clone())
+    }
+
+    /// The sequence a linearizable read must see: the leader's read index
+    /// (asked of the leader when this node is not it), once this node has
+    /// applied it.
+    pub async fn read_index(&self) -> Result<u64> {
+        let raft = self.raft().await?;
+        let wait = self.t.min_seq_wait();
+        let seq = if raft.is_leader() {
+            let r = tokio::time::timeout(wait, raft.ensure_linearizable(ReadPolicy::ReadIndex))
+                .await
+                .map_err(|_| {
+                    Error::Busy(format!(
+                        "no read index within {wait:?}: this leader may have lost its majority"
+                    ))
+                })?
+                .map_err(|e| match e.forward_to_leader() {
+                    Some(_) => Error::NotLeader { leader: None },
+                    None => Error::Busy(format!("read index: {e}")),
+                })?;
+            r.log_id().index
+        } else {
+            let (leader, addr) = {
+                let m = raft.metrics().borrow_watched().clone();
+                let id = m.current_leader.ok_or_else(|| {
+                    Error::Busy("no leader is known: a linearizable read waits for one".into())
+                })?;
+                let addr = m
+                    .membership_config
+                    .membership()
+                    .get_node(&id)
+                    .map(|n| n.addr.clone())
+                    .ok_or_else(|| Error::Busy(format!("the leader {id} has no address")))?;
+                (id, addr)
+            };
+            let mut peer =
+                Network::new(self.cfg.id, self.cfg.token.clone(), self.cfg.faults.clone())
+                    .peer(leader, &addr);
+            peer.read_index().await?
+        };
+        let wm = self.t.watermark();
+        if tokio::time::timeout(wait, wm.wait_for_async(seq))
+            .await
+            .is_err()
+        {
+            return Err(self.t.not_caught_up(seq, wait));
+        }
+        Ok(seq)
+    }
+
+    /// The leader's read index, for another node's linearizable read.
+    pub async fn leader_read_index(&self) -> Result<u64> {
+        let raft = self.raft().await?;
+        let wait = self.t.min_seq_wait();
+        let (read, _applied) =
+            tokio::time::timeout(wait, raft.get_read_log_id(ReadPolicy::ReadIndex))
+                .await
+                .map_err(|_| Error::Busy(format!("no read index within {wait:?}")))?
+                .map_err(|e| match e.forward_to_leader() {
+                    Some(f) => Error::NotLeader {
+                        leader: f.leader_node.as_ref().map(|n| n.addr.clone()),
+                    },
+                    None => Error::Busy(format!("read index: {e}")),
+                })?;
+        Ok(read.log_id().index)
+    }
+
+    /// This node's view of the cluster.
+    pub async fn status(&self) -> Result<ClusterStatus> {
+        let raft = self.raft().await?;
+        let m = raft.metrics().borrow_watched().clone();
+        let membership = m.membership_config.membership();
+        let voters: BTreeSet<NodeId> = membership.voter_ids().collect();
+        let last = m.last_log_index.unwrap_or(0);
+        let members = membership
+            .nodes()
+            .map(|(id, n)| {
+                let matched = m
+                    .replication
+                    .as_ref()
+                    .and_then(|r| r.get(id))
+                    .map(|l| l.as_ref().map_or(0, |l| l.index));
+                ClusterMember {
+                    node: *id,
+                    addr: n.addr.clone(),
+                    voter: voters.contains(id),
+                    matched,
+                    lag: matched.map(|x| last.saturating_sub(x)),
+                }
+            })
+            .collect();
+        let idx = |l: &Option<crate::types::LogId>| l.as_ref().map(|l| l.index);
+        Ok(ClusterStatus {
+            node: self.cfg.id,
+            state: state_name(&m).into(),
+            term: m.current_term,
+            leader: m.current_leader,
+            leader_addr: m
+                .current_leader
+                .and_then(|id| membership.get_node(&id).map(|n| n.addr.clone())),
+            members,
+            last_log: m.last_log_index,
+            committed: idx(&m.local_committed),
+            applied: idx(&m.last_applied),
+            snapshot: idx(&m.snapshot),
+            purged: idx(&m.purged),
+        })
+    }
+}
+
+async fn stop(r: Running) {
+    let _ = r.raft.shutdown().await;
+    r.store.release();
+    for t in &r.tasks {
+        t.abort();
+    }
+    // Gone once they end: what they hold (the store) is released.
+    for t in r.tasks {
+        let _ = t.await;
+    }
+}
+
+/// The error of a membership change or other write that Raft refused.
+fn write_error(
+    msg: String,
+    forward: Option<&openraft::errors::ForwardToLeader<TypeConfig>>,
+) -> Error {
+    match forward {
+        Some(f) => Error::NotLeader {
+            leader: f.leader_node.as_ref().map(|n| n.addr.clone()),
+        },
+        None => Error::InvalidArgument(msg),
+    }
+}
+
+/// Tells the store's writer to lead or follow as openraft's state changes,
+/// keeps the metrics current, and answers the callers of a lost
+/// leadership's unsettled entries once they have waited long enough.
+async fn watch_leadership(
+    node: std::sync::Weak<RaftNode>,
+    raft: Raft,
+    proposer: Arc<RaftProposer>,
+) {
+    let mut rx = raft.metrics();
+    let mut leading: Option<LeaderTag> = None;
+    // What the writer was last told while following (the leader's address).
+    let mut following: Option<Option<String>> = None;
+    let (mut last_term, mut last_leader) = (None, None);
+    let mut lost_at: Option<Instant> = None;
+    loop {
+        let Some(node) = node.upgrade() else { return };
+        let m = rx.borrow_watched().clone();
+        if let Some(x) = &node.metrics {
+            x.refresh(&m);
+            if last_term.is_some_and(|t| t != m.current_term) {
+                x.elections.inc();
+            }
+            if last_leader.is_some() && last_leader != Some(m.current_leader) {
+                x.leader_changes.inc();
+            }
+        }
+        last_term = Some(m.current_term);
+        last_leader = Some(m.current_leader);
+        let vote = &m.vote;
+        let is_leader = m.state == ServerState::Leader
+            && vote.committed
+            && vote.leader_id.node_id == node.cfg.id;
+        if is_leader {
+            let tag = LeaderTag {
+                term: vote.leader_id.term,
+                node: node.cfg.id,
+            };
+            if leading != Some(tag) {
+                // Everything committed before this leader's first entry is
+                // applied once the read index is: the writer then validates
+                // against all of it.
+                // Bounded: a leader cut off from its majority never gets
+                // the read index; look at its state again meanwhile.
+                let barrier = tokio::time::timeout(
+                    Duration::from_millis(node.cfg.heartbeat_ms * 10),
+                    raft.ensure_linearizable(ReadPolicy::ReadIndex),
+                )
+                .await;
+                match barrier {
+                    Ok(Ok(_)) => {
+                        if node.t.raft_lead(tag, proposer.clone()).await.is_ok() {
+                            leading = Some(tag);
+                            following = None;
+                            lost_at = None;
+                        }
+                    }
+                    Ok(Err(e)) => tracing::debug!(error = %e, "not leading yet"),
+                    Err(_) => tracing::debug!("no read index yet: not leading yet"),
+                }
+                // Whatever happened, look at the state again.
+                continue;
+            }
+        } else {
+            let addr = m.current_leader.and_then(|id| {
+                m.membership_config
+                    .membership()
+                    .get_node(&id)
+                    .map(|n| n.addr.clone())
+            });
+            if (leading.is_some() || following.as_ref() != Some(&addr))
+                && node.t.raft_follow(addr.clone()).await.is_ok()
+            {
+                if leading.take().is_some() {
+                    lost_at = Some(Instant::now());
+                }
+                following = Some(addr);
+            }
+        }
+        let wait = match lost_at {
+            Some(at) => OUTCOME_WAIT.saturating_sub(at.elapsed()),
+            None => Duration::from_secs(3600),
+        };
+        drop(node);
+        tokio::select! {
+            changed = rx.changed() => if changed.is_err() { return },
+            _ = tokio::time::sleep(wait) => {
+                if lost_at.take().is_some() {
+                    let n = proposer.give_up_unsettled(
+                        "this node stopped leading and the entry's fate is not known yet",
+                    );
+                    if n > 0 {
+                        tracing::warn!(callers = n, "answered OutcomeUnknown: leadership was lost");
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,136 @@
+//! The node's side of the RPC port: the other nodes' Raft messages, the
+//! cluster's administration and linearizable reads, as the server routes
+//! them (`treelog_server::ClusterService`).
+
+use openraft::async_runtime::WatchReceiver;
+use std::sync::{Arc, Weak};
+
+use openraft::raft::{AppendEntriesRequest, TransferLeaderRequest, VoteRequest};
+use openraft::ServerState;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use treelog::{Error, Result};
+use treelog_proto::protocol::{ClusterRequest, ClusterStatus, RaftRpc, Role};
+use treelog_server::{BoxFuture, ClusterService};
+
+use crate::node::RaftNode;
+use crate::snapshot::{SnapshotBegin, SnapshotChunk, SnapshotEnd};
+use crate::state_machine::SnapshotData;
+use crate::types::TypeConfig;
+
+/// Holds the node weakly: the server's slot must not keep the node (and
+/// its store) alive once it shut down.
+pub struct RaftService {
+    pub node: Weak<RaftNode>,
+}
+
+fn decode<T: DeserializeOwned>(rpc: RaftRpc, payload: &[u8]) -> Result<T> {
+    postcard::from_bytes(payload)
+        .map_err(|e| Error::InvalidArgument(format!("a {rpc:?} message does not decode: {e}")))
+}
+
+/// openraft's answer, or its error as text, encoded for the wire.
+fn answer<T: Serialize, E: std::fmt::Display>(r: std::result::Result<T, E>) -> Result<Vec<u8>> {
+    let r = r.map_err(|e| e.to_string());
+    postcard::to_stdvec(&r).map_err(|e| Error::InvalidArgument(format!("encoding an answer: {e}")))
+}
+
+impl RaftService {
+    fn node(&self) -> Result<Arc<RaftNode>> {
+        self.node.upgrade().ok_or(Error::ShuttingDown)
+    }
+
+    async fn raft_message(&self, rpc: RaftRpc, payload: Vec<u8>) -> Result<Vec<u8>> {
+        let node = self.node()?;
+        let raft = node.raft().await?;
+        match rpc {
+            RaftRpc::AppendEntries => {
+                let req: AppendEntriesRequest<TypeConfig> = decode(rpc, &payload)?;
+                answer(raft.append_entries(req).await)
+            }
+            RaftRpc::Vote => {
+                let req: VoteRequest<TypeConfig> = decode(rpc, &payload)?;
+                answer(raft.vote(req).await)
+            }
+            RaftRpc::PreVote => {
+                let req: VoteRequest<TypeConfig> = decode(rpc, &payload)?;
+                answer(raft.pre_vote(req).await)
+            }
+            RaftRpc::TransferLeader => {
+                let req: TransferLeaderRequest<TypeConfig> = decode(rpc, &payload)?;
+                answer(raft.handle_transfer_leader(req).await)
+            }
+            RaftRpc::SnapshotBegin => {
+                let req: SnapshotBegin = decode(rpc, &payload)?;
+                let r = node.receiver.begin(req);
+                answer(r)
+            }
+            RaftRpc::SnapshotChunk => {
+                let req: SnapshotChunk = decode(rpc, &payload)?;
+                let r = node.receiver.chunk(req);
+                answer(r)
+            }
+            RaftRpc::SnapshotEnd => {
+                let req: SnapshotEnd = decode(rpc, &payload)?;
+                let dir = match node.receiver.end(&req.id) {
+                    Ok(d) => d,
+                    Err(e) => return answer::<(), _>(Err(e)),
+                };
+                let snapshot = openraft::storage::Snapshot {
+                    meta: req.meta,
+                    snapshot: SnapshotData::Dir(dir),
+                };
+                answer(raft.install_full_snapshot(req.vote, snapshot).await)
+            }
+            RaftRpc::ReadIndex => answer(node.leader_read_index().await),
+        }
+    }
+
+    async fn admin_request(&self, req: ClusterRequest) -> Result<ClusterStatus> {
+        let n = &self.node()?;
+        match req {
+            ClusterRequest::Status => {}
+            ClusterRequest::Init => n.init().await?,
+            ClusterRequest::AddLearner { node, addr, wait } => {
+                n.add_learner(node, addr, wait).await?
+            }
+            ClusterRequest::Promote { nodes } => n.promote(nodes).await?,
+            ClusterRequest::Remove { nodes } => n.remove(nodes).await?,
+            ClusterRequest::TransferLeader { node } => n.transfer_leader(node).await?,
+            ClusterRequest::Snapshot => n.snapshot().await?,
+        }
+        n.status().await
+    }
+}
+
+impl ClusterService for RaftService {
+    fn raft(&self, rpc: RaftRpc, payload: Vec<u8>) -> BoxFuture<'_, Result<Vec<u8>>> {
+        Box::pin(self.raft_message(rpc, payload))
+    }
+
+    fn admin(&self, req: ClusterRequest) -> BoxFuture<'_, Result<ClusterStatus>> {
+        Box::pin(self.admin_request(req))
+    }
+
+    fn read_index(&self) -> BoxFuture<'_, Result<u64>> {
+        Box::pin(async move { self.node()?.read_index().await })
+    }
+
+    fn role(&self) -> (Role, Option<String>) {
+        let Some(r) = self.node.upgrade().and_then(|n| n.raft_now().ok()) else {
+            return (Role::Follower, None);
+        };
+        let m = r.metrics().borrow_watched().clone();
+        let role = match m.state {
+            ServerState::Leader => Role::Leader,
+            _ => Role::Follower,
+        };
+        let leader = m.current_leader.and_then(|id| {
+            m.membership_config
+                .membership()
+                .get_node(&id)
+                .map(|n| n.addr.clone())
+        });
+        (role, leader)
+    }
+}

@@ -1,0 +1,408 @@
+//! Clusters of three nodes in this process, on loopback, each a real
+//! server with its own store: forming a cluster from a single node's
+//! namespace, NotLeader and linearizable reads on followers, a minority
+//! leader that cannot acknowledge writes while the majority elects another
+//! (partitions in the network layer), a far-behind learner that installs
+//! a snapshot, and a node whose data directory was wiped rejoining.
+
+#[path = "../../../tests/common/mod.rs"]
+mod common;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::commands::{create, mkdir};
+use treelog::error::ErrorKind;
+use treelog::{Command, Durability, ReadAt};
+use treelog_client::{Client, ClientOptions};
+use treelog_proto::protocol::{ClusterRequest, ClusterStatus, RequestBody, ResponseBody};
+use treelog_raft::{ClusterConfig, ClusterHandle, Faults, NodeConfig};
+
+struct Node {
+    id: u64,
+    dir: PathBuf,
+    rpc: SocketAddr,
+    http: SocketAddr,
+    handle: Option<ClusterHandle>,
+}
+
+struct Cluster {
+    _tmp: tempfile::TempDir,
+    nodes: Vec<Node>,
+    faults: Arc<Faults>,
+    tweak: fn(&mut NodeConfig),
+}
+
+fn default_tweak(n: &mut NodeConfig) {
+    n.heartbeat_ms = 50;
+}
+
+impl Cluster {
+    /// `n` nodes, none started.
+    fn new(n: u64, tweak: fn(&mut NodeConfig)) -> Cluster {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_test_writer()
+            .try_init();
+        let tmp = tempfile::tempdir().unwrap();
+        let nodes = (1..=n)
+            .map(|id| {
+                let l = treelog_server::Listeners::bind(
+                    "127.0.0.1:0".parse().unwrap(),
+                    "127.0.0.1:0".parse().unwrap(),
+                )
+                .unwrap();
+                let b = l.bound().unwrap();
+                Node {
+                    id,
+                    dir: tmp.path().join(format!("node{id}")),
+                    rpc: b.rpc,
+                    http: b.http,
+                    handle: None,
+                }
+            })
+            .collect();
+        Cluster {
+            _tmp: tmp,
+            nodes,
+            faults: Faults::new(),
+            tweak,
+        }
+    }
+
+    fn ids(&self) -> Vec<u64> {
+        self.nodes.iter().map(|n| n.id).collect()
+    }
+
+    fn node(&self, id: u64) -> &Node {
+        &self.nodes[(id - 1) as usize]
+    }
+
+    async fn start(&mut self, id: u64) {
+        let faults = self.faults.clone();
+        let tweak = self.tweak;
+        let n = &mut self.nodes[(id - 1) as usize];
+        assert!(n.handle.is_none());
+        let mut server = common::server::config(&n.dir);
+        server.store = server.store.durability(Durability::None);
+        let mut node = NodeConfig::new(id, n.rpc.to_string());
+        node.durability = Durability::None;
+        node.faults = Some(faults);
+        tweak(&mut node);
+        let listeners = treelog_server::Listeners::bind(n.rpc, n.http).unwrap();
+        n.handle = Some(
+            treelog_raft::start_on(ClusterConfig { server, node }, listeners)
+                .await
+                .expect("start the node"),
+        );
+    }
+
+    async fn stop(&mut self, id: u64) {
+        let h = self.nodes[(id - 1) as usize].handle.take().unwrap();
+        h.shutdown().await.unwrap();
+    }
+
+    async fn client(&self, id: u64) -> Client {
+        Client::connect(
+            self.node(id).rpc,
+            ClientOptions {
+                follow_leader: true,
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap()
+    }
+
+    async fn admin(&self, id: u64, req: ClusterRequest) -> treelog::Result<ClusterStatus> {
+        match self
+            .client(id)
+            .await
+            .call(RequestBody::Cluster(req))
+            .await?
+        {
+            ResponseBody::Cluster(s) => Ok(s),
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+
+    /// Node 1 makes a cluster; the others join as learners, then voters.
+    async fn form(&mut self) {
+        for id in self.ids() {
+            self.start(id).await;
+        }
+        self.admin(1, ClusterRequest::Init).await.unwrap();
+        self.wait_leader(&[1]).await;
+        for id in self.ids().into_iter().skip(1) {
+            let addr = self.node(id).rpc.to_string();
+            self.admin(
+                1,
+                ClusterRequest::AddLearner {
+                    node: id,
+                    addr,
+                    wait: true,
+                },
+            )
+            .await
+            .unwrap();
+        }
+        let others: Vec<u64> = self.ids().into_iter().skip(1).collect();
+        self.admin(1, ClusterRequest::Promote { nodes: others })
+            .await
+            .unwrap();
+    }
+
+    /// Waits until one of `among` leads and the others running agree.
+    async fn wait_leader(&self, among: &[u64]) -> u64 {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            for &id in among {
+                if self.node(id).handle.is_none() {
+                    continue;
+                }
+                if let Ok(s) = self.admin(id, ClusterRequest::Status).await {
+                    if s.state == "leader" {
+                        return id;
+                    }
+                }
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "no leader among {among:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    fn store(&self, id: u64) -> Arc<treelog::Treelog> {
+        self.node(id).handle.as_ref().unwrap().node.store().clone()
+    }
+
+    /// Waits until every running node has applied the same sequence, at
+    /// least `seq` (nothing is written meanwhile; Raft's own entries may
+    /// follow `seq`); then their index digests there must be equal.
+    async fn converge(&self, seq: u64) -> String {
+        let stores: Vec<_> = self
+            .nodes
+            .iter()
+            .filter(|n| n.handle.is_some())
+            .map(|n| (n.id, self.store(n.id)))
+            .collect();
+        common::poll::eventually(30, &format!("every node applies {seq} and agrees"), || {
+            let at: Vec<u64> = stores.iter().map(|(_, t)| t.committed_seq()).collect();
+            at[0] >= seq && at.iter().all(|a| *a == at[0])
+        })
+        .await;
+        let mut digests = Vec::new();
+        for (id, t) in &stores {
+            let d = treelog::admin::index_summary(t.store()).unwrap().digest;
+            digests.push((*id, d));
+        }
+        for (id, d) in &digests {
+            assert_eq!(
+                d, &digests[0].1,
+                "node {id}'s index differs from node {}'s",
+                digests[0].0
+            );
+        }
+        digests[0].1.clone()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_single_node_namespace_becomes_a_replicated_cluster() {
+    let mut c = Cluster::new(3, default_tweak);
+    // Node 1 starts with a namespace of its own, before any cluster.
+    c.start(1).await;
+    let one = c.client(1).await;
+    // Not a cluster yet: writes are refused, nobody leads.
+    let e = one.submit(mkdir("/early")).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::NotLeader);
+    c.stop(1).await;
+    {
+        let t = treelog::Treelog::open(
+            &c.node(1).dir,
+            treelog::Options::default().durability(Durability::None),
+        );
+        // A cluster's node's store does not open as a single node.
+        assert_eq!(t.err().unwrap().kind(), ErrorKind::Incompatible);
+    }
+    c.form().await;
+    let leader = c.wait_leader(&[1, 2, 3]).await;
+    assert_eq!(leader, 1);
+    let cl = c.client(2).await;
+    // Written through a follower: it refuses (NotLeader, naming node 1),
+    // and the client sends it to the leader.
+    let mut last = 0;
+    last = last.max(cl.submit(mkdir("/a")).await.unwrap());
+    for i in 0..200 {
+        last = last.max(cl.submit(create(&format!("/a/f{i}"))).await.unwrap());
+    }
+    last = last.max(
+        cl.submit(Command::Rename {
+            src: "/a/f0".into(),
+            dst: "/a/g0".into(),
+            overwrite: false,
+        })
+        .await
+        .unwrap(),
+    );
+    let direct = Client::connect(c.node(3).rpc, ClientOptions::default())
+        .await
+        .unwrap();
+    match direct.submit(mkdir("/b")).await.unwrap_err() {
+        treelog::Error::NotLeader { leader } => {
+            assert_eq!(leader.as_deref(), Some(c.node(1).rpc.to_string().as_str()))
+        }
+        e => panic!("{e}"),
+    }
+    // A linearizable read on a follower sees every acknowledged write.
+    let r = direct.stat_at("/a/g0", ReadAt::Linearizable).await.unwrap();
+    assert!(r.seq >= last);
+    // Every node holds the same index at the same sequence.
+    c.converge(last).await;
+    let st = c.admin(3, ClusterRequest::Status).await.unwrap();
+    assert_eq!(st.leader, Some(1));
+    assert_eq!(st.members.iter().filter(|m| m.voter).count(), 3);
+    for id in c.ids() {
+        c.stop(id).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_minority_leader_cannot_acknowledge_and_the_majority_goes_on() {
+    let mut c = Cluster::new(3, default_tweak);
+    c.form().await;
+    let old = c.wait_leader(&[1, 2, 3]).await;
+    let cl = c.client(old).await;
+    let base = cl.submit(mkdir("/p")).await.unwrap();
+    c.converge(base).await;
+    // The leader alone on one side.
+    c.faults.partition(&[old], &c.ids());
+    let isolated = Client::connect(c.node(old).rpc, ClientOptions::default())
+        .await
+        .unwrap();
+    let lost = tokio::spawn(async move { isolated.submit(mkdir("/p/minority")).await });
+    let majority: Vec<u64> = c.ids().into_iter().filter(|&i| i != old).collect();
+    let new = c.wait_leader(&majority).await;
+    assert_ne!(new, old);
+    let cm = c.client(new).await;
+    let mut last = 0;
+    for i in 0..50 {
+        last = cm.submit(create(&format!("/p/m{i}"))).await.unwrap();
+    }
+    // The minority's write was never acknowledged as done.
+    let r = lost.await.unwrap();
+    assert!(
+        matches!(
+            r.as_ref().map_err(|e| e.kind()),
+            Err(ErrorKind::OutcomeUnknown | ErrorKind::NotLeader)
+        ),
+        "the isolated leader answered {r:?}"
+    );
+    c.faults.heal();
+    let last = last.max(cm.submit(mkdir("/p/healed")).await.unwrap());
+    let digest = c.converge(last).await;
+    // It was not committed: the new leader's log replaced it.
+    let t = c.store(old);
+    assert_eq!(
+        t.stat("/p/minority").unwrap_err().kind(),
+        ErrorKind::NotFound
+    );
+    assert!(t.stat("/p/m49").is_ok());
+    assert!(!digest.is_empty());
+    drop(t);
+    for id in c.ids() {
+        c.stop(id).await;
+    }
+}
+
+fn snapshot_often(n: &mut NodeConfig) {
+    n.heartbeat_ms = 50;
+    n.snapshot_every = 300;
+    n.keep_after_snapshot = 20;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_far_behind_learner_installs_a_snapshot_and_a_wiped_node_rejoins() {
+    let mut c = Cluster::new(3, snapshot_often);
+    // Two voters first; node 3 joins once the log has moved far on.
+    for id in [1, 2, 3] {
+        c.start(id).await;
+    }
+    c.admin(1, ClusterRequest::Init).await.unwrap();
+    c.wait_leader(&[1]).await;
+    c.admin(
+        1,
+        ClusterRequest::AddLearner {
+            node: 2,
+            addr: c.node(2).rpc.to_string(),
+            wait: true,
+        },
+    )
+    .await
+    .unwrap();
+    c.admin(1, ClusterRequest::Promote { nodes: vec![2] })
+        .await
+        .unwrap();
+    let cl = c.client(1).await;
+    cl.submit(mkdir("/s")).await.unwrap();
+    let mut last = 0;
+    for i in 0..1500 {
+        last = cl.submit(create(&format!("/s/f{i}"))).await.unwrap();
+    }
+    // The leader purges its log behind its snapshots.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let st = c.admin(1, ClusterRequest::Status).await.unwrap();
+        if st.purged.unwrap_or(0) > 100 {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "never purged: {st:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    c.admin(
+        1,
+        ClusterRequest::AddLearner {
+            node: 3,
+            addr: c.node(3).rpc.to_string(),
+            wait: true,
+        },
+    )
+    .await
+    .unwrap();
+    let digest = c.converge(last).await;
+    // Node 3's log starts after the snapshot it installed.
+    assert!(c.store(3).log_start() > 100);
+    c.admin(1, ClusterRequest::Promote { nodes: vec![3] })
+        .await
+        .unwrap();
+    // Node 3 loses its data directory and comes back empty.
+    c.stop(3).await;
+    std::fs::remove_dir_all(&c.node(3).dir).unwrap();
+    c.start(3).await;
+    for i in 0..100 {
+        last = cl.submit(create(&format!("/s/after{i}"))).await.unwrap();
+    }
+    let after = c.converge(last).await;
+    assert_ne!(after, digest);
+    assert_eq!(
+        c.store(3).store().namespace_id().unwrap(),
+        c.store(1).store().namespace_id().unwrap()
+    );
+    for id in c.ids() {
+        c.stop(id).await;
+    }
+}
+
+/// The path of a node's data (for the tests that read a stopped node's
+/// store).
+#[allow(dead_code)]
+fn data(c: &Cluster, id: u64) -> &Path {
+    &c.node(id).dir
+}
