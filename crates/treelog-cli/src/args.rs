@@ -237,6 +237,46 @@ pub enum Cmd {
         #[command(subcommand)]
         cmd: AdminCmd,
     },
+    /// A Raft cluster's administration (docs/CLUSTER.md). Needs --server:
+    /// a node started with `serve --node-id`.
+    Cluster {
+        #[command(subcommand)]
+        cmd: ClusterCmd,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum ClusterCmd {
+    /// The node's view of the cluster: its state, term, leader, members
+    /// and how far behind each is (on the leader), log positions.
+    Status,
+    /// Make a cluster of this one node (its only voter), with what its log
+    /// holds: an existing single node's namespace becomes the cluster's.
+    Init,
+    /// Add a node as a learner: it receives a snapshot and the log, serves
+    /// reads and change streams, does not vote. Waits until it caught up.
+    AddLearner {
+        node: u64,
+        /// Its RPC address, as the other nodes reach it.
+        addr: String,
+        /// Answer at once instead of when it caught up.
+        #[arg(long)]
+        no_wait: bool,
+    },
+    /// Make learners voters.
+    Promote {
+        #[arg(required = true)]
+        nodes: Vec<u64>,
+    },
+    /// Remove members (voters or learners).
+    Remove {
+        #[arg(required = true)]
+        nodes: Vec<u64>,
+    },
+    /// Hand leadership to another voter (ask the leader).
+    TransferLeader { node: u64 },
+    /// Build a snapshot now.
+    Snapshot,
 }
 
 #[derive(Args, Debug)]
@@ -343,6 +383,29 @@ pub struct ServeArgs {
     /// Most bytes of records per batch from the source.
     #[arg(long, requires = "replica_of", hide = true, default_value_t = 1 << 20)]
     pub replica_batch_bytes: u32,
+    /// Run as node N of a Raft cluster (docs/CLUSTER.md): the log is the
+    /// Raft log, writes are taken by the leader (others answer NotLeader,
+    /// naming it). A new node waits to be added (`treelog cluster
+    /// add-learner` on the leader); `treelog cluster init` makes a cluster
+    /// of the first one.
+    #[arg(long, value_name = "N", conflicts_with = "replica_of")]
+    pub node_id: Option<u64>,
+    /// The RPC address the other nodes and clients reach this node at
+    /// (default: --listen).
+    #[arg(long, value_name = "ADDR", requires = "node_id")]
+    pub advertise: Option<String>,
+    /// Raft heartbeat interval in ms; a follower starts an election after 3
+    /// to 6 times it without one.
+    #[arg(long, requires = "node_id", default_value_t = treelog_raft::node::DEFAULT_HEARTBEAT_MS)]
+    pub raft_heartbeat_ms: u64,
+    /// Build a Raft snapshot after this many entries (0: only when a node
+    /// needs one).
+    #[arg(long, requires = "node_id", default_value_t = 1_000_000)]
+    pub raft_snapshot_every: u64,
+    /// Entries Raft keeps in the log behind its last snapshot (durable
+    /// cursors may keep more).
+    #[arg(long, requires = "node_id", default_value_t = 100_000)]
+    pub raft_keep_after_snapshot: u64,
     /// Run a bridge that publishes this server's committed log into NATS
     /// JetStream at this URL (as `treelog bridge nats`; its metrics join
     /// the server's). See docs/BRIDGE.md.

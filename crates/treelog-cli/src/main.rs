@@ -7,6 +7,7 @@ mod admin_cmd;
 mod args;
 mod backend;
 mod bridge;
+mod cluster;
 mod demo;
 mod describe;
 mod exit;

@@ -105,5 +105,6 @@ fn dispatch(cli: &Cli, out: &Out) -> Result<u8> {
             cmd: BridgeCmd::Nats(a),
         } => crate::bridge::nats(cli, a),
         Cmd::Admin { cmd } => crate::admin_cmd::run(cli, out, cmd),
+        Cmd::Cluster { cmd } => crate::cluster::run(cli, out, cmd),
     }
 }

@@ -33,6 +33,24 @@ pub fn run(cli: &Cli, a: &ServeArgs) -> Result<u8> {
         interval: None,
     };
     let rt = crate::server::request_runtime(a.worker_policy)?;
+    if let Some(id) = a.node_id {
+        let mut node = treelog_raft::NodeConfig::new(
+            id,
+            a.advertise
+                .clone()
+                .unwrap_or_else(|| cfg.listen.to_string()),
+        );
+        node.token = cfg.token.clone();
+        node.durability = cli.durability.into();
+        node.heartbeat_ms = a.raft_heartbeat_ms;
+        node.snapshot_every = a.raft_snapshot_every;
+        node.keep_after_snapshot = a.raft_keep_after_snapshot;
+        rt.block_on(treelog_raft::run(treelog_raft::ClusterConfig {
+            server: cfg,
+            node,
+        }))?;
+        return Ok(0);
+    }
     match a.replica_of {
         Some(source) => {
             let mut rc = treelog_replica::ReplicaConfig::new(cfg, source);

@@ -1,0 +1,457 @@
+//! A three-node Raft cluster of real `treelog serve --node-id` processes on
+//! loopback, its leader killed with SIGKILL again and again (20 times;
+//! `TREELOG_KILL_ROUNDS=N` for more) and restarted, while clients write
+//! and read through whichever node they reach (following `NotLeader`).
+//! Every operation's invocation, response and result is recorded, and the
+//! history is checked for linearizability path by path
+//! (tests/common/history.rs); at the end every node holds the same index
+//! at the same sequence. The failover times (SIGKILL of the leader to the
+//! first write acknowledged by the next) are printed.
+
+#[path = "../../../tests/common/mod.rs"]
+mod common;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::history::{self, Entry, Op, Outcome};
+use treelog::error::{Error, ErrorKind};
+use treelog::{Command, ReadAt};
+use treelog_client::{Client, ClientOptions};
+use treelog_proto::protocol::{ClusterRequest, ClusterStatus, RequestBody, ResponseBody};
+
+const BIN: &str = env!("CARGO_BIN_EXE_treelog");
+
+fn free_addr() -> SocketAddr {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap()
+}
+
+struct Node {
+    id: u64,
+    data: PathBuf,
+    rpc: SocketAddr,
+    http: SocketAddr,
+    log: PathBuf,
+    child: Option<Child>,
+}
+
+impl Node {
+    fn new(dir: &Path, id: u64) -> Node {
+        Node {
+            id,
+            data: dir.join(format!("node{id}")),
+            rpc: free_addr(),
+            http: free_addr(),
+            log: dir.join(format!("node{id}.log")),
+            child: None,
+        }
+    }
+
+    fn start(&mut self) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .unwrap();
+        let (rpc, http, id) = (
+            self.rpc.to_string(),
+            self.http.to_string(),
+            self.id.to_string(),
+        );
+        let args = ["serve", "--listen", &rpc, "--http", &http, "--node-id", &id];
+        let mut cmd = common::cli::command(BIN, &self.data, &args);
+        cmd.stdout(Stdio::null()).stderr(log);
+        self.child = Some(cmd.spawn().expect("start treelog serve"));
+    }
+
+    fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// SIGTERM, and waits for a clean exit.
+    fn stop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            // SAFETY: a plain signal to our own child.
+            unsafe {
+                libc::kill(c.id() as i32, libc::SIGTERM);
+            }
+            let st = c.wait().unwrap();
+            assert!(st.success(), "node {} ended with {st}", self.id);
+        }
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+async fn connect(addr: SocketAddr) -> Option<Client> {
+    Client::connect(
+        addr,
+        ClientOptions {
+            follow_leader: true,
+            connect_timeout: Duration::from_secs(2),
+            ..Default::default()
+        },
+    )
+    .await
+    .ok()
+}
+
+async fn cluster(addr: SocketAddr, req: ClusterRequest) -> treelog::Result<ClusterStatus> {
+    let c = connect(addr)
+        .await
+        .ok_or_else(|| Error::Busy(format!("{addr} is down")))?;
+    match c.call(RequestBody::Cluster(req)).await? {
+        ResponseBody::Cluster(s) => Ok(s),
+        other => panic!("unexpected {other:?}"),
+    }
+}
+
+/// Waits until `addr` answers a status; the leader's id if it knows one.
+async fn wait_up(addr: SocketAddr) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while cluster(addr, ClusterRequest::Status).await.is_err() {
+        assert!(Instant::now() < deadline, "{addr} did not come up");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The node the live nodes agree leads.
+async fn leader(nodes: &[(u64, SocketAddr)]) -> u64 {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        for (id, addr) in nodes {
+            if let Ok(s) = cluster(*addr, ClusterRequest::Status).await {
+                if s.state == "leader" {
+                    return *id;
+                }
+            }
+        }
+        assert!(Instant::now() < deadline, "no leader");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+const PATHS: usize = 24;
+const WRITERS: usize = 6;
+
+fn path(i: usize) -> String {
+    format!("/h/p{i:02}")
+}
+
+/// What one writer's operation returned, in the history's terms; `None`:
+/// it did not happen (refused before anything was written) and is left out.
+fn outcome(op: Op, r: &treelog::Result<Option<u64>>) -> Option<Outcome> {
+    match r {
+        Ok(Some(size)) => Some(Outcome::Size(*size)),
+        Ok(None) => Some(Outcome::Done),
+        Err(e) => match e.kind() {
+            ErrorKind::AlreadyExists => Some(Outcome::Exists),
+            ErrorKind::NotFound => Some(Outcome::Missing),
+            ErrorKind::OutcomeUnknown if op != Op::Stat => Some(Outcome::Unknown),
+            // Not applied (NotLeader, WriterStopped, a connection that
+            // failed before the request went, Busy, Lagging), or a read
+            // that did not answer: no effect.
+            _ => None,
+        },
+    }
+}
+
+async fn run_op(c: &Client, op: Op, p: &str) -> treelog::Result<Option<u64>> {
+    match op {
+        Op::Create => c
+            .submit(Command::Create {
+                path: p.into(),
+                parents: false,
+                mode: 0o644,
+                owner: String::new(),
+                group: String::new(),
+                block_size: 4096,
+            })
+            .await
+            .map(|_| None),
+        Op::Delete => c
+            .submit(Command::Delete {
+                path: p.into(),
+                recursive: false,
+            })
+            .await
+            .map(|_| None),
+        Op::SetSize(v) => c
+            .submit(Command::SetSize {
+                path: p.into(),
+                size: v,
+            })
+            .await
+            .map(|_| None),
+        Op::Stat => c
+            .stat_at(p, ReadAt::Linearizable)
+            .await
+            .map(|r| Some(r.value.attrs.size)),
+    }
+}
+
+/// One client: random operations on the shared paths through a node it
+/// picks (another one when it loses it), recorded in `history`.
+async fn writer(
+    seed: u64,
+    addrs: Vec<SocketAddr>,
+    stop: Arc<AtomicBool>,
+    history: Arc<Mutex<Vec<Entry>>>,
+    acks: Arc<AtomicU64>,
+) {
+    let mut rng = common::Rng::nth(seed);
+    let mut client: Option<Client> = None;
+    while !stop.load(Ordering::Acquire) {
+        let c = match &client {
+            Some(c) => c.clone(),
+            None => match connect(addrs[rng.below(addrs.len() as u64) as usize]).await {
+                Some(c) => {
+                    client = Some(c.clone());
+                    c
+                }
+                None => {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                    continue;
+                }
+            },
+        };
+        let p = path(rng.below(PATHS as u64) as usize);
+        let op = match rng.below(10) {
+            0..=2 => Op::Create,
+            3..=4 => Op::Delete,
+            5..=6 => Op::SetSize(rng.below(1000)),
+            _ => Op::Stat,
+        };
+        let call = Instant::now();
+        let r = run_op(&c, op, &p).await;
+        let ret = Instant::now();
+        if let Some(o) = outcome(op, &r) {
+            if o != Outcome::Unknown && op != Op::Stat {
+                acks.fetch_add(1, Ordering::Relaxed);
+            }
+            history.lock().unwrap().push(Entry {
+                path: p,
+                op,
+                outcome: o,
+                call,
+                ret: (o != Outcome::Unknown).then_some(ret),
+            });
+        }
+        if let Err(e) = &r {
+            if matches!(
+                e.kind(),
+                ErrorKind::Protocol
+                    | ErrorKind::OutcomeUnknown
+                    | ErrorKind::Busy
+                    | ErrorKind::NotLeader
+            ) {
+                // Its node may be gone: another one next time.
+                client = None;
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn failover_under_kill_9_keeps_every_acknowledged_write_and_stays_linearizable() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut nodes: Vec<Node> = (1..=3).map(|id| Node::new(dir.path(), id)).collect();
+    for n in &mut nodes {
+        n.start();
+    }
+    for n in &nodes {
+        wait_up(n.rpc).await;
+    }
+    let addrs: Vec<SocketAddr> = nodes.iter().map(|n| n.rpc).collect();
+    let ids: Vec<(u64, SocketAddr)> = nodes.iter().map(|n| (n.id, n.rpc)).collect();
+    cluster(addrs[0], ClusterRequest::Init).await.unwrap();
+    leader(&ids[..1]).await;
+    for n in &nodes[1..] {
+        cluster(
+            addrs[0],
+            ClusterRequest::AddLearner {
+                node: n.id,
+                addr: n.rpc.to_string(),
+                wait: true,
+            },
+        )
+        .await
+        .unwrap();
+    }
+    cluster(addrs[0], ClusterRequest::Promote { nodes: vec![2, 3] })
+        .await
+        .unwrap();
+    let c = connect(addrs[0]).await.unwrap();
+    c.submit(Command::Mkdir {
+        path: "/h".into(),
+        parents: true,
+        mode: 0o755,
+        owner: String::new(),
+        group: String::new(),
+    })
+    .await
+    .unwrap();
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let history = Arc::new(Mutex::new(Vec::new()));
+    let acks = Arc::new(AtomicU64::new(0));
+    let writers: Vec<_> = (0..WRITERS)
+        .map(|i| {
+            tokio::spawn(writer(
+                0x5eed + i as u64,
+                addrs.clone(),
+                stop.clone(),
+                history.clone(),
+                acks.clone(),
+            ))
+        })
+        .collect();
+
+    let mut failovers = Vec::new();
+    for round in 0..common::rounds(20) {
+        // Some writes under this leader first.
+        let before = acks.load(Ordering::Relaxed);
+        common::poll::eventually(60, "writes go on", || {
+            acks.load(Ordering::Relaxed) >= before + 20
+        })
+        .await;
+        let l = leader(&ids).await;
+        let killed = Instant::now();
+        nodes[(l - 1) as usize].kill();
+        // The first write the next leader acknowledges.
+        let probe = format!("/probe{round}");
+        let others: Vec<SocketAddr> = ids
+            .iter()
+            .filter(|(id, _)| *id != l)
+            .map(|(_, a)| *a)
+            .collect();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        'probe: loop {
+            assert!(
+                Instant::now() < deadline,
+                "no leader took a write after node {l} died"
+            );
+            for a in &others {
+                if let Some(c) = connect(*a).await {
+                    let r = c
+                        .submit(Command::Mkdir {
+                            path: probe.clone(),
+                            parents: true,
+                            mode: 0o755,
+                            owner: String::new(),
+                            group: String::new(),
+                        })
+                        .await;
+                    if r.is_ok() {
+                        break 'probe;
+                    }
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        failovers.push(killed.elapsed());
+        nodes[(l - 1) as usize].start();
+        wait_up(nodes[(l - 1) as usize].rpc).await;
+    }
+    stop.store(true, Ordering::Release);
+    for w in writers {
+        w.await.unwrap();
+    }
+
+    // Every path read once more, linearizably, after everything else.
+    let l = leader(&ids).await;
+    let c = connect(ids[(l - 1) as usize].1).await.unwrap();
+    for i in 0..PATHS {
+        let p = path(i);
+        let call = Instant::now();
+        let r = run_op(&c, Op::Stat, &p).await;
+        let o = outcome(Op::Stat, &r).expect("the final read answers");
+        history.lock().unwrap().push(Entry {
+            path: p,
+            op: Op::Stat,
+            outcome: o,
+            call,
+            ret: Some(Instant::now()),
+        });
+    }
+    let h = history.lock().unwrap().clone();
+    let unknown = h.iter().filter(|e| e.outcome == Outcome::Unknown).count();
+    if let Err(e) = history::check(&h) {
+        panic!("{e}");
+    }
+
+    // Every node at the same sequence holds the same index.
+    let committed = c.ping().await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let mut at = Vec::new();
+        for (_, a) in &ids {
+            at.push(
+                cluster(*a, ClusterRequest::Status)
+                    .await
+                    .ok()
+                    .and_then(|s| s.applied),
+            );
+        }
+        if at
+            .iter()
+            .all(|a| a.is_some_and(|a| a >= committed) && *a == at[0])
+        {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the nodes do not converge: {at:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    for n in &mut nodes {
+        n.stop();
+    }
+    let mut digests = Vec::new();
+    for n in &nodes {
+        let t = treelog::Treelog::open(
+            &n.data,
+            treelog::Options {
+                raft: Some(treelog::raft::RaftOptions { node_id: n.id }),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        let d = treelog::admin::index_summary(t.store()).unwrap();
+        digests.push((t.committed_seq(), d.digest));
+    }
+    assert!(
+        digests.iter().all(|d| *d == digests[0]),
+        "the nodes' indexes differ: {digests:?}"
+    );
+
+    let mut ms: Vec<f64> = failovers.iter().map(|d| d.as_secs_f64() * 1e3).collect();
+    ms.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    let pct = |q: f64| ms[((ms.len() - 1) as f64 * q).round() as usize];
+    println!(
+        "failovers: {} (heartbeat 100 ms, election timeout 300-600 ms); kill -9 of the leader to \
+         the next leader's first acknowledged write: p50 {:.0} ms, p99 {:.0} ms, max {:.0} ms; \
+         {} operations checked ({} of unknown outcome), {} acknowledged writes",
+        ms.len(),
+        pct(0.5),
+        pct(0.99),
+        ms[ms.len() - 1],
+        h.len(),
+        unknown,
+        acks.load(Ordering::Relaxed)
+    );
+}
