@@ -984,6 +984,10 @@ pub fn restore(
             ));
         }
         let log_start = store.log_start()?;
+        // A backup of a cluster's node restores as a single node's
+        // namespace (which `cluster init` makes a new cluster's first
+        // node); a Raft snapshot's install uses its index only.
+        store.raft_forget_node()?;
         store.flush()?;
         (replayed, summary, log_start)
     };

@@ -1199,6 +1199,24 @@ impl Store {
         }
     }
 
+    /// Makes a Raft node's database a single node's (a restored backup):
+    /// removes its identity and its Raft log state, keeps what its index
+    /// applied (synced).
+    pub(crate) fn raft_forget_node(&self) -> Result<()> {
+        let m = self.cf(CF_META)?;
+        let mut b = WriteBatch::default();
+        for key in [
+            meta::RAFT_NODE_ID_KEY,
+            meta::RAFT_VOTE_KEY,
+            meta::RAFT_COMMITTED_KEY,
+            meta::RAFT_PURGED_KEY,
+            meta::RAFT_INSTALLING_KEY,
+        ] {
+            b.delete_cf(m, key);
+        }
+        self.write_meta(b, true)
+    }
+
     /// The node id this database belongs to, if it is a cluster's node's.
     pub fn raft_node_id(&self) -> Result<Option<u64>> {
         self.meta_u64(meta::RAFT_NODE_ID_KEY)

@@ -214,7 +214,7 @@ impl RaftNode {
     pub async fn init(self: &Arc<Self>) -> Result<()> {
         let mut running = self.running.write().await;
         let log = self.t.raft_log();
-        if log.vote()?.is_some() || self.t.raft_applied()?.membership.is_some() {
+        if log.vote()?.is_some() {
             return Err(Error::AlreadyExists(format!(
                 "node {} is already a member of a cluster",
                 self.cfg.id
@@ -242,12 +242,14 @@ impl RaftNode {
         .map_err(|e| Error::InvalidArgument(e.to_string()))?;
         // Raft reads nothing up to the last record: a node that joins gets
         // a snapshot (and with it the namespace), never the records of a
-        // single node's history.
-        let upto = RaftLogId {
+        // single node's history. (A single node's records are term 0; a
+        // restored backup of a cluster's node keeps its entries' terms.)
+        let upto = treelog::raft::applied_log_id(self.t.store())?.unwrap_or(RaftLogId {
             term: 0,
             node: 0,
-            index: last,
-        };
+            index: 0,
+        });
+        debug_assert_eq!(upto.index, last);
         log.init_purged(&upto)?;
         let entry = Entry {
             log_id: log_id(0, 0, last + 1),
