@@ -3,8 +3,8 @@
 
 Starts a NATS server with JetStream (TREELOG_NATS_SERVER or nats-server),
 `treelog serve` on loopback publishing its log into it (`--bridge-nats`)
-and a replica of it (`serve --replica-of`), a Prometheus scraping both
-every second,
+and a replica of it (`serve --replica-of`), a three-node Raft cluster
+(`serve --node-id`), a Prometheus scraping them all every second,
 runs a workload through the CLI, then evaluates every expression of the
 Grafana dashboard through Prometheus's HTTP API and fails if any returns no
 data. Usage: prometheus-e2e.py PATH_TO_TREELOG_BINARY
@@ -15,6 +15,8 @@ BIN = sys.argv[1]
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RPC, HTTP, PROM = "127.0.0.1:17500", "127.0.0.1:17501", "127.0.0.1:19090"
 REPLICA_RPC, REPLICA_HTTP = "127.0.0.1:17510", "127.0.0.1:17511"
+# A three-node Raft cluster beside them, for the dashboard's Raft row.
+NODES = [(i, f"127.0.0.1:{17520 + 10 * i}", f"127.0.0.1:{17521 + 10 * i}") for i in (1, 2, 3)]
 NATS = "127.0.0.1:14222"
 
 
@@ -34,8 +36,8 @@ def wait_until(what, fn, tries=120, pause=0.5):
     sys.exit(f"prometheus-e2e: timed out waiting for {what}")
 
 
-def cli(*args, ok=True):
-    r = subprocess.run([BIN, "--server", RPC, *args], capture_output=True, text=True, timeout=60)
+def cli(*args, ok=True, server=RPC):
+    r = subprocess.run([BIN, "--server", server, *args], capture_output=True, text=True, timeout=60)
     if ok and r.returncode != 0:
         sys.exit(f"prometheus-e2e: treelog {' '.join(args)} failed: {r.stderr}")
     return r
@@ -59,15 +61,27 @@ def main():
                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         procs.append(replica)
         wait_until("the replica's /readyz", lambda: get(f"http://{REPLICA_HTTP}/readyz")[0] == 200)
+        for (i, rpc, http) in NODES:
+            procs.append(subprocess.Popen([BIN, "--data", f"{tmp}/node{i}", "serve", "--node-id", str(i),
+                                           "--listen", rpc, "--http", http],
+                                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+            wait_until(f"node {i}'s /readyz", lambda: get(f"http://{http}/readyz")[0] == 200)
+        first = NODES[0][1]
+        cli("cluster", "init", server=first)
+        wait_until("node 1 to lead", lambda: cli("mkdir", "-p", "/c", server=first, ok=False).returncode == 0)
+        for (i, rpc, _) in NODES[1:]:
+            cli("cluster", "add-learner", str(i), rpc, server=first)
+        cli("cluster", "promote", "2", "3", server=first)
+        targets = ", ".join(f"'{t}'" for t in [HTTP, REPLICA_HTTP] + [h for (_, _, h) in NODES])
         with open(f"{tmp}/prometheus.yml", "w") as f:
             f.write(f"global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: treelog\n"
-                    f"    static_configs:\n      - targets: ['{HTTP}', '{REPLICA_HTTP}']\n")
+                    f"    static_configs:\n      - targets: [{targets}]\n")
         prom = subprocess.Popen(["prometheus", f"--config.file={tmp}/prometheus.yml", f"--storage.tsdb.path={tmp}/tsdb",
                                  f"--web.listen-address={PROM}"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         procs.append(prom)
         up = urllib.parse.quote('sum(up{job="treelog"})')
-        wait_until("prometheus to scrape the leader and the replica", lambda: json.loads(
-            get(f"http://{PROM}/api/v1/query?query={up}")[1])["data"]["result"][0]["value"][1] == "2")
+        wait_until("prometheus to scrape the leader, the replica and the cluster", lambda: json.loads(
+            get(f"http://{PROM}/api/v1/query?query={up}")[1])["data"]["result"][0]["value"][1] == "5")
         # Workload: every kind of activity the dashboard shows, spread over
         # several scrapes so that rate() has samples.
         cli("tail", "--from", "1", "--cursor", "dash", "--limit", "1")
@@ -79,6 +93,8 @@ def main():
             cli("ls", "-R", "/w")
             cli("mkdir", f"/w/r{round}", ok=False)
             cli("tail", "--cursor", "dash", "--limit", "100")
+            # Through a follower, which sends it to the leader.
+            cli("mkdir", "-p", f"/c/r{round}", server=NODES[1][1])
             time.sleep(1)
         time.sleep(3)
         dash = json.load(open(os.path.join(ROOT, "grafana", "dashboards", "treelog.json")))

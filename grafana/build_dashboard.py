@@ -130,6 +130,30 @@ ts("Replica reconnects and re-bootstraps", [(f"increase(treelog_replica_reconnec
 ts("Last bootstrap", [("treelog_replica_bootstrap_bytes", "bytes {{instance}}"), ("treelog_replica_bootstrap_seconds", "seconds {{instance}}")],
    desc="Checkpoint bytes fetched and seconds taken by the replica's last bootstrap")
 
+row("Raft cluster")
+ts("Raft state", [("treelog_raft_term", "term {{instance}}"), ("treelog_raft_leader", "leader {{instance}}"),
+                  ('treelog_raft_state{state="leader"}', "leading {{instance}}")],
+   desc="Each node's term, the leader it knows (node id, 0 for none) and whether it leads (docs/CLUSTER.md); one leader, all nodes agreeing, is healthy")
+ts("Raft log positions", [("treelog_raft_last_log_index", "last {{instance}}"), ("treelog_raft_committed_index", "committed {{instance}}"),
+                          ("treelog_raft_applied_index", "applied {{instance}}"), ("treelog_raft_purged_index", "purged {{instance}}"),
+                          ("treelog_raft_snapshot_index", "snapshot {{instance}}")],
+   desc="The last entry in each node's log, the last it knows committed, the last applied to its index, and where its log was purged behind its snapshot")
+ts("Raft replication lag (entries)", [("treelog_raft_replication_lag_entries", "node {{node}}")],
+   desc="On the leader: entries each member lacks; bounded under load is healthy, a member growing behind is down or slow")
+ts("Raft elections and leader changes", [(f"increase(treelog_raft_elections_total[{RI}])", "elections {{instance}}"),
+                                        (f"increase(treelog_raft_leader_changes_total[{RI}])", "leader changes {{instance}}")],
+   desc="Terms begun and changes of the known leader; more than the failures explain means heartbeats are late (an overloaded node, a slow disk)")
+ts("Raft snapshots", [(q("treelog_raft_snapshot_build_seconds", 0.99), "build p99"), (q("treelog_raft_snapshot_send_seconds", 0.99), "send p99"),
+                      (q("treelog_raft_snapshot_install_seconds", 0.99), "install p99")], "s",
+   desc="Building a snapshot (a checkpoint and its checksums), sending one to a node that lacks the purged log, and checking and installing one")
+ts("Raft log fsync", [(q("treelog_raft_log_sync_seconds", 0.99), "fsync p99"), (q("treelog_raft_sync_appends", 0.5), "appends per fsync p50")],
+   desc="The log syncer's fsyncs and how many of Raft's appends each made durable (group commit)")
+ts("Raft entries", [(f"rate(treelog_raft_appended_entries_total[{RI}])", "appended/s {{instance}}"),
+                    (f"rate(treelog_raft_applied_entries_total[{RI}])", "applied/s {{instance}}")], "ops")
+ts("Raft refusals and unknown outcomes", [(f"increase(treelog_raft_proposals_not_leader_total[{RI}])", "not leader {{instance}}"),
+                                         (f"sum by (why) (increase(treelog_raft_outcome_unknown_total[{RI}]))", "outcome unknown: {{why}}")],
+   desc="Commands refused because leadership moved before Raft took them (safe to retry), and callers answered OutcomeUnknown (read before retrying)")
+
 row("Change-stream bridge")
 ts("Bridge positions", [("treelog_bridge_published_seq", "published {{instance}}"),
                         ("treelog_bridge_committed_seq", "committed {{instance}}")],

@@ -1,7 +1,8 @@
 //! Observability: `/metrics` passes `promtool check metrics`, and every
 //! metric name used by the Grafana dashboard is exported by a real server
 //! after a workload (the replication row's by the same database served as
-//! a replica, the bridge's row by the bridge's metrics).
+//! a replica, the bridge's row by the bridge's metrics, the Raft row by a
+//! node's).
 
 #[path = "../../../tests/common/mod.rs"]
 mod common;
@@ -43,6 +44,20 @@ fn bridge_metrics_text() -> String {
     use prometheus::Encoder;
     let r = prometheus::Registry::new();
     let _m = treelog_bridge::BridgeMetrics::register(&r).unwrap();
+    let mut buf = Vec::new();
+    prometheus::TextEncoder::new()
+        .encode(&r.gather(), &mut buf)
+        .unwrap();
+    String::from_utf8(buf).unwrap()
+}
+
+/// A Raft node's series (`serve --node-id` adds them to the server's
+/// registry; here with one member's lag set, as a leader's are).
+fn raft_metrics_text() -> String {
+    use prometheus::Encoder;
+    let r = prometheus::Registry::new();
+    let m = treelog_raft::metrics::RaftMetrics::register(&r).unwrap();
+    m.replication_lag.with_label_values(&["2"]).set(0);
     let mut buf = Vec::new();
     prometheus::TextEncoder::new()
         .encode(&r.gather(), &mut buf)
@@ -117,6 +132,7 @@ async fn every_dashboard_metric_is_exported() {
     h.shutdown().await.unwrap();
     text.push_str(&replica_metrics_text(dir.path()).await);
     text.push_str(&bridge_metrics_text());
+    text.push_str(&raft_metrics_text());
     let exported: BTreeSet<&str> = text
         .lines()
         .filter(|l| !l.starts_with('#') && !l.is_empty())
@@ -141,7 +157,7 @@ async fn metrics_pass_promtool_check() {
     let leader = metrics_text(&h).await;
     h.shutdown().await.unwrap();
     let replica = replica_metrics_text(dir.path()).await;
-    for text in [leader, replica, bridge_metrics_text()] {
+    for text in [leader, replica, bridge_metrics_text(), raft_metrics_text()] {
         promtool_check(&text);
     }
 }
