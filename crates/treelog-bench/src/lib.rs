@@ -13,6 +13,7 @@
 
 pub mod backup;
 pub mod bridge;
+pub mod cluster;
 pub mod network;
 pub mod redis_peer;
 pub mod replica;
@@ -102,6 +103,19 @@ pub enum BenchCmd {
         /// JSON to this file.
         #[arg(long)]
         json_out: Option<std::path::PathBuf>,
+        /// Where to put the scratch databases (default: a temp directory).
+        #[arg(long)]
+        dir: Option<std::path::PathBuf>,
+    },
+    /// Durable creates through a three-node Raft cluster on loopback
+    /// beside a single node, in one run (docs/CLUSTER.md).
+    Cluster {
+        /// Creates per run.
+        #[arg(long, default_value_t = 60_000)]
+        ops: usize,
+        /// Rounds, alternating which goes first; medians are reported.
+        #[arg(long, default_value_t = 3)]
+        repeat: usize,
         /// Where to put the scratch databases (default: a temp directory).
         #[arg(long)]
         dir: Option<std::path::PathBuf>,
@@ -715,6 +729,14 @@ pub fn run(args: &BenchArgs) -> Result<u8> {
                     .map_err(|e| Error::Io(std::io::Error::other(e)))?;
                 std::fs::write(p, json)?;
             }
+            if dir.is_none() {
+                let _ = std::fs::remove_dir_all(&base);
+            }
+            Ok(0)
+        }
+        BenchCmd::Cluster { ops, repeat, dir } => {
+            let base = scratch(dir)?;
+            cluster::run(&base, *ops, *repeat)?;
             if dir.is_none() {
                 let _ = std::fs::remove_dir_all(&base);
             }

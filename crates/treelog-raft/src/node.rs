@@ -258,7 +258,17 @@ impl RaftNode {
         log.append(&[(last + 1, encode_entry(&entry).map_err(Error::Io)?)])?;
         log.sync()?;
         tracing::info!(node = self.cfg.id, addr = %self.cfg.addr, seq = last + 1, "initialized a cluster");
-        *running = Some(self.run().await?);
+        let r = self.run().await?;
+        let raft = r.raft.clone();
+        *running = Some(r);
+        drop(running);
+        // Answered once this node leads its cluster of one (the next
+        // command, an add-learner, needs a leader).
+        let wait = Duration::from_millis(self.cfg.heartbeat_ms * 100);
+        raft.wait(Some(wait))
+            .state(ServerState::Leader, "the new cluster's first leader")
+            .await
+            .map_err(|e| Error::Busy(format!("the node did not lead within {wait:?}: {e}")))?;
         Ok(())
     }
 
@@ -472,7 +482,7 @@ fn write_error(
 /// keeps the metrics current, and answers the callers of a lost
 /// leadership's unsettled entries once they have waited long enough.
 async fn watch_leadership(
-    node: std::sync::Weak<RaftNode>,
+    weak: std::sync::Weak<RaftNode>,
     raft: Raft,
     proposer: Arc<RaftProposer>,
 ) {
@@ -483,7 +493,7 @@ async fn watch_leadership(
     let (mut last_term, mut last_leader) = (None, None);
     let mut lost_at: Option<Instant> = None;
     loop {
-        let Some(node) = node.upgrade() else { return };
+        let Some(node) = weak.upgrade() else { return };
         let m = rx.borrow_watched().clone();
         if let Some(x) = &node.metrics {
             x.refresh(&m);
@@ -560,6 +570,11 @@ async fn watch_leadership(
                     );
                     if n > 0 {
                         tracing::warn!(callers = n, "answered OutcomeUnknown: leadership was lost");
+                        if let Some(m) = weak.upgrade().and_then(|n| n.metrics.clone()) {
+                            m.outcome_unknown
+                                .with_label_values(&["leadership_lost"])
+                                .inc_by(n as u64);
+                        }
                     }
                 }
             }
