@@ -25,7 +25,10 @@
 //!   progress not yet recorded); a replica's bootstrap:
 //!   `bootstrap::between_renames` (the old database renamed away, the new
 //!   one not yet in its place); a replica's catch-up before it serves:
-//!   `catch_up::append` (a batch appended to the log, maybe not applied).
+//!   `catch_up::append` (a batch appended to the log, maybe not applied);
+//! - a Raft node's snapshot install: `install::after_mark` (the install
+//!   marked in `meta`, the index untouched), `install::before_flush` (the
+//!   index replaced without the WAL, not yet flushed).
 //!
 //! Injected failures (the operation fails as an I/O error would, the
 //! process goes on): `writer::write_log` (a group's log append);

@@ -53,6 +53,11 @@ impl Node {
     }
 
     fn start(&mut self) {
+        self.start_with(&[], None);
+    }
+
+    /// Starts it with `extra` arguments and, if any, `FAILPOINTS`.
+    fn start_with(&mut self, extra: &[&str], failpoints: Option<&str>) {
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -63,10 +68,27 @@ impl Node {
             self.http.to_string(),
             self.id.to_string(),
         );
-        let args = ["serve", "--listen", &rpc, "--http", &http, "--node-id", &id];
+        let mut args = vec!["serve", "--listen", &rpc, "--http", &http, "--node-id", &id];
+        args.extend(extra);
         let mut cmd = common::cli::command(BIN, &self.data, &args);
         cmd.stdout(Stdio::null()).stderr(log);
+        if let Some(f) = failpoints {
+            cmd.env("FAILPOINTS", f);
+        }
         self.child = Some(cmd.spawn().expect("start treelog serve"));
+    }
+
+    /// Waits until the process ends by itself (a crash point).
+    fn wait_dead(&mut self) -> std::process::ExitStatus {
+        let mut c = self.child.take().expect("running");
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Some(st) = c.try_wait().unwrap() {
+                return st;
+            }
+            assert!(Instant::now() < deadline, "node {} did not crash", self.id);
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 
     fn kill(&mut self) {
@@ -454,4 +476,121 @@ async fn failover_under_kill_9_keeps_every_acknowledged_write_and_stays_lineariz
         unknown,
         acks.load(Ordering::Relaxed)
     );
+}
+
+/// A node killed (SIGKILL, by a crash point) in the middle of installing
+/// the leader's snapshot — after it marked the install and before the new
+/// index was flushed, or right after the mark — finishes the install when
+/// it starts again and ends with the others' index.
+#[cfg(feature = "failpoints")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_snapshot_install_killed_midway_is_finished_by_the_next_start() {
+    for point in ["install::before_flush", "install::after_mark"] {
+        let dir = tempfile::tempdir().unwrap();
+        let mut nodes: Vec<Node> = (1..=3).map(|id| Node::new(dir.path(), id)).collect();
+        // Snapshots and purges often: node 3 joins far behind.
+        let often = [
+            "--raft-snapshot-every",
+            "200",
+            "--raft-keep-after-snapshot",
+            "10",
+        ];
+        for n in &mut nodes[..2] {
+            n.start_with(&often, None);
+        }
+        for n in &nodes[..2] {
+            wait_up(n.rpc).await;
+        }
+        let ids: Vec<(u64, SocketAddr)> = nodes.iter().map(|n| (n.id, n.rpc)).collect();
+        cluster(ids[0].1, ClusterRequest::Init).await.unwrap();
+        cluster(
+            ids[0].1,
+            ClusterRequest::AddLearner {
+                node: 2,
+                addr: ids[1].1.to_string(),
+                wait: true,
+            },
+        )
+        .await
+        .unwrap();
+        cluster(ids[0].1, ClusterRequest::Promote { nodes: vec![2] })
+            .await
+            .unwrap();
+        let c = connect(ids[0].1).await.unwrap();
+        let mkdir = |p: String| Command::Mkdir {
+            path: p,
+            parents: true,
+            mode: 0o755,
+            owner: String::new(),
+            group: String::new(),
+        };
+        for i in 0..400 {
+            c.submit(mkdir(format!("/s/d{i}"))).await.unwrap();
+        }
+        // Node 3 dies inside its first install.
+        nodes[2].start_with(&often, Some(&format!("{point}=return")));
+        wait_up(ids[2].1).await;
+        cluster(
+            ids[0].1,
+            ClusterRequest::AddLearner {
+                node: 3,
+                addr: ids[2].1.to_string(),
+                wait: false,
+            },
+        )
+        .await
+        .unwrap();
+        let st = nodes[2].wait_dead();
+        assert!(!st.success(), "{point}: node 3 ended with {st}");
+        // The next start finishes the install and catches up.
+        nodes[2].start_with(&often, None);
+        wait_up(ids[2].1).await;
+        let last = c.submit(mkdir("/s/after".into())).await.unwrap();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let mut at = Vec::new();
+            for (_, a) in &ids {
+                at.push(
+                    cluster(*a, ClusterRequest::Status)
+                        .await
+                        .ok()
+                        .and_then(|s| s.applied),
+                );
+            }
+            if at
+                .iter()
+                .all(|a| a.is_some_and(|a| a >= last) && *a == at[0])
+            {
+                break;
+            }
+            assert!(Instant::now() < deadline, "{point}: no convergence: {at:?}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        for n in &mut nodes {
+            n.stop();
+        }
+        let mut digests = Vec::new();
+        for n in &nodes {
+            let t = treelog::Treelog::open(
+                &n.data,
+                treelog::Options {
+                    raft: Some(treelog::raft::RaftOptions { node_id: n.id }),
+                    ..Default::default()
+                },
+            )
+            .unwrap();
+            let d = treelog::admin::index_summary(t.store()).unwrap().digest;
+            digests.push((t.committed_seq(), d));
+        }
+        assert!(
+            digests.iter().all(|d| *d == digests[0]),
+            "{point}: {digests:?}"
+        );
+        let log = std::fs::read_to_string(&nodes[2].log).unwrap();
+        // Killed after the mark: the next open finished that install.
+        assert!(
+            log.contains("finishing a snapshot's install"),
+            "{point}: the open did not finish the install"
+        );
+    }
 }

@@ -269,6 +269,16 @@ impl RaftNode {
             .state(ServerState::Leader, "the new cluster's first leader")
             .await
             .map_err(|e| Error::Busy(format!("the node did not lead within {wait:?}: {e}")))?;
+        // And once its membership is committed (with the leader's first
+        // entry): a membership change waits for the one before it.
+        tokio::time::timeout(wait, raft.ensure_linearizable(ReadPolicy::ReadIndex))
+            .await
+            .map_err(|_| {
+                Error::Busy(format!(
+                    "the cluster's membership not committed within {wait:?}"
+                ))
+            })?
+            .map_err(|e| Error::Busy(format!("the cluster's membership: {e}")))?;
         Ok(())
     }
 
