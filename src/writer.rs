@@ -775,7 +775,8 @@ impl Writer {
         let mut overlay = Overlay::new(&index);
         let mut out: Vec<Proposal> = Vec::with_capacity(commands.len());
         let mut fatal = None;
-        for req in commands {
+        let mut commands = commands.into_iter();
+        for req in commands.by_ref() {
             let Work::Command(cmd) = &req.work else {
                 unreachable!("propose takes commands")
             };
@@ -832,7 +833,9 @@ impl Writer {
         drop(overlay);
         if let Some(why) = fatal {
             // The overlay may hold half a command: stop, as the single
-            // writer does; the proposals made so far are Raft's now.
+            // writer does; the proposals made so far are Raft's now, the
+            // commands after the failure are not applied.
+            Self::refuse_all(commands.collect(), &why, false);
             self.shared.fail(why);
         }
         self.cache.borrow_mut().absorb(&writes);

@@ -689,9 +689,13 @@ mod tests {
                     tx.send(vec![i]).await.unwrap();
                 }));
             }
-            // Let every sender reach its wait, then wake them all at once.
-            tokio::task::yield_now().await;
-            go.notify_waiters();
+            // Wake them all at once from a task on the worker, as a commit
+            // round's completion does: waking from this (non-worker) thread
+            // would race the worker, which could run each sender and the
+            // writer before the next sender is even queued.
+            tokio::spawn(async move { go.notify_waiters() })
+                .await
+                .unwrap();
             for s in senders {
                 s.await.unwrap();
             }
