@@ -79,6 +79,7 @@ impl Node {
     }
 
     /// Waits until the process ends by itself (a crash point).
+    #[cfg_attr(not(feature = "failpoints"), allow(dead_code))]
     fn wait_dead(&mut self) -> std::process::ExitStatus {
         let mut c = self.child.take().expect("running");
         let deadline = Instant::now() + Duration::from_secs(60);
