@@ -321,6 +321,21 @@ impl Store {
     /// interrupted `admin rebuild` is taken up again: the index is reset
     /// here and rebuilt by the replay.
     pub fn open(path: &Path, so: &StoreOptions) -> Result<Store> {
+        Self::open_inner(path, so, true)
+    }
+
+    /// Opens the existing database at `path` whatever its format version,
+    /// as it is: no version check, no interrupted rebuild taken up, nothing
+    /// written. For `admin migrate` (`crate::migrate`), which checks the
+    /// version itself.
+    pub fn open_unmigrated(path: &Path, so: &StoreOptions) -> Result<Store> {
+        if !path.join("CURRENT").exists() || path.join(CREATING_MARKER).exists() {
+            return Err(incompatible(path, "no database here"));
+        }
+        Self::open_inner(path, so, false)
+    }
+
+    fn open_inner(path: &Path, so: &StoreOptions, checked: bool) -> Result<Store> {
         let cache = Cache::new_lru_cache(so.block_cache_bytes);
         if path.join(CREATING_MARKER).exists() {
             // A creation that never finished: nothing in here was ever
@@ -356,6 +371,9 @@ impl Store {
             }
             let db = open_existing(path, so, &present, &cache)?;
             let mut store = Store::with_db(db, path, so, cache);
+            if !checked {
+                return Ok(store);
+            }
             store.check_version()?;
             if store.meta_u64(meta::REBUILD_KEY)?.is_some() {
                 store.reset_index()?;
@@ -569,6 +587,18 @@ impl Store {
                 "not a treelog database: meta has no format_version",
             )
         })?;
+        if format::MIGRATABLE_FORMAT_VERSIONS.contains(&v) {
+            return Err(incompatible(
+                &self.path,
+                format!(
+                    "format version {v} must be migrated to version {} before this build \
+                     opens it: stop every process using the database, then run \
+                     `treelog --data {} admin migrate` (docs/OPERATIONS.md, Migrating)",
+                    format::FORMAT_VERSION,
+                    self.path.display()
+                ),
+            ));
+        }
         if !format::SUPPORTED_FORMAT_VERSIONS.contains(&v) {
             return Err(incompatible(
                 &self.path,
@@ -580,6 +610,19 @@ impl Store {
                     } else {
                         "migrate it with an older treelog first"
                     }
+                ),
+            ));
+        }
+        if let Some(m) = self.get_meta(meta::MIGRATION_KEY)? {
+            let m = meta::Migration::decode(&m)?;
+            return Err(incompatible(
+                &self.path,
+                format!(
+                    "its migration from format version {} to {} was interrupted: run \
+                     `treelog --data {} admin migrate` to finish it",
+                    m.from,
+                    m.to,
+                    self.path.display()
                 ),
             ));
         }

@@ -291,10 +291,6 @@ impl Writer {
             }
         }
         let mut time_ms = now_ms().max(self.last_time_ms);
-        let dicts_before = (
-            self.engine.state.dicts.owners.len(),
-            self.engine.state.dicts.groups.len(),
-        );
         let db_index = self.shared.store.index();
         // The cache first: it holds the newest value, pending or committed,
         // of every key it holds (see `WriterCache`), so most lookups stop
@@ -412,15 +408,6 @@ impl Writer {
             return None;
         }
         let t_logged = Instant::now();
-        let dicts_after = (
-            self.engine.state.dicts.owners.len(),
-            self.engine.state.dicts.groups.len(),
-        );
-        if dicts_after != dicts_before {
-            // Before the syncer writes index entries that use a new id.
-            let snapshot = Arc::new(self.engine.state.dicts.clone());
-            self.shared.dicts.store(snapshot);
-        }
         // The writer reads its own changes back through its cache (the keys
         // it holds take the new values now) or else the pending set, until
         // they are in the index.
@@ -461,7 +448,7 @@ fn apply_replicated(
     state: &mut EngineState,
     recs: &[Vec<u8>],
     last: u64,
-    overlay: &mut impl crate::index::IndexWrite,
+    overlay: &mut (impl crate::index::IndexWrite + crate::index::IndexRead),
 ) -> std::result::Result<Vec<Record>, Executed> {
     let mut out = Vec::with_capacity(recs.len());
     for (i, v) in recs.iter().enumerate() {
@@ -873,7 +860,7 @@ mod tests {
     fn open(dir: &std::path::Path) -> (Arc<Shared>, Writer, Committer) {
         let store = Store::open(dir, &StoreOptions::default()).unwrap();
         let state = EngineState::load(&store.index()).unwrap();
-        let shared = Arc::new(Shared::new(store, state.dicts.clone(), 16, 1024, None).unwrap());
+        let shared = Arc::new(Shared::new(store, 16, 1024, None).unwrap());
         let w = Writer::new(shared.clone(), state, 0, 0, WriterConfig::default());
         let s = Committer::new(shared.clone(), Durability::Sync);
         (shared, w, s)
@@ -926,7 +913,7 @@ mod tests {
 
     /// What a reader sees.
     fn stat_kind(shared: &Shared, path: &str) -> Option<ErrorKind> {
-        resolve(&shared.reader_index(), &shared.dicts(), path)
+        resolve(&shared.reader_index(), &shared.names, path)
             .err()
             .map(|e| e.kind())
     }
@@ -942,7 +929,7 @@ mod tests {
 
     /// What RocksDB holds, committed or not.
     fn in_rocksdb(shared: &Shared, path: &str) -> bool {
-        resolve(&shared.store.index(), &shared.dicts(), path).is_ok()
+        resolve(&shared.store.index(), &shared.names, path).is_ok()
     }
 
     #[test]
@@ -1000,7 +987,7 @@ mod tests {
         c.publish(vec![g1]);
         assert_eq!(rx1.try_recv().unwrap().unwrap(), 1);
         assert_eq!(stat_kind(&shared, "/a"), None);
-        assert!(resolve(&reader, &shared.dicts(), "/a").is_ok());
+        assert!(resolve(&reader, &shared.names, "/a").is_ok());
         assert_eq!(published_applied_seq(&shared), Some(1));
 
         // A round whose fsync fails stays unseen, though RocksDB has it.

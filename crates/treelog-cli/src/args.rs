@@ -17,7 +17,7 @@ Exit codes: 0 success, 2 usage, 3 not found, 4 already exists, 5 not a
 directory, 6 is a directory, 7 not empty, 8 invalid name/path/argument,
 9 dictionary full, 10 corruption or incompatible database, 11 compacted or
 cursor expired, 12 verify mismatch, 13 outcome unknown (read before
-retrying), 1 anything else.
+retrying), 14 quota exceeded, 1 anything else.
 
 Commands with several operands (mkdir, touch, rm, chmod, chown, touchtime,
 mv SRC... DIR) run each operand on its own, in order; a failure is reported

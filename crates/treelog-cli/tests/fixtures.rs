@@ -1,7 +1,7 @@
 //! Golden fixtures of old formats (tests/fixtures/, made by
-//! tests/fixtures/make-v1.sh with the code that wrote them): a copy of each
-//! opens with today's binary and holds exactly what its files say, byte
-//! for byte, and its log still replays into the same index.
+//! tests/fixtures/make-v1.sh with the code that wrote them): each holds
+//! exactly what its files say, byte for byte, and this build refuses to
+//! open it until it is migrated.
 //!
 //! `bless_v1_raw_listing` (ignored; with `TREELOG_BLESS_FIXTURES=1`) writes
 //! the raw listing of a fixture instead of checking it: the script runs it
@@ -34,14 +34,15 @@ fn copy_db(name: &str, to: &Path) -> PathBuf {
 }
 
 /// Every key and value of the column families that make the database, in
-/// hex, one `cf key value` line each (the meta CF without what an open
-/// rewrites: nothing in format 1).
+/// hex, one `cf key value` line each, read without checking its format
+/// version and without writing (the meta CF without what an open rewrites:
+/// nothing in format 1).
 fn raw_listing(db: &Path) -> String {
     let so = StoreOptions {
         create_if_missing: false,
         ..Default::default()
     };
-    let store = Store::open(db, &so).unwrap();
+    let store = Store::open_unmigrated(db, &so).unwrap();
     let mut out = String::new();
     for cf in [CF_META, CF_INODES, CF_EDGES, CF_LOG] {
         for kv in store.scan_cf(cf).unwrap() {
@@ -57,7 +58,7 @@ fn run(db: &Path, args: &[&str]) -> common::cli::Ran {
 }
 
 #[test]
-fn the_v1_fixture_opens_and_holds_what_format_1_wrote() {
+fn the_v1_fixture_holds_what_format_1_wrote_and_is_refused_unmigrated() {
     let dir = tempfile::tempdir().unwrap();
     let db = copy_db("v1", dir.path());
     let want_raw = std::fs::read_to_string(fixture("v1/raw.txt")).unwrap();
@@ -66,13 +67,7 @@ fn the_v1_fixture_opens_and_holds_what_format_1_wrote() {
         want_raw,
         "the stored bytes differ from tests/fixtures/v1/raw.txt"
     );
-    let dump = run(&db, &["--json", "admin", "dump"]);
-    assert_eq!(dump.code(), 0, "{}", dump.stderr);
     let want_dump = std::fs::read_to_string(fixture("v1/dump.jsonl")).unwrap();
-    assert_eq!(
-        dump.stdout, want_dump,
-        "admin dump differs from tests/fixtures/v1/dump.jsonl"
-    );
     // What the dump holds: every event kind, both dictionaries.
     for needle in [
         "\"Create\"",
@@ -88,12 +83,18 @@ fn the_v1_fixture_opens_and_holds_what_format_1_wrote() {
     ] {
         assert!(want_dump.contains(needle), "the fixture has no {needle}");
     }
-    let info = run(&db, &["--json", "admin", "info"]);
-    let info: serde_json::Value = serde_json::from_str(&info.stdout).unwrap();
-    assert_eq!(info["format_version"], 1);
-    // The whole log replays into the same index.
-    let verify = run(&db, &["admin", "verify"]);
-    assert_eq!(verify.code(), 0, "{}{}", verify.stdout, verify.stderr);
+    // Refused, saying how to migrate, and untouched.
+    for args in [&["stat", "/"][..], &["admin", "dump"], &["admin", "verify"]] {
+        let r = run(&db, args);
+        assert_eq!(r.code(), 10, "{args:?}: {}{}", r.stdout, r.stderr);
+        assert!(
+            r.stderr.contains("format version 1 must be migrated")
+                && r.stderr.contains("admin migrate"),
+            "{args:?}: {}",
+            r.stderr
+        );
+    }
+    assert_eq!(raw_listing(&db), want_raw, "the refused opens wrote");
 }
 
 /// Not a test: the fixture script's tool (ignored, and a no-op without

@@ -3,7 +3,7 @@
 //! ```text
 //! off len field
 //!   0   1 envelope version   = 1
-//!   1   1 event schema version (1 = event::Record v1)
+//!   1   1 event schema version (2 = event::Record; 1 = schema1::RecordV1)
 //!   2   4 crc32c             over bytes [0..2] ++ payload, u32 LE
 //!   6   n payload            postcard(Record)
 //! ```
@@ -16,6 +16,7 @@ use crate::error::{Error, Result};
 use serde::Deserialize;
 
 use crate::event::{Record, RecordRef, EVENT_SCHEMA_VERSION};
+use crate::schema1::RecordV1;
 
 pub const ENVELOPE_VERSION: u8 = 1;
 pub const ENVELOPE_HEADER_LEN: usize = 6;
@@ -24,9 +25,19 @@ fn checksum(header: &[u8], payload: &[u8]) -> u32 {
     crc32c::crc32c_append(crc32c::crc32c(header), payload)
 }
 
-/// Encodes a record into its log value.
+/// Encodes a record into its log value (the current schema).
 pub fn encode_record(rec: &Record) -> Result<Vec<u8>> {
-    let mut out = vec![ENVELOPE_VERSION, EVENT_SCHEMA_VERSION, 0, 0, 0, 0];
+    encode_with_schema(rec, EVENT_SCHEMA_VERSION)
+}
+
+/// Encodes a schema-1 record, as format-1 builds wrote it (for the tests
+/// and benchmarks of the migration).
+pub fn encode_record_v1(rec: &RecordV1<'_>) -> Result<Vec<u8>> {
+    encode_with_schema(rec, 1)
+}
+
+fn encode_with_schema<T: serde::Serialize>(rec: &T, schema: u8) -> Result<Vec<u8>> {
+    let mut out = vec![ENVELOPE_VERSION, schema, 0, 0, 0, 0];
     let out = postcard::to_extend(rec, std::mem::take(&mut out))
         .map_err(|e| Error::corrupt("log record", format!("encode failed: {e}")))?;
     let mut out = out;
@@ -37,7 +48,10 @@ pub fn encode_record(rec: &Record) -> Result<Vec<u8>> {
 
 /// Decodes a log value. `expected_seq`, when given, must match the record.
 pub fn decode_record(b: &[u8], expected_seq: Option<u64>) -> Result<Record> {
-    let rec: Record = decode_payload(b)?;
+    let rec = match decode_payload(b)? {
+        (1, payload) => take_all::<RecordV1<'_>>(payload)?.upgrade()?.to_owned(),
+        (_, payload) => take_all::<Record>(payload)?,
+    };
     check_seq(rec.seq, expected_seq)?;
     Ok(rec)
 }
@@ -45,17 +59,26 @@ pub fn decode_record(b: &[u8], expected_seq: Option<u64>) -> Result<Record> {
 /// Decodes a log value without copying its strings (replay's form; see
 /// [`RecordRef`]). The same checks as [`decode_record`].
 pub fn decode_record_ref(b: &[u8], expected_seq: Option<u64>) -> Result<RecordRef<'_>> {
-    let rec: RecordRef<'_> = decode_payload(b)?;
+    let rec = match decode_payload(b)? {
+        (1, payload) => take_all::<RecordV1<'_>>(payload)?.upgrade()?,
+        (_, payload) => take_all::<RecordRef<'_>>(payload)?,
+    };
     check_seq(rec.seq, expected_seq)?;
     Ok(rec)
+}
+
+/// The event schema version of a log value, once its envelope checks out.
+pub fn record_schema(b: &[u8]) -> Result<u8> {
+    decode_payload(b).map(|(schema, _)| schema)
 }
 
 fn bad(detail: String) -> Error {
     Error::corrupt("log record", detail)
 }
 
-/// Checks the envelope and decodes its payload by schema version.
-fn decode_payload<'a, T: Deserialize<'a>>(b: &'a [u8]) -> Result<T> {
+/// Checks the envelope; returns its schema version (one this build
+/// decodes) and payload.
+fn decode_payload(b: &[u8]) -> Result<(u8, &[u8])> {
     if b.len() < ENVELOPE_HEADER_LEN {
         return Err(bad(format!(
             "{} bytes is shorter than the {ENVELOPE_HEADER_LEN}-byte envelope",
@@ -79,21 +102,24 @@ fn decode_payload<'a, T: Deserialize<'a>>(b: &'a [u8]) -> Result<T> {
         )));
     }
     match b[1] {
-        1 => {
-            let (rec, rest) = postcard::take_from_bytes::<T>(payload)
-                .map_err(|e| bad(format!("payload does not decode: {e}")))?;
-            if !rest.is_empty() {
-                return Err(bad(format!(
-                    "{} trailing bytes after the record",
-                    rest.len()
-                )));
-            }
-            Ok(rec)
-        }
+        v @ 1..=EVENT_SCHEMA_VERSION => Ok((v, payload)),
         v => Err(bad(format!(
             "unknown event schema version {v} (this build reads 1..={EVENT_SCHEMA_VERSION})"
         ))),
     }
+}
+
+/// Decodes the whole payload as a `T`.
+fn take_all<'a, T: Deserialize<'a>>(payload: &'a [u8]) -> Result<T> {
+    let (rec, rest) = postcard::take_from_bytes::<T>(payload)
+        .map_err(|e| bad(format!("payload does not decode: {e}")))?;
+    if !rest.is_empty() {
+        return Err(bad(format!(
+            "{} trailing bytes after the record",
+            rest.len()
+        )));
+    }
+    Ok(rec)
 }
 
 fn check_seq(seq: u64, expected: Option<u64>) -> Result<()> {

@@ -21,8 +21,10 @@ use crate::types::{Inode, ListPage};
 
 /// Bytes 0..4 of every `Hello`.
 pub const MAGIC: [u8; 4] = *b"TLOG";
-/// The protocol version this build speaks.
-pub const PROTOCOL_VERSION: u16 = 1;
+/// The protocol version this build speaks. 2: event schema 2 (symlinks,
+/// extended attributes, quotas, parent times; `Attrs` gained
+/// `change_ms`), whose values a version-1 peer cannot decode.
+pub const PROTOCOL_VERSION: u16 = 2;
 /// Default largest frame either side accepts.
 pub const DEFAULT_MAX_FRAME: usize = 1 << 20;
 /// The first allocation for a frame's payload; [`read_frame`] grows it as
