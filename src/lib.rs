@@ -30,6 +30,7 @@ pub mod stream;
 mod clock;
 mod engine;
 mod index;
+pub mod migrate;
 mod names;
 mod reader_cache;
 mod readview;

@@ -833,6 +833,39 @@ impl Store {
             .map(|item| item.map_err(Error::from)))
     }
 
+    /// Every entry of column family `name` from key `from` on, in key order.
+    pub fn scan_cf_from<'a>(
+        &'a self,
+        name: &'static str,
+        from: &[u8],
+    ) -> Result<impl Iterator<Item = Result<KeyValue>> + 'a> {
+        Ok(self
+            .db
+            .iterator_cf(
+                self.cf(name)?,
+                IteratorMode::From(from, rocksdb::Direction::Forward),
+            )
+            .map(|item| item.map_err(Error::from)))
+    }
+
+    /// An empty batch of writes to any column family, through the WAL (see
+    /// [`Store::write_raw`]).
+    pub(crate) fn raw_batch(&self) -> RawBatch<'_> {
+        RawBatch {
+            batch: WriteBatch::default(),
+            store: self,
+        }
+    }
+
+    /// Writes `b` through the WAL, all or nothing (fsynced when `sync`):
+    /// the migration's writes, each batch complete in itself.
+    pub(crate) fn write_raw(&self, b: RawBatch<'_>, sync: bool) -> Result<()> {
+        let mut wo = WriteOptions::default();
+        wo.set_sync(sync);
+        self.db.write_opt(b.batch, &wo)?;
+        Ok(())
+    }
+
     /// A RocksDB checkpoint of the whole database in `dir` (which must not
     /// exist): every column family flushed (atomically) and its files hard
     /// linked, the WAL copied. A consistent, openable database as of now.
@@ -1238,6 +1271,32 @@ impl LogBatch<'_> {
     /// Adds record `seq`, already encoded.
     pub fn put(&mut self, seq: u64, record: &[u8]) {
         self.batch.put_cf(self.cf, format::log_key(seq), record);
+    }
+}
+
+/// Writes to any column family, through the WAL (see [`Store::raw_batch`]).
+pub struct RawBatch<'a> {
+    batch: WriteBatch,
+    store: &'a Store,
+}
+
+impl RawBatch<'_> {
+    pub fn put(&mut self, cf: &'static str, key: &[u8], value: &[u8]) -> Result<()> {
+        self.batch.put_cf(self.store.cf(cf)?, key, value);
+        Ok(())
+    }
+
+    pub fn delete(&mut self, cf: &'static str, key: &[u8]) -> Result<()> {
+        self.batch.delete_cf(self.store.cf(cf)?, key);
+        Ok(())
+    }
+
+    pub fn size_in_bytes(&self) -> usize {
+        self.batch.size_in_bytes()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.batch.is_empty()
     }
 }
 

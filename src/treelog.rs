@@ -63,6 +63,10 @@ pub struct Options {
     /// Most inodes a content summary ([`Treelog::count`]) reads where no
     /// quota keeps the usage (`InvalidArgument` beyond).
     pub max_count_inodes: usize,
+    /// Migrate a database of an older format version before opening it,
+    /// as `treelog admin migrate` does ([`crate::migrate`]); without it,
+    /// such a database is refused.
+    pub migrate: bool,
 }
 
 impl Default for Options {
@@ -79,6 +83,7 @@ impl Default for Options {
             replica: None,
             min_seq_wait: Duration::from_secs(5),
             max_count_inodes: DEFAULT_MAX_COUNT_INODES,
+            migrate: false,
         }
     }
 }
@@ -209,6 +214,9 @@ impl Treelog {
         } else {
             None
         };
+        if opts.migrate {
+            crate::migrate::migrate_if_needed(dir.as_ref(), &opts.store)?;
+        }
         let store = Store::open(dir.as_ref(), &opts.store)?;
         if let Some(m) = &metrics {
             m.replaying.set(1);

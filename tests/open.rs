@@ -26,6 +26,56 @@ fn newer_format_version_is_refused_with_the_supported_list() {
     );
 }
 
+/// A database of format 1 is refused with the command that migrates it,
+/// and left as it was; `Options::migrate` migrates it.
+#[test]
+fn a_format_1_database_is_refused_until_migrated() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = treelog::migrate::Format1Spec {
+        dirs: 2,
+        files_per_dir: 3,
+        owners: 2,
+        groups: 1,
+        start_ms: 1_700_000_000_000,
+    };
+    assert_eq!(
+        treelog::migrate::write_format1(dir.path(), &spec).unwrap(),
+        9
+    );
+    let digest = || {
+        let so = StoreOptions {
+            create_if_missing: false,
+            ..Default::default()
+        };
+        admin::index_digest(&Store::open_unmigrated(dir.path(), &so).unwrap()).unwrap()
+    };
+    let before = digest();
+    for _ in 0..2 {
+        let e = Treelog::open(dir.path(), Options::default())
+            .err()
+            .expect("must refuse");
+        assert_eq!(e.kind(), ErrorKind::Incompatible);
+        assert!(
+            e.to_string().contains("format version 1 must be migrated")
+                && e.to_string().contains("admin migrate"),
+            "{e}"
+        );
+    }
+    assert_eq!(digest(), before, "the refused opens changed nothing");
+    // `Options::migrate` migrates it first.
+    let t = Treelog::open(
+        dir.path(),
+        Options {
+            migrate: true,
+            ..Options::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(t.stat("/d1/f2").unwrap().attrs.owner, "user1");
+    assert_eq!(t.store().format_version().unwrap(), 2);
+    assert!(admin::verify(t.store()).unwrap().ok());
+}
+
 #[test]
 fn a_directory_that_is_not_treelog_is_refused() {
     // Some unrelated files.

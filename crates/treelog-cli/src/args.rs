@@ -327,6 +327,11 @@ pub struct ServeArgs {
     /// docs/REPLICATION.md.
     #[arg(long, value_name = "ADDR")]
     pub replica_of: Option<std::net::SocketAddr>,
+    /// Migrate the data directory to this build's format first if it is of
+    /// an older one (as `admin migrate`); without it, such a database is
+    /// refused.
+    #[arg(long, conflicts_with = "replica_of")]
+    pub migrate: bool,
     /// The token file of the server given by --replica-of.
     #[arg(long, requires = "replica_of")]
     pub source_token_file: Option<PathBuf>,
@@ -427,6 +432,25 @@ pub struct BridgeOpts {
 pub enum AdminCmd {
     /// Replay the whole log into a scratch index and compare digests.
     Verify,
+    /// Move the database to this build's on-disk format (migrations/):
+    /// in place, resumable (a run killed at any moment leaves the old
+    /// format intact or a migration the next run finishes), then verified
+    /// (exit 12 on a mismatch). Needs the database closed: a server or
+    /// other command holding it is refused.
+    Migrate {
+        /// The format version to reach (this build's).
+        #[arg(long, default_value_t = treelog::format::FORMAT_VERSION)]
+        to: u64,
+        /// Read everything and report what would be written; write nothing.
+        #[arg(long)]
+        dry_run: bool,
+        /// Do not replay the log into a scratch index afterwards.
+        #[arg(long)]
+        no_verify: bool,
+        /// No progress bar.
+        #[arg(short, long)]
+        quiet: bool,
+    },
     /// Drop the index and rebuild it from the whole log (crash-safe: an
     /// interrupted rebuild is finished by the next open).
     Rebuild,
