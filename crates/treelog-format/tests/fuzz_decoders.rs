@@ -42,6 +42,7 @@ use treelog_proto::event::{Event, Record, Update};
 use treelog_proto::protocol::{
     self, ClientMsg, Hello, RequestBody, ResponseBody, ServerMsg, FRAME_READ_CHUNK,
 };
+use treelog_proto::read::ReadAt;
 use treelog_proto::stream::{Filter, Scope, ScopedEvent, StartFrom, StreamItem, SubscribeOptions};
 use treelog_proto::types::{
     Attrs, Bytes, DirEntry, FileType, Inode, ListPage, Quota, Usage, XattrFlag,
@@ -761,6 +762,19 @@ fn request_body() -> impl Strategy<Value = RequestBody> {
             }
         }),
         any::<u64>().prop_map(|id| RequestBody::BackupEnd { id }),
+        text().prop_map(|path| RequestBody::Readlink {
+            path,
+            at: ReadAt::Latest
+        }),
+        (text(), prop::option::of(text())).prop_map(|(path, name)| RequestBody::GetXattrs {
+            path,
+            name,
+            at: ReadAt::Latest
+        }),
+        text().prop_map(|path| RequestBody::Count {
+            path,
+            at: ReadAt::Latest
+        }),
     ]
 }
 
