@@ -1771,8 +1771,8 @@ fn intern<W: IndexWrite + IndexRead + ?Sized>(
 
 /// Sets the fields `a` describes on `e` (whose parent, name, flags other
 /// than `complete`, and target stay).
-fn set_attrs<W: IndexWrite + IndexRead + ?Sized>(
-    e: &mut InodeEntryV2,
+fn set_attrs<W: IndexWrite + IndexRead + ?Sized, B>(
+    e: &mut InodeEntryV2<B>,
     a: &AttrsRef<'_>,
     ov: &mut W,
     state: &mut EngineState,
@@ -1793,15 +1793,15 @@ fn set_attrs<W: IndexWrite + IndexRead + ?Sized>(
     Ok(())
 }
 
-/// A new inode's entry.
-fn new_entry<W: IndexWrite + IndexRead + ?Sized>(
+/// A new inode's entry (its name and target borrowed from the event).
+fn new_entry<'n, W: IndexWrite + IndexRead + ?Sized>(
     parent: u64,
-    name: &str,
+    name: &'n str,
     a: &AttrsRef<'_>,
-    target: &str,
+    target: &'n str,
     ov: &mut W,
     state: &mut EngineState,
-) -> Result<InodeEntryV2> {
+) -> Result<InodeEntryV2<&'n [u8]>> {
     let mut e = InodeEntryV2 {
         parent_id: parent,
         size: 0,
@@ -1814,8 +1814,8 @@ fn new_entry<W: IndexWrite + IndexRead + ?Sized>(
         flags: 0,
         owner_id: 0,
         group_id: 0,
-        name: name.as_bytes().to_vec(),
-        target: target.as_bytes().to_vec(),
+        name: name.as_bytes(),
+        target: target.as_bytes(),
     };
     set_attrs(&mut e, a, ov, state)?;
     Ok(e)
@@ -1831,7 +1831,12 @@ fn existing<W: IndexRead + ?Sized>(ov: &W, id: u64) -> Result<InodeEntryV2> {
     })
 }
 
-fn put_entry<W: IndexWrite + ?Sized>(ov: &mut W, id: u64, e: &InodeEntryV2, buf: &mut Vec<u8>) {
+fn put_entry<W: IndexWrite + ?Sized, B: AsRef<[u8]>>(
+    ov: &mut W,
+    id: u64,
+    e: &InodeEntryV2<B>,
+    buf: &mut Vec<u8>,
+) {
     ov.put(
         Cf::Inodes,
         &inode_key(id),
@@ -1840,13 +1845,29 @@ fn put_entry<W: IndexWrite + ?Sized>(ov: &mut W, id: u64, e: &InodeEntryV2, buf:
 }
 
 /// A parent's entries changed: its modification and change time become `t`.
+/// Creates in one directory within a millisecond (a group commit, an
+/// import) leave it as it is after the first: no write, and the name is
+/// borrowed, not copied.
 fn touch<W: IndexWrite + IndexRead + ?Sized>(
     ov: &mut W,
     parent: u64,
     t: u64,
     buf: &mut Vec<u8>,
 ) -> Result<()> {
-    let mut e = existing(ov, parent)?;
+    let stored = (parent <= MAX_INODE_ID)
+        .then(|| ov.get(Cf::Inodes, &inode_key(parent)))
+        .transpose()?
+        .flatten()
+        .ok_or_else(|| {
+            Error::corrupt(
+                "index",
+                format!("an event changes inode {parent}, which does not exist"),
+            )
+        })?;
+    let mut e = InodeEntryV2::decode_ref(&stored)?;
+    if e.mtime_ms == t && e.change_ms == t {
+        return Ok(());
+    }
     e.mtime_ms = t;
     e.change_ms = t;
     put_entry(ov, parent, &e, buf);
