@@ -6,9 +6,11 @@ use std::path::{Path, PathBuf};
 use sha2::{Digest, Sha256};
 
 use crate::engine::{self, EngineState};
-use crate::error::{Error, Result};
-use crate::format::{self, DictSet, InodeEntry, MAX_INODE_ID, NEXT_ID_KEY, ROOT_ID};
+use crate::error::{DictKind, Error, Result};
+use crate::format::v2::{self, InodeEntryV2, KeyV2};
+use crate::format::{self, MAX_INODE_ID, ROOT_ID};
 use crate::index::{Cf, IndexRead};
+use crate::names::Names;
 use crate::store::{Store, StoreOptions, WalRecovery, CF_EDGES, CF_INODES};
 
 /// SHA-256 over every key and value of `inodes` then `edges`, in key order.
@@ -54,52 +56,159 @@ pub fn index_summary(store: &Store) -> Result<IndexSummary> {
 
 /// Checks the index's structure: every edge points to an inode that names
 /// it back, every inode but the root is reachable through its edge, parents
-/// are directories, `next_id` is above every id, dictionary ids resolve.
-/// Returns the problems found (empty when sound).
+/// are directories, `next_id` is above every id, dictionary ids resolve and
+/// the dictionaries' two directions agree, the flags of an inode match the
+/// keys it has (extended attributes, quota), and every quota's usage is
+/// what a walk of its subtree counts. Returns the problems found (empty
+/// when sound).
 pub fn check_structure(store: &Store) -> Result<Vec<String>> {
     let mut problems = Vec::new();
     let index = store.index();
     let state = EngineState::load(&index)?;
-    let dicts: &DictSet = &state.dicts;
+    let names = Names::new();
     let mut max_id = 0u64;
     let mut inodes = 0u64;
+    // Dictionary entries seen by id, per owner/group: (id -> name).
+    let mut by_id: [std::collections::BTreeMap<u32, Vec<u8>>; 2] = Default::default();
+    let mut by_name: [Vec<(Vec<u8>, u32)>; 2] = Default::default();
+    let mut quota_keys = Vec::new();
+    let mut xattr_keys = std::collections::BTreeSet::new();
+    // Inodes whose flags say they have extended attributes, or a quota.
+    let mut xattr_flags = std::collections::BTreeSet::new();
+    let mut quota_flags = std::collections::BTreeSet::new();
     for item in store.scan_cf(CF_INODES)? {
         let (k, v) = item?;
-        let id = format::decode_inode_key(&k)?;
-        if id > MAX_INODE_ID {
-            continue;
-        }
-        inodes += 1;
-        max_id = max_id.max(id);
-        let e = match InodeEntry::decode(&v) {
-            Ok(e) => e,
-            Err(err) => {
-                problems.push(format!("inode {id}: {err}"));
+        let key = match v2::decode_key_v2(&k) {
+            Ok(key) => key,
+            Err(e) => {
+                problems.push(e.to_string());
                 continue;
             }
         };
-        if let Err(err) = engine::inode_from_entry(id, &e, dicts) {
-            problems.push(format!("inode {id}: {err}"));
-        }
-        if id == ROOT_ID {
-            if !e.is_dir() || e.parent_id != 0 || !e.name.is_empty() {
-                problems.push("root inode is not an unnamed directory with parent 0".into());
+        match key {
+            KeyV2::Inode(id) => {
+                inodes += 1;
+                max_id = max_id.max(id);
+                let e = match InodeEntryV2::decode(&v) {
+                    Ok(e) => e,
+                    Err(err) => {
+                        problems.push(format!("inode {id}: {err}"));
+                        continue;
+                    }
+                };
+                if let Err(err) = engine::inode_from_entry(&index, &names, id, &e) {
+                    problems.push(format!("inode {id}: {err}"));
+                }
+                // Compared with the keys found, at the end (no read here:
+                // this scan reads every inode).
+                if e.flags & v2::FLAG_HAS_XATTRS != 0 {
+                    xattr_flags.insert(id);
+                }
+                if e.flags & v2::FLAG_HAS_QUOTA != 0 {
+                    quota_flags.insert(id);
+                    if e.kind != v2::KIND_DIRECTORY {
+                        problems.push(format!("inode {id}: a quota on a non-directory"));
+                    }
+                }
+                if id == ROOT_ID {
+                    if e.kind != v2::KIND_DIRECTORY || e.parent_id != 0 || !e.name.is_empty() {
+                        problems
+                            .push("root inode is not an unnamed directory with parent 0".into());
+                    }
+                    continue;
+                }
+                match index.get(Cf::Edges, &format::edge_key(e.parent_id, &e.name))? {
+                    Some(v) if format::decode_edge_value(&v)? == id => {}
+                    Some(v) => problems.push(format!(
+                        "inode {id}: edge ({}, {:?}) points to {} instead",
+                        e.parent_id,
+                        String::from_utf8_lossy(&e.name),
+                        format::decode_edge_value(&v)?
+                    )),
+                    None => problems.push(format!(
+                        "inode {id}: no edge ({}, {:?}) leads to it",
+                        e.parent_id,
+                        String::from_utf8_lossy(&e.name)
+                    )),
+                }
             }
-            continue;
+            KeyV2::Xattrs(id) => {
+                xattr_keys.insert(id);
+                if let Err(e) = v2::XattrList::decode(&v) {
+                    problems.push(format!("extended attributes of {id}: {e}"));
+                }
+            }
+            KeyV2::Quota(id) => match v2::QuotaEntry::decode(&v) {
+                Ok(q) => quota_keys.push((id, q)),
+                Err(e) => problems.push(format!("quota of {id}: {e}")),
+            },
+            KeyV2::DictById { owner, id } => {
+                by_id[usize::from(owner)].insert(id, v.to_vec());
+            }
+            KeyV2::DictByName { owner, name } => match v2::decode_u32_le("dictionary id", &v) {
+                Ok(id) => by_name[usize::from(owner)].push((name.to_vec(), id)),
+                Err(e) => problems.push(e.to_string()),
+            },
+            KeyV2::DictCount { .. } | KeyV2::NextId => {}
         }
-        match index.get(Cf::Edges, &format::edge_key(e.parent_id, &e.name))? {
-            Some(v) if format::decode_edge_value(&v)? == id => {}
-            Some(v) => problems.push(format!(
-                "inode {id}: edge ({}, {:?}) points to {} instead",
-                e.parent_id,
-                String::from_utf8_lossy(&e.name),
-                format::decode_edge_value(&v)?
-            )),
-            None => problems.push(format!(
-                "inode {id}: no edge ({}, {:?}) leads to it",
-                e.parent_id,
-                String::from_utf8_lossy(&e.name)
-            )),
+    }
+    for (owner, count) in [(false, state.groups), (true, state.owners)] {
+        let kind = if owner { "owner" } else { "group" };
+        let ids = &by_id[usize::from(owner)];
+        if ids.len() as u64 != u64::from(count)
+            || ids.keys().next_back().is_some_and(|m| *m != count)
+        {
+            problems.push(format!(
+                "the {kind} dictionary counts {count} names but holds ids {:?}…",
+                ids.keys().take(4).collect::<Vec<_>>()
+            ));
+        }
+        let names_of = &by_name[usize::from(owner)];
+        if names_of.len() != ids.len() {
+            problems.push(format!(
+                "the {kind} dictionary has {} names by id and {} by name",
+                ids.len(),
+                names_of.len()
+            ));
+        }
+        for (name, id) in names_of {
+            if ids.get(id) != Some(name) {
+                problems.push(format!(
+                    "{kind} {:?} has id {id}, whose name is {:?}",
+                    String::from_utf8_lossy(name),
+                    ids.get(id).map(|n| String::from_utf8_lossy(n).into_owned())
+                ));
+            }
+        }
+    }
+    for id in xattr_keys.symmetric_difference(&xattr_flags) {
+        problems.push(format!(
+            "inode {id}: its flag and its extended attributes disagree (or it does not exist)"
+        ));
+    }
+    let quota_ids: std::collections::BTreeSet<u64> = quota_keys.iter().map(|(id, _)| *id).collect();
+    for id in quota_ids
+        .symmetric_difference(&quota_flags)
+        .chain(quota_ids.symmetric_difference(&state.quotas))
+    {
+        problems.push(format!(
+            "inode {id}: its flag, its quota key and the quotas an open loads disagree"
+        ));
+    }
+    for (id, q) in &quota_keys {
+        let what = format!("directory {id}");
+        match engine::count_subtree_walking(&index, *id, usize::MAX, &what) {
+            Ok(c) => {
+                let mut walked = c.usage;
+                walked.directories = walked.directories.saturating_sub(1);
+                if walked != q.to_quota().usage {
+                    problems.push(format!(
+                        "the quota of {id} counts {:?}, its subtree holds {walked:?}",
+                        q.to_quota().usage
+                    ));
+                }
+            }
+            Err(e) => problems.push(format!("the quota of {id}: {e}")),
         }
     }
     if store
@@ -117,7 +226,10 @@ pub fn check_structure(store: &Store) -> Result<Vec<String>> {
         let child = format::decode_edge_value(&v)?;
         match index.get(Cf::Inodes, &format::inode_key(parent))? {
             Some(pv) => {
-                if !InodeEntry::decode(&pv).map(|p| p.is_dir()).unwrap_or(false) {
+                if !InodeEntryV2::decode(&pv)
+                    .map(|p| p.kind == v2::KIND_DIRECTORY)
+                    .unwrap_or(false)
+                {
                     problems.push(format!(
                         "edge ({parent}, {:?}): parent is not a directory",
                         String::from_utf8_lossy(name)
@@ -130,7 +242,7 @@ pub fn check_structure(store: &Store) -> Result<Vec<String>> {
             )),
         }
         match index.get(Cf::Inodes, &format::inode_key(child))? {
-            Some(cv) => match InodeEntry::decode(&cv) {
+            Some(cv) => match InodeEntryV2::decode(&cv) {
                 Ok(c) if c.parent_id == parent && c.name == name => {}
                 Ok(_) => problems.push(format!(
                     "edge ({parent}, {:?}) -> {child}: the inode names a different parent or name",
@@ -156,6 +268,26 @@ pub fn check_structure(store: &Store) -> Result<Vec<String>> {
         ));
     }
     Ok(problems)
+}
+
+/// The names of the owner or group dictionary, id 1 first.
+pub fn dictionary(store: &Store, kind: DictKind) -> Result<Vec<String>> {
+    let owner = kind == DictKind::Owner;
+    let index = store.index();
+    let prefix = {
+        let mut p = v2::dict_count_key(owner).to_vec();
+        p.push(v2::DICT_BY_ID);
+        p
+    };
+    let mut out = Vec::new();
+    engine::for_each_under(&index, Cf::Inodes, &prefix, |_, v| {
+        out.push(
+            String::from_utf8(v.to_vec())
+                .map_err(|_| Error::corrupt("dictionary", format!("a {kind} is not UTF-8")))?,
+        );
+        Ok(())
+    })?;
+    Ok(out)
 }
 
 /// The result of [`verify`].
@@ -326,6 +458,9 @@ pub enum DumpEntry {
         key_hex: String,
         id: u64,
         inode: Option<crate::types::Inode>,
+        /// A symbolic link's target.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        target: Option<String>,
         error: Option<String>,
     },
     Special {
@@ -343,58 +478,74 @@ pub enum DumpEntry {
 
 /// Decodes every index entry (for `admin dump`).
 pub fn dump_index(store: &Store, mut f: impl FnMut(DumpEntry) -> Result<()>) -> Result<()> {
-    let state = EngineState::load(&store.index())?;
+    let index = store.index();
+    let names = Names::new();
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
     for item in store.scan_cf(CF_INODES)? {
         let (k, v) = item?;
-        let id = format::decode_inode_key(&k)?;
         let key_hex = hex::encode(&k);
-        let e = if id == format::OWNER_DICT_KEY || id == format::GROUP_DICT_KEY {
-            let what = if id == format::OWNER_DICT_KEY {
-                "owner_dict"
-            } else {
-                "group_dict"
-            };
-            let value = match format::Dict::decode(&v) {
-                Ok(d) => {
-                    let names: Vec<String> = (1..=d.len())
-                        .map(|i| d.lookup(i as u8).unwrap_or("?").to_owned())
-                        .collect();
-                    format!("{names:?}")
+        let special = |what: &'static str, value: String| DumpEntry::Special {
+            key_hex: key_hex.clone(),
+            what,
+            value,
+        };
+        let or_error = |r: Result<String>| r.unwrap_or_else(|e| e.to_string());
+        let e = match v2::decode_key_v2(&k) {
+            Err(e) => special("unknown", e.to_string()),
+            Ok(KeyV2::Inode(id)) => {
+                match InodeEntryV2::decode(&v)
+                    .and_then(|e| Ok((engine::inode_from_entry(&index, &names, id, &e)?, e)))
+                {
+                    Ok((i, e)) => DumpEntry::Inode {
+                        key_hex,
+                        id,
+                        target: i.attrs.kind.is_symlink().then(|| text(&e.target)),
+                        inode: Some(i),
+                        error: None,
+                    },
+                    Err(e) => DumpEntry::Inode {
+                        key_hex,
+                        id,
+                        inode: None,
+                        target: None,
+                        error: Some(e.to_string()),
+                    },
                 }
-                Err(e) => e.to_string(),
-            };
-            DumpEntry::Special {
-                key_hex,
-                what,
-                value,
             }
-        } else if id == NEXT_ID_KEY {
-            let value = match format::decode_next_id_value(&v) {
-                Ok(n) => n.to_string(),
-                Err(e) => e.to_string(),
-            };
-            DumpEntry::Special {
-                key_hex,
-                what: "next_id",
-                value,
-            }
-        } else {
-            match InodeEntry::decode(&v)
-                .and_then(|e| engine::inode_from_entry(id, &e, &state.dicts))
-            {
-                Ok(i) => DumpEntry::Inode {
-                    key_hex,
-                    id,
-                    inode: Some(i),
-                    error: None,
-                },
-                Err(e) => DumpEntry::Inode {
-                    key_hex,
-                    id,
-                    inode: None,
-                    error: Some(e.to_string()),
-                },
-            }
+            Ok(KeyV2::Xattrs(_)) => special(
+                "xattrs",
+                or_error(v2::XattrList::decode(&v).map(|l| {
+                    let pairs: Vec<String> = l
+                        .attrs
+                        .iter()
+                        .map(|(n, v)| format!("{}={}", text(n), hex::encode(v)))
+                        .collect();
+                    pairs.join(" ")
+                })),
+            ),
+            Ok(KeyV2::Quota(_)) => special(
+                "quota",
+                or_error(v2::QuotaEntry::decode(&v).map(|q| format!("{:?}", q.to_quota()))),
+            ),
+            Ok(KeyV2::DictCount { owner }) => special(
+                if owner { "owner_count" } else { "group_count" },
+                or_error(v2::decode_u32_le("dictionary counter", &v).map(|n| n.to_string())),
+            ),
+            Ok(KeyV2::DictById { owner, id }) => special(
+                if owner { "owner_name" } else { "group_name" },
+                format!("{id} {:?}", text(&v)),
+            ),
+            Ok(KeyV2::DictByName { owner, name }) => special(
+                if owner { "owner_id" } else { "group_id" },
+                or_error(
+                    v2::decode_u32_le("dictionary id", &v)
+                        .map(|id| format!("{:?} {id}", text(name))),
+                ),
+            ),
+            Ok(KeyV2::NextId) => special(
+                "next_id",
+                or_error(format::decode_next_id_value(&v).map(|n| n.to_string())),
+            ),
         };
         f(e)?;
     }
@@ -409,4 +560,76 @@ pub fn dump_index(store: &Store, mut f: impl FnMut(DumpEntry) -> Result<()>) -> 
         })?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::CF_INODES;
+
+    /// The structure check finds an inode whose flags and keys disagree,
+    /// and a quota whose counters are not its subtree's.
+    #[test]
+    fn the_structure_check_finds_flags_keys_and_counters_that_disagree() {
+        let dir = tempfile::tempdir().unwrap();
+        let t = crate::Treelog::open(dir.path(), crate::Options::default()).unwrap();
+        t.mkdir_p("/q/d").unwrap();
+        t.create("/q/d/f", Default::default()).unwrap();
+        t.set_quota("/q", Some(10), None).unwrap();
+        t.set_xattr("/q/d/f", "user.a", b"1", crate::XattrFlag::Either)
+            .unwrap();
+        assert!(check_structure(t.store()).unwrap().is_empty());
+        let (d, f) = (t.stat("/q/d").unwrap().id, t.stat("/q/d/f").unwrap().id);
+        t.close().unwrap();
+        let store = Store::open(dir.path(), &StoreOptions::default()).unwrap();
+        let mut b = store.raw_batch();
+        // Attributes on an inode whose flag says it has none; the file's
+        // taken away; and a quota that counts one file too many.
+        b.put(
+            CF_INODES,
+            &v2::xattrs_key(d),
+            &v2::XattrList::default().encode(),
+        )
+        .unwrap();
+        b.delete(CF_INODES, &v2::xattrs_key(f)).unwrap();
+        let q = crate::engine::stored_quota(&store.index(), t_id(&store, "/q"))
+            .unwrap()
+            .unwrap();
+        let wrong = v2::QuotaEntry {
+            files: q.files + 1,
+            ..q
+        };
+        b.put(
+            CF_INODES,
+            &v2::quota_key(t_id(&store, "/q")),
+            &wrong.encode(),
+        )
+        .unwrap();
+        store.write_raw(b, true).unwrap();
+        let problems = check_structure(&store).unwrap();
+        assert!(
+            problems
+                .iter()
+                .any(|p| p.contains(&format!("inode {d}: its flag and its extended"))),
+            "{problems:?}"
+        );
+        assert!(
+            problems
+                .iter()
+                .any(|p| p.contains(&format!("inode {f}: its flag and its extended"))),
+            "{problems:?}"
+        );
+        assert!(
+            problems
+                .iter()
+                .any(|p| p.contains("the quota of") && p.contains("its subtree holds")),
+            "{problems:?}"
+        );
+    }
+
+    fn t_id(store: &Store, p: &str) -> u64 {
+        crate::engine::resolve(&store.index(), &Names::new(), p)
+            .unwrap()
+            .id
+    }
 }

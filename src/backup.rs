@@ -29,7 +29,6 @@ use std::time::Instant;
 
 use sha2::{Digest, Sha256};
 
-use crate::engine::EngineState;
 use crate::error::{DictKind, Error, Result};
 use crate::format;
 use crate::store::{Store, StoreOptions};
@@ -458,13 +457,7 @@ impl Checkpoint {
         let t = Instant::now();
         let summary = crate::admin::index_summary(&staged)?;
         phases.digest = ms(t);
-        let state = EngineState::load(&staged.index())?;
-        let dict = |kind| -> Result<Vec<String>> {
-            let d = state.dicts.get(kind);
-            (1..=d.len())
-                .map(|i| d.lookup(i as u8).map(str::to_owned))
-                .collect()
-        };
+        let dict = |kind| crate::admin::dictionary(&staged, kind);
         let manifest = Manifest {
             backup_format: BACKUP_FORMAT,
             created_by: format!("treelog {}", env!("CARGO_PKG_VERSION")),
@@ -880,9 +873,14 @@ pub fn restore(
             path: src.display().to_string(),
             detail: format!(
                 "the backup holds a database of format version {}, not supported by this build \
-                 (supported: {:?})",
+                 (supported: {:?}){}",
                 manifest.format_version,
-                format::SUPPORTED_FORMAT_VERSIONS
+                format::SUPPORTED_FORMAT_VERSIONS,
+                if format::MIGRATABLE_FORMAT_VERSIONS.contains(&manifest.format_version) {
+                    "; restore it with a build of that format, then `treelog admin migrate` it"
+                } else {
+                    ""
+                }
             ),
         });
     }

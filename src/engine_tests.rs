@@ -124,8 +124,24 @@ impl Harness {
     /// names, under a directory.
     fn check(&self) {
         assert!(self.replica == self.index, "the replayed index differs");
-        assert_eq!(self.replica_state.dicts, self.engine.state.dicts);
+        assert_eq!(
+            (
+                self.replica_state.owners,
+                self.replica_state.groups,
+                &self.replica_state.quotas
+            ),
+            (
+                self.engine.state.owners,
+                self.engine.state.groups,
+                &self.engine.state.quotas
+            )
+        );
         assert_eq!(self.replica_state.id_bound, self.engine.state.id_bound);
+        assert_eq!(
+            EngineState::load(&self.index).unwrap().quotas,
+            self.engine.state.quotas,
+            "the quotas an open loads"
+        );
         let stored = &self.index.inodes[&inode_key(NEXT_ID_KEY)[..]];
         assert_eq!(
             format::decode_next_id_value(stored).unwrap(),
@@ -133,25 +149,29 @@ impl Harness {
         );
         let mut inodes = 0;
         for (k, v) in &self.index.inodes {
-            let id = format::decode_inode_key(k).unwrap();
-            if id > MAX_INODE_ID {
+            let v2::KeyV2::Inode(id) = v2::decode_key_v2(k).unwrap() else {
                 continue;
-            }
+            };
             inodes += 1;
             assert!(id < self.engine.state.next_id && id < self.engine.state.id_bound);
             if id == ROOT_ID {
                 continue;
             }
-            let e = InodeEntry::decode_ref(v).unwrap();
+            let e = InodeEntryV2::decode_ref(v).unwrap();
             let edge = self.index.edges.get(&edge_key(e.parent_id, e.name)[..]);
             assert_eq!(
                 edge.map(|v| format::decode_edge_value(v).unwrap()),
                 Some(id),
                 "the edge of inode {id}"
             );
-            assert!(stored_is_dir(&self.index, e.parent_id).unwrap());
+            assert!(stored_kind(&self.index, e.parent_id).unwrap().is_dir());
         }
         assert_eq!(inodes, self.index.edges.len() + 1);
+    }
+
+    /// The time of the last group run.
+    fn last(&self) -> u64 {
+        self.now - 1000
     }
 
     /// Restarts the writer: the state is loaded from the index.
@@ -219,7 +239,7 @@ impl Harness {
     }
 
     fn stat(&self, p: &str) -> Result<Inode> {
-        resolve(&self.index, &self.engine.state.dicts, p)
+        resolve(&self.index, &self.engine.names, p)
     }
 
     #[track_caller]
@@ -239,14 +259,8 @@ impl Harness {
 
     /// The names in a directory.
     fn ls(&self, p: &str) -> Vec<String> {
-        let (entries, more) = list_children(
-            &self.index,
-            &self.engine.state.dicts,
-            self.id(p),
-            None,
-            1 << 20,
-        )
-        .unwrap();
+        let (entries, more) =
+            list_children(&self.index, &self.engine.names, self.id(p), None, 1 << 20).unwrap();
         assert!(!more);
         entries.into_iter().map(|e| e.name).collect()
     }
@@ -257,7 +271,7 @@ impl Harness {
         let mut todo = vec![(ROOT_ID, "/".to_owned())];
         while let Some((id, p)) = todo.pop() {
             let (kids, _) =
-                list_children(&self.index, &self.engine.state.dicts, id, None, 1 << 20).unwrap();
+                list_children(&self.index, &self.engine.names, id, None, 1 << 20).unwrap();
             for k in kids {
                 let cp = path::join(&p, &k.name);
                 if k.inode.attrs.kind.is_dir() {
@@ -393,6 +407,7 @@ fn dir_attrs(now: u64, mode: u32, owner: &str, group: &str) -> Attrs {
         block_size: 0,
         ctime_ms: now,
         mtime_ms: now,
+        change_ms: now,
         mode,
         complete: true,
         owner: owner.into(),
@@ -407,6 +422,7 @@ fn file_attrs(now: u64, mode: u32, owner: &str, group: &str) -> Attrs {
         block_size: DEFAULT_BLOCK_SIZE,
         ctime_ms: now,
         mtime_ms: now,
+        change_ms: now,
         mode,
         complete: false,
         owner: owner.into(),
@@ -414,28 +430,37 @@ fn file_attrs(now: u64, mode: u32, owner: &str, group: &str) -> Attrs {
     }
 }
 
+/// A `Create` at the time its attributes were made (the parent's new time).
 fn created(id: u64, parent: u64, p: &str, attrs: Attrs) -> Event {
     Event::Create {
         id,
         parent,
         name: p.rsplit('/').next().unwrap().into(),
         path: p.into(),
+        parent_mtime_ms: Some(attrs.mtime_ms),
         attrs,
+        quotas: Vec::new(),
     }
 }
 
-/// The `Delete` of an inode as it is now, at path `p`.
-fn deleted(ino: &Inode, p: &str) -> Event {
+/// The `Delete` of an inode as it is now, at path `p`, at time `t` (`None`
+/// for an inode whose parent the same command deletes).
+fn deleted(ino: &Inode, p: &str, t: Option<u64>) -> Event {
     Event::Delete {
         id: ino.id,
         parent: ino.parent,
         name: ino.name.clone(),
         path: p.into(),
         attrs: ino.attrs.clone(),
+        parent_mtime_ms: t,
+        quotas: Vec::new(),
     }
 }
 
-fn renamed(ino: &Inode, from: &str, new_parent: u64, to: &str) -> Event {
+/// The `Rename` of an inode as it is now, at time `t`.
+fn renamed(ino: &Inode, from: &str, new_parent: u64, to: &str, t: u64) -> Event {
+    let mut attrs = ino.attrs.clone();
+    attrs.change_ms = t;
     Event::Rename {
         id: ino.id,
         old_parent: ino.parent,
@@ -444,7 +469,11 @@ fn renamed(ino: &Inode, from: &str, new_parent: u64, to: &str) -> Event {
         new_parent,
         new_name: to.rsplit('/').next().unwrap().into(),
         new_path: to.into(),
-        attrs: ino.attrs.clone(),
+        attrs,
+        parent_mtime_ms: Some(t),
+        quotas_from: Vec::new(),
+        quotas_to: Vec::new(),
+        usage: Usage::default(),
     }
 }
 
@@ -456,6 +485,7 @@ fn update(ino: &Inode, p: &str, new: Attrs) -> Update {
         path: p.into(),
         old: ino.attrs.clone(),
         new,
+        quotas: Vec::new(),
     }
 }
 
@@ -537,8 +567,11 @@ fn mkdir_p_creates_the_missing_components_top_down_with_consecutive_ids() {
     );
     assert_eq!(h.tree(), ["/a", "/a/b", "/a/b/c", "/a/b/c/d"]);
     assert_eq!(h.ino("/a/b/c/d").attrs, attrs);
-    // The existing ancestor is untouched.
-    assert_eq!(h.ino("/a").attrs, dir_attrs(T0, 0o755, "", ""));
+    // The existing ancestor gained an entry: its times moved, and only
+    // those.
+    let mut a = dir_attrs(T0, 0o755, "", "");
+    (a.mtime_ms, a.change_ms) = (t, t);
+    assert_eq!(h.ino("/a").attrs, a);
 }
 
 #[test]
@@ -606,7 +639,7 @@ fn mkdir_refuses_an_owner_or_group_longer_than_255_bytes() {
 // ---------------------------------------------------------------------------
 
 #[test]
-fn create_makes_an_empty_incomplete_file_and_leaves_its_parent_alone() {
+fn create_makes_an_empty_incomplete_file_and_moves_its_parents_times() {
     let mut h = Harness::new();
     h.ok(mkdir("/d"));
     let parent = h.ino("/d");
@@ -624,7 +657,9 @@ fn create_makes_an_empty_incomplete_file_and_leaves_its_parent_alone() {
     attrs.block_size = 4096;
     assert_eq!(ev, vec![created(3, parent.id, "/d/f", attrs.clone())]);
     assert_eq!(h.ino("/d/f").attrs, attrs);
-    assert_eq!(h.ino("/d"), parent);
+    let mut moved = parent.clone();
+    (moved.attrs.mtime_ms, moved.attrs.change_ms) = (t, t);
+    assert_eq!(h.ino("/d"), moved);
 }
 
 #[test]
@@ -715,6 +750,7 @@ fn complete_sets_the_size_the_flag_and_the_mtime() {
     new.size = 4096;
     new.complete = true;
     new.mtime_ms = T0 + 1000;
+    new.change_ms = T0 + 1000;
     assert_eq!(ev, vec![Event::Complete(update(&f, "/f", new.clone()))]);
     assert_eq!(h.ino("/f").attrs, new);
     assert_eq!(h.ino("/f").attrs.ctime_ms, T0);
@@ -767,6 +803,7 @@ fn set_size_changes_the_size_and_mtime_and_keeps_the_completeness() {
     let mut new = f.attrs.clone();
     new.size = 7;
     new.mtime_ms = T0 + 1000;
+    new.change_ms = T0 + 1000;
     assert_eq!(ev, vec![Event::SetSize(update(&f, "/f", new.clone()))]);
     assert!(!h.ino("/f").attrs.complete);
 
@@ -787,6 +824,7 @@ fn set_size_to_the_same_size_still_logs_a_new_mtime() {
     let ev = h.ok(set_size("/f", 0));
     let mut new = f.attrs.clone();
     new.mtime_ms = T0 + 1000;
+    new.change_ms = T0 + 1000;
     assert_eq!(ev, vec![Event::SetSize(update(&f, "/f", new))]);
 }
 
@@ -811,12 +849,14 @@ fn set_attr_changes_only_what_is_given_and_not_the_mtime() {
     let ev = h.ok(chmod("/f", 0o600));
     let mut new = f.attrs.clone();
     new.mode = 0o600;
+    new.change_ms = h.last();
     assert_eq!(ev, vec![Event::SetAttr(update(&f, "/f", new.clone()))]);
     assert_eq!(h.ino("/f").attrs.mtime_ms, T0);
 
     let f = h.ino("/f");
     let ev = h.ok(chown("/f", None, Some("ml")));
     new.group = "ml".into();
+    new.change_ms = h.last();
     assert_eq!(ev, vec![Event::SetAttr(update(&f, "/f", new.clone()))]);
     assert_eq!(h.ino("/f").attrs, new);
 }
@@ -829,6 +869,7 @@ fn set_attr_mtime_takes_the_callers_value_even_an_earlier_one() {
     let ev = h.ok(touch("/d", 5));
     let mut new = d.attrs.clone();
     new.mtime_ms = 5;
+    new.change_ms = h.last();
     assert_eq!(ev, vec![Event::SetAttr(update(&d, "/d", new))]);
     assert_eq!(h.ino("/d").attrs.mtime_ms, 5);
     assert_eq!(h.ino("/d").attrs.ctime_ms, T0);
@@ -852,6 +893,7 @@ fn set_attr_of_the_root_is_allowed() {
     let ev = h.ok(chmod("/", 0o700));
     let mut new = root.attrs.clone();
     new.mode = 0o700;
+    new.change_ms = h.last();
     assert_eq!(
         ev,
         vec![Event::SetAttr(Update {
@@ -861,6 +903,7 @@ fn set_attr_of_the_root_is_allowed() {
             path: "/".into(),
             old: root.attrs,
             new,
+            quotas: vec![],
         })]
     );
     assert_eq!(h.ino("/").attrs.mode, 0o700);
@@ -899,54 +942,96 @@ fn owners_and_groups_are_interned_in_event_order_and_stored() {
     let mut h = Harness::new();
     h.ok(mkdir_as("/a", false, 0o755, "alice", "staff"));
     h.ok(create_as("/a/f", false, 0o644, "bob", "staff"));
-    let dict = |key| Dict::decode(&h.index.inodes[&inode_key(key)[..]]).unwrap();
-    let (owners, groups) = (dict(OWNER_DICT_KEY), dict(GROUP_DICT_KEY));
+    let get = |k: &[u8]| h.index.inodes.get(k).cloned();
+    // Both directions and the counter, one key each.
     assert_eq!(
-        (owners.id_of("alice"), owners.id_of("bob")),
-        (Some(1), Some(2))
+        get(&v2::dict_by_name_key(true, b"alice")),
+        Some(1u32.to_le_bytes().to_vec())
     );
-    assert_eq!((groups.len(), groups.id_of("staff")), (1, Some(1)));
-    let e = InodeEntry::decode(&h.index.inodes[&inode_key(h.id("/a/f"))[..]]).unwrap();
+    assert_eq!(
+        get(&v2::dict_by_name_key(true, b"bob")),
+        Some(2u32.to_le_bytes().to_vec())
+    );
+    assert_eq!(get(&v2::dict_by_id_key(true, 2)), Some(b"bob".to_vec()));
+    assert_eq!(
+        get(&v2::dict_count_key(true)),
+        Some(2u32.to_le_bytes().to_vec())
+    );
+    assert_eq!(
+        get(&v2::dict_by_name_key(false, b"staff")),
+        Some(1u32.to_le_bytes().to_vec())
+    );
+    assert_eq!(
+        get(&v2::dict_count_key(false)),
+        Some(1u32.to_le_bytes().to_vec())
+    );
+    let e = InodeEntryV2::decode(&h.index.inodes[&inode_key(h.id("/a/f"))[..]]).unwrap();
     assert_eq!((e.owner_id, e.group_id), (2, 1));
-    assert_eq!(h.engine.state.dicts.owners, owners);
+    assert_eq!((h.engine.state.owners, h.engine.state.groups), (2, 1));
+}
+
+#[test]
+fn three_hundred_owners_and_groups_get_ids_past_format_1s_255() {
+    let mut h = Harness::new();
+    for i in 0..300 {
+        h.ok(create_as(
+            &format!("/f{i}"),
+            false,
+            0o644,
+            &format!("user{i}"),
+            &format!("group{i}"),
+        ));
+    }
+    assert_eq!((h.engine.state.owners, h.engine.state.groups), (300, 300));
+    for i in [0, 254, 255, 299] {
+        let a = h.ino(&format!("/f{i}")).attrs;
+        assert_eq!(
+            (a.owner, a.group),
+            (format!("user{i}"), format!("group{i}"))
+        );
+    }
+    let e = InodeEntryV2::decode(&h.index.inodes[&inode_key(h.id("/f299"))[..]]).unwrap();
+    assert_eq!((e.owner_id, e.group_id), (300, 300));
+    h.ok(chown("/f0", Some("user299"), Some("group0")));
+    assert_eq!(h.engine.state.owners, 300, "a known name adds nothing");
+}
+
+/// Puts a dictionary's counter at `n` in both indexes, as if `n` names
+/// had been given.
+fn fill_dictionary(h: &mut Harness, owner: bool, n: u32) {
+    for index in [&mut h.index, &mut h.replica] {
+        index
+            .inodes
+            .insert(v2::dict_count_key(owner).to_vec(), n.to_le_bytes().to_vec());
+    }
+    h.restart();
+    h.replica_state = EngineState::load(&h.replica).unwrap();
 }
 
 #[test]
 fn a_full_owner_dictionary_refuses_new_owners_only() {
     let mut h = Harness::new();
-    // 255 distinct owners fill it.
-    for i in 0..255 {
-        h.ok(mkdir_as(
-            &format!("/d{i}"),
-            false,
-            0o755,
-            &format!("u{i}"),
-            "",
-        ));
-    }
+    h.ok(mkdir_as("/d0", false, 0o755, "u0", ""));
+    fill_dictionary(&mut h, true, u32::MAX - 1);
+    // The last id goes to one more name.
+    h.ok(mkdir_as("/d1", false, 0o755, "u1", ""));
+    assert_eq!(h.engine.state.owners, u32::MAX);
     let e = h.refused(mkdir_as("/x", false, 0o755, "new", ""));
     assert!(matches!(e, Error::DictionaryFull(DictKind::Owner)), "{e:?}");
     let e = h.refused(create_as("/x", true, 0o644, "new", ""));
     assert!(matches!(e, Error::DictionaryFull(DictKind::Owner)), "{e:?}");
     assert_eq!(h.kind(chown("/d0", Some("new"), None)), DictionaryFull);
     // Known owners, the empty one and the other dictionary still work.
-    h.ok(mkdir_as("/x", false, 0o755, "u7", "g"));
+    h.ok(mkdir_as("/x", false, 0o755, "u1", "g"));
     h.ok(create_as("/y", false, 0o644, "", "h"));
-    h.ok(chown("/d0", Some("u1"), None));
+    h.ok(chown("/d1", Some("u0"), None));
+    assert_eq!(h.ino("/d1").attrs.owner, "u0");
 }
 
 #[test]
 fn a_group_sees_the_dictionary_entries_of_its_earlier_commands() {
     let mut h = Harness::new();
-    for i in 0..254 {
-        h.ok(mkdir_as(
-            &format!("/d{i}"),
-            false,
-            0o755,
-            "",
-            &format!("g{i}"),
-        ));
-    }
+    fill_dictionary(&mut h, false, u32::MAX - 1);
     let ran = h.run_group(vec![
         mkdir_as("/x", false, 0o755, "", "last"),
         mkdir_as("/y", false, 0o755, "", "one-too-many"),
@@ -958,7 +1043,7 @@ fn a_group_sees_the_dictionary_entries_of_its_earlier_commands() {
         "{ran:?}"
     );
     assert!(matches!(ran[2], Ran::Applied(_)));
-    assert_eq!(h.engine.state.dicts.groups.len(), 255);
+    assert_eq!(h.engine.state.groups, u32::MAX);
 }
 
 // ---------------------------------------------------------------------------
@@ -973,7 +1058,7 @@ fn delete_of_a_file_logs_its_attributes() {
     h.ok(complete("/d/f", 99));
     let f = h.ino("/d/f");
     let ev = h.ok(rm("/d/f/"));
-    assert_eq!(ev, vec![deleted(&f, "/d/f")]);
+    assert_eq!(ev, vec![deleted(&f, "/d/f", Some(h.last()))]);
     assert!(h.missing("/d/f"));
     assert_eq!(h.ls("/d"), Vec::<String>::new());
 }
@@ -983,7 +1068,7 @@ fn delete_of_an_empty_directory() {
     let mut h = Harness::new();
     h.ok(mkdir_p("/a/b"));
     let b = h.ino("/a/b");
-    assert_eq!(h.ok(rm("/a/b")), vec![deleted(&b, "/a/b")]);
+    assert_eq!(h.ok(rm("/a/b")), vec![deleted(&b, "/a/b", Some(h.last()))]);
     assert_eq!(h.tree(), ["/a"]);
 }
 
@@ -1013,7 +1098,11 @@ fn delete_recursive_is_post_order_with_siblings_in_byte_order() {
         h.ok(c);
     }
     let order = ["/d/B", "/d/a/x", "/d/a/y", "/d/a", "/d/b", "/d/c", "/d"];
-    let expected: Vec<Event> = order.iter().map(|p| deleted(&h.ino(p), p)).collect();
+    let t = h.now;
+    let expected: Vec<Event> = order
+        .iter()
+        .map(|p| deleted(&h.ino(p), p, (*p == "/d").then_some(t)))
+        .collect();
     assert_eq!(h.ok(rm_r("/d")), expected);
     assert_eq!(h.tree(), ["/e"]);
 }
@@ -1024,8 +1113,8 @@ fn delete_recursive_of_a_file_or_an_empty_directory_is_one_event() {
     h.ok(create("/f"));
     h.ok(mkdir("/d"));
     let (f, d) = (h.ino("/f"), h.ino("/d"));
-    assert_eq!(h.ok(rm_r("/f")), vec![deleted(&f, "/f")]);
-    assert_eq!(h.ok(rm_r("/d")), vec![deleted(&d, "/d")]);
+    assert_eq!(h.ok(rm_r("/f")), vec![deleted(&f, "/f", Some(h.last()))]);
+    assert_eq!(h.ok(rm_r("/d")), vec![deleted(&d, "/d", Some(h.last()))]);
 }
 
 #[test]
@@ -1117,13 +1206,23 @@ fn rename_of_a_file_to_another_directory_keeps_its_id_and_attributes() {
     h.ok(create("/a/f"));
     let (f, b) = (h.ino("/a/f"), h.id("/b"));
     let ev = h.ok(mv("/a/f", "/b/g/"));
-    assert_eq!(ev, vec![renamed(&f, "/a/f", b, "/b/g")]);
+    assert_eq!(ev, vec![renamed(&f, "/a/f", b, "/b/g", h.last())]);
     assert!(h.missing("/a/f"));
     let g = h.ino("/b/g");
     assert_eq!((g.id, g.parent, g.name.as_str()), (f.id, b, "g"));
-    // Times are not touched, neither the file's nor its directories'.
-    assert_eq!(g.attrs, f.attrs);
-    assert_eq!(h.ino("/a").attrs.mtime_ms, T0);
+    // The file's change time and both directories' times move with it.
+    let t = h.last();
+    let mut want = f.attrs.clone();
+    want.change_ms = t;
+    assert_eq!(g.attrs, want);
+    for d in ["/a", "/b"] {
+        let a = h.ino(d).attrs;
+        assert_eq!(
+            (a.mtime_ms, a.change_ms, a.ctime_ms < t),
+            (t, t, true),
+            "{d}"
+        );
+    }
 }
 
 #[test]
@@ -1131,7 +1230,10 @@ fn rename_within_a_directory() {
     let mut h = Harness::new();
     h.ok(create("/f"));
     let f = h.ino("/f");
-    assert_eq!(h.ok(mv("/f", "/g")), vec![renamed(&f, "/f", ROOT_ID, "/g")]);
+    assert_eq!(
+        h.ok(mv("/f", "/g")),
+        vec![renamed(&f, "/f", ROOT_ID, "/g", h.last())]
+    );
     assert_eq!(h.tree(), ["/g"]);
 }
 
@@ -1146,17 +1248,14 @@ fn rename_of_a_directory_moves_its_subtree_with_one_event() {
         .collect();
     let b = h.ino("/a/b");
     let ev = h.ok(mv("/a/b", "/z/y"));
-    assert_eq!(ev, vec![renamed(&b, "/a/b", h.id("/z"), "/z/y")]);
+    assert_eq!(ev, vec![renamed(&b, "/a/b", h.id("/z"), "/z/y", h.last())]);
     assert_eq!(h.tree(), ["/a", "/z", "/z/y", "/z/y/c", "/z/y/c/f"]);
     let moved: Vec<u64> = ["/z/y", "/z/y/c", "/z/y/c/f"]
         .iter()
         .map(|p| h.id(p))
         .collect();
     assert_eq!(moved, ids);
-    assert_eq!(
-        path_of(&h.index, &h.engine.state.dicts, ids[2]).unwrap(),
-        "/z/y/c/f"
-    );
+    assert_eq!(path_of(&h.index, ids[2]).unwrap(), "/z/y/c/f");
 }
 
 #[test]
@@ -1230,13 +1329,17 @@ fn rename_overwrite_of_a_file_deletes_it_then_renames() {
     h.ok(complete("/d/g", 5));
     let (f, g, d) = (h.ino("/f"), h.ino("/d/g"), h.id("/d"));
     let ev = h.ok(mv_over("/f", "/d/g"));
-    assert_eq!(ev, vec![deleted(&g, "/d/g"), renamed(&f, "/f", d, "/d/g")]);
+    let t = h.last();
+    assert_eq!(
+        ev,
+        vec![
+            deleted(&g, "/d/g", Some(t)),
+            renamed(&f, "/f", d, "/d/g", t)
+        ]
+    );
     assert_eq!(h.id("/d/g"), f.id);
     assert_eq!(h.tree(), ["/d", "/d/g"]);
-    assert_eq!(
-        get_inode(&h.index, &h.engine.state.dicts, g.id).unwrap(),
-        None
-    );
+    assert_eq!(get_inode(&h.index, &h.engine.names, g.id).unwrap(), None);
 }
 
 #[test]
@@ -1248,7 +1351,10 @@ fn rename_overwrite_of_an_empty_directory_deletes_it_then_renames() {
     let ev = h.ok(mv_over("/a", "/b"));
     assert_eq!(
         ev,
-        vec![deleted(&b, "/b"), renamed(&a, "/a", ROOT_ID, "/b")]
+        vec![
+            deleted(&b, "/b", Some(h.last())),
+            renamed(&a, "/a", ROOT_ID, "/b", h.last())
+        ]
     );
     assert_eq!(h.tree(), ["/b", "/b/f"]);
 }
@@ -1260,7 +1366,7 @@ fn rename_overwrite_with_nothing_to_replace_is_a_plain_rename() {
     let f = h.ino("/f");
     assert_eq!(
         h.ok(mv_over("/f", "/g")),
-        vec![renamed(&f, "/f", ROOT_ID, "/g")]
+        vec![renamed(&f, "/f", ROOT_ID, "/g", h.last())]
     );
 }
 
@@ -1537,9 +1643,10 @@ fn a_multi_event_command_is_refused_when_its_record_passes_max_record_bytes() {
     }
     assert!(ov.writes().is_empty());
     drop(ov);
+    let loaded = EngineState::load(&h.index).unwrap();
     assert_eq!(
-        h.engine.state.dicts,
-        EngineState::load(&h.index).unwrap().dicts
+        (h.engine.state.owners, h.engine.state.groups),
+        (loaded.owners, loaded.groups)
     );
     h.engine.max_record_bytes = size;
     assert_eq!(h.ok(cmd).len(), 3);
@@ -1571,7 +1678,7 @@ fn list_children_pages_in_byte_order() {
     for p in ["/d/c", "/d/a", "/d/B", "/d/b"] {
         h.ok(create_p(p));
     }
-    let dicts = &h.engine.state.dicts;
+    let dicts = &h.engine.names;
     let d = h.id("/d");
     let names = |(v, more): (Vec<DirEntry>, bool)| {
         (v.into_iter().map(|e| e.name).collect::<Vec<_>>(), more)
@@ -1590,11 +1697,10 @@ fn path_of_follows_renames_and_knows_missing_ids() {
     h.ok(create_p("/a/b/f"));
     let f = h.id("/a/b/f");
     h.ok(mv("/a", "/z"));
-    let dicts = &h.engine.state.dicts;
-    assert_eq!(path_of(&h.index, dicts, f).unwrap(), "/z/b/f");
-    assert_eq!(path_of(&h.index, dicts, ROOT_ID).unwrap(), "/");
+    assert_eq!(path_of(&h.index, f).unwrap(), "/z/b/f");
+    assert_eq!(path_of(&h.index, ROOT_ID).unwrap(), "/");
     assert!(matches!(
-        path_of(&h.index, dicts, 999),
+        path_of(&h.index, 999),
         Err(Error::InodeNotFound(999))
     ));
 }
@@ -1641,4 +1747,495 @@ fn an_edge_to_a_missing_inode_refuses_the_command_as_corruption() {
         }
     }
     assert!(ov.writes().is_empty());
+}
+
+// ---------------------------------------------------------------------------
+// Format 2: parents' times, symbolic links, extended attributes, quotas
+// ---------------------------------------------------------------------------
+
+fn symlink(target: &str, p: &str) -> Command {
+    Command::Symlink {
+        target: target.into(),
+        path: p.into(),
+        parents: false,
+        owner: String::new(),
+        group: String::new(),
+    }
+}
+
+fn setxattr(p: &str, name: &str, value: &[u8], flag: XattrFlag) -> Command {
+    Command::SetXattr {
+        path: p.into(),
+        name: name.into(),
+        value: Bytes(value.to_vec()),
+        flag,
+    }
+}
+
+fn rmxattr(p: &str, name: &str) -> Command {
+    Command::RemoveXattr {
+        path: p.into(),
+        name: name.into(),
+    }
+}
+
+fn quota(p: &str, inodes: Option<u64>, bytes: Option<u64>) -> Command {
+    Command::SetQuota {
+        path: p.into(),
+        inodes,
+        bytes,
+    }
+}
+
+fn stored_quota_of(h: &Harness, p: &str) -> Option<Quota> {
+    stored_quota(&h.index, h.id(p))
+        .unwrap()
+        .map(|q| q.to_quota())
+}
+
+fn usage(files: u64, directories: u64, symlinks: u64, bytes: u64) -> Usage {
+    Usage {
+        files,
+        directories,
+        symlinks,
+        bytes,
+    }
+}
+
+#[test]
+fn create_delete_and_rename_move_their_parents_times() {
+    let mut h = Harness::new();
+    h.ok(mkdir_p("/a/b"));
+    h.ok(mkdir("/c"));
+    let t = h.now;
+    h.ok(create("/a/b/f"));
+    let b = h.ino("/a/b").attrs;
+    assert_eq!((b.mtime_ms, b.change_ms), (t, t));
+    assert!(h.ino("/a").attrs.mtime_ms < t, "only the parent");
+    let t = h.now;
+    h.ok(mv("/a/b/f", "/c/g"));
+    for p in ["/a/b", "/c"] {
+        let a = h.ino(p).attrs;
+        assert_eq!((a.mtime_ms, a.change_ms), (t, t), "{p}");
+    }
+    let g = h.ino("/c/g").attrs;
+    assert_eq!(
+        (g.mtime_ms < t, g.change_ms),
+        (true, t),
+        "the moved inode changed"
+    );
+    let t = h.now;
+    h.ok(rm_r("/a"));
+    assert_eq!(h.ino("/").attrs.mtime_ms, t);
+    // A no-op moves nothing.
+    let before = h.ino("/c").attrs;
+    h.noop(mkdir_p("/c"));
+    assert_eq!(h.ino("/c").attrs, before);
+}
+
+#[test]
+fn a_recursive_delete_times_only_the_surviving_parent() {
+    let mut h = Harness::new();
+    h.ok(create_p("/a/b/f"));
+    let (a, b, f) = (h.ino("/a"), h.ino("/a/b"), h.ino("/a/b/f"));
+    let t = h.now;
+    assert_eq!(
+        h.ok(rm_r("/a")),
+        vec![
+            deleted(&f, "/a/b/f", None),
+            deleted(&b, "/a/b", None),
+            deleted(&a, "/a", Some(t))
+        ]
+    );
+}
+
+#[test]
+fn symlinks_keep_their_target_through_renames_and_attribute_changes() {
+    let mut h = Harness::new();
+    h.ok(mkdir("/d"));
+    let t = h.now;
+    let ev = h.ok(symlink("../x/target", "/d/l"));
+    let mut attrs = dir_attrs(t, 0o777, "", "");
+    attrs.kind = FileType::Symlink;
+    attrs.size = 11;
+    assert_eq!(
+        ev,
+        vec![Event::Symlink {
+            id: h.id("/d/l"),
+            parent: h.id("/d"),
+            name: "l".into(),
+            path: "/d/l".into(),
+            target: "../x/target".into(),
+            attrs: attrs.clone(),
+            parent_mtime_ms: t,
+            quotas: vec![],
+        }]
+    );
+    assert_eq!(h.ino("/d/l").attrs, attrs);
+    h.ok(chown("/d/l", Some("alice"), None));
+    h.ok(mv("/d/l", "/m"));
+    assert_eq!(
+        readlink(&h.index, &h.engine.names, "/m").unwrap(),
+        "../x/target"
+    );
+    assert_eq!(h.ino("/m").attrs.owner, "alice");
+    // Not followed: a link in a path is not a directory.
+    assert_eq!(h.refused_at(create("/m/f")), (NotADirectory, "/m".into()));
+    assert_eq!(h.kind(complete("/m", 3)), InvalidArgument);
+    assert_eq!(h.kind(symlink("x", "/m")), AlreadyExists);
+    assert_eq!(h.kind(symlink("", "/n")), InvalidArgument);
+    assert_eq!(h.kind(symlink(&"t".repeat(4097), "/n")), InvalidArgument);
+    assert_eq!(h.kind(symlink("a\0b", "/n")), InvalidArgument);
+    h.ok(symlink(&"t".repeat(4096), "/n"));
+    assert_eq!(
+        readlink(&h.index, &h.engine.names, "/d")
+            .unwrap_err()
+            .kind(),
+        InvalidArgument
+    );
+    // A link replaces a file and a file a link; neither a directory.
+    h.ok(create("/f"));
+    h.ok(mv_over("/m", "/f"));
+    assert_eq!(h.kind(mv_over("/f", "/d")), IsADirectory);
+    h.ok(rm("/f"));
+    assert!(h.missing("/f"));
+}
+
+#[test]
+fn extended_attributes_follow_linux_rules() {
+    let mut h = Harness::new();
+    h.ok(create("/f"));
+    let t = h.now;
+    let ev = h.ok(setxattr("/f", "user.a", b"1", XattrFlag::Either));
+    assert_eq!(
+        ev,
+        vec![Event::SetXattr {
+            id: h.id("/f"),
+            path: "/f".into(),
+            name: "user.a".into(),
+            value: Bytes(b"1".to_vec()),
+            old: None,
+            change_ms: t,
+        }]
+    );
+    assert_eq!(h.ino("/f").attrs.change_ms, t);
+    h.noop(setxattr("/f", "user.a", b"1", XattrFlag::Either));
+    assert_eq!(
+        h.kind(setxattr("/f", "user.a", b"2", XattrFlag::Create)),
+        AlreadyExists
+    );
+    assert_eq!(
+        h.kind(setxattr("/f", "user.b", b"2", XattrFlag::Replace)),
+        NotFound
+    );
+    h.ok(setxattr("/f", "user.a", b"2", XattrFlag::Replace));
+    h.ok(setxattr("/f", "trusted.z", b"", XattrFlag::Create));
+    let all = get_xattrs(&h.index, &h.engine.names, "/f", None).unwrap();
+    let names: Vec<&str> = all.iter().map(|x| x.name.as_str()).collect();
+    assert_eq!(names, ["trusted.z", "user.a"]);
+    assert_eq!(all[1].value.0, b"2");
+    // Names and values.
+    for bad in ["user.", "other.x", "x", "user.a\0"] {
+        assert_eq!(
+            h.kind(setxattr("/f", bad, b"", XattrFlag::Either)),
+            InvalidArgument,
+            "{bad}"
+        );
+    }
+    let long = format!("user.{}", "n".repeat(250));
+    h.ok(setxattr("/f", &long, b"", XattrFlag::Either));
+    let too_long = format!("user.{}", "n".repeat(251));
+    assert_eq!(
+        h.kind(setxattr("/f", &too_long, b"", XattrFlag::Either)),
+        InvalidArgument
+    );
+    assert_eq!(
+        h.kind(setxattr(
+            "/f",
+            "user.big",
+            &vec![0; 65_537],
+            XattrFlag::Either
+        )),
+        InvalidArgument
+    );
+    h.ok(setxattr(
+        "/f",
+        "user.big",
+        &vec![7; 65_536],
+        XattrFlag::Either,
+    ));
+    // Per inode: 256 KiB of names and values, 128 attributes.
+    h.ok(setxattr(
+        "/f",
+        "user.big2",
+        &vec![7; 65_536],
+        XattrFlag::Either,
+    ));
+    h.ok(setxattr(
+        "/f",
+        "user.big3",
+        &vec![7; 65_536],
+        XattrFlag::Either,
+    ));
+    assert_eq!(
+        h.kind(setxattr(
+            "/f",
+            "user.big4",
+            &vec![7; 65_536],
+            XattrFlag::Either
+        )),
+        InvalidArgument
+    );
+    h.ok(create("/g"));
+    for i in 0..128 {
+        h.ok(setxattr("/g", &format!("user.{i}"), b"", XattrFlag::Either));
+    }
+    assert_eq!(
+        h.kind(setxattr("/g", "user.x", b"", XattrFlag::Either)),
+        InvalidArgument
+    );
+    // Removal: the last one takes the flag and the key with it.
+    assert_eq!(h.kind(rmxattr("/f", "user.none")), NotFound);
+    let g = h.id("/g");
+    for i in 0..128 {
+        h.ok(rmxattr("/g", &format!("user.{i}")));
+    }
+    assert!(!h.index.inodes.contains_key(&v2::xattrs_key(g)[..]));
+    let e = InodeEntryV2::decode(&h.index.inodes[&inode_key(g)[..]]).unwrap();
+    assert_eq!(e.flags & FLAG_HAS_XATTRS, 0);
+    // A delete takes them with the inode.
+    let f = h.id("/f");
+    h.ok(rm("/f"));
+    assert!(!h.index.inodes.contains_key(&v2::xattrs_key(f)[..]));
+}
+
+#[test]
+fn a_quota_counts_its_subtree_and_refuses_what_would_pass_it() {
+    let mut h = Harness::new();
+    h.ok(create_p("/q/a/f1"));
+    h.ok(complete("/q/a/f1", 100));
+    h.ok(symlink("x", "/q/l"));
+    let ev = h.ok(quota("/q", Some(5), Some(150)));
+    let want = Quota {
+        limit_inodes: Some(5),
+        limit_bytes: Some(150),
+        usage: usage(1, 1, 1, 100),
+    };
+    assert_eq!(
+        ev,
+        vec![Event::SetQuota {
+            id: h.id("/q"),
+            path: "/q".into(),
+            quota: want
+        }]
+    );
+    assert_eq!(stored_quota_of(&h, "/q"), Some(want));
+    assert!(h.engine.state.quotas.contains(&h.id("/q")));
+    // Creates count, and carry the quota's id.
+    let ev = h.ok(create("/q/a/f2"));
+    assert!(matches!(&ev[0], Event::Create { quotas, .. } if quotas == &[h.id("/q")]));
+    h.ok(mkdir("/q/b"));
+    assert_eq!(
+        stored_quota_of(&h, "/q").unwrap().usage,
+        usage(2, 2, 1, 100)
+    );
+    // The sixth inode is refused, and writes nothing.
+    let e = h.refused(create("/q/b/f3"));
+    assert_eq!(e.kind(), QuotaExceeded);
+    assert!(
+        matches!(&e, Error::QuotaExceeded { path, resource: "inodes", limit: 5, would_be: 6 } if path == "/q"),
+        "{e:?}"
+    );
+    assert_eq!(h.kind(create_p("/q/c/d/f")), QuotaExceeded);
+    // Bytes: growing past the limit is refused, shrinking is not.
+    assert_eq!(h.kind(complete("/q/a/f2", 51)), QuotaExceeded);
+    h.ok(complete("/q/a/f2", 50));
+    assert_eq!(h.kind(set_size("/q/a/f1", 101)), QuotaExceeded);
+    h.ok(set_size("/q/a/f1", 10));
+    assert_eq!(stored_quota_of(&h, "/q").unwrap().usage, usage(2, 2, 1, 60));
+    // A delete frees; outside the quota nothing is counted.
+    h.ok(rm("/q/l"));
+    h.ok(create("/q/b/f3"));
+    h.ok(create_p("/out/x"));
+    assert_eq!(stored_quota_of(&h, "/q").unwrap().usage, usage(3, 2, 0, 60));
+    // Lowering a limit below the usage keeps the counters and refuses growth.
+    h.ok(quota("/q", Some(1), None));
+    assert_eq!(stored_quota_of(&h, "/q").unwrap().usage, usage(3, 2, 0, 60));
+    assert_eq!(h.kind(mkdir("/q/z")), QuotaExceeded);
+    h.ok(rm("/q/b/f3"));
+    h.noop(quota("/q", Some(1), None));
+    // Clearing removes it; a directory without one is a no-op.
+    h.ok(Command::ClearQuota { path: "/q".into() });
+    assert_eq!(stored_quota_of(&h, "/q"), None);
+    assert!(h.engine.state.quotas.is_empty());
+    h.noop(Command::ClearQuota { path: "/q".into() });
+    h.ok(mkdir("/q/z"));
+    assert_eq!(h.kind(quota("/q/a/f1", Some(1), None)), NotADirectory);
+    assert_eq!(h.kind(quota("/q", Some(u64::MAX), None)), InvalidArgument);
+}
+
+#[test]
+fn nested_quotas_and_moves_between_them_keep_exact_counts() {
+    let mut h = Harness::new();
+    h.ok(mkdir_p("/top/in"));
+    h.ok(mkdir_p("/other"));
+    h.ok(quota("/top", None, None));
+    h.ok(quota("/top/in", Some(3), None));
+    h.ok(quota("/other", Some(100), Some(10)));
+    h.ok(create_p("/top/in/d/f"));
+    h.ok(complete("/top/in/d/f", 7));
+    assert_eq!(
+        stored_quota_of(&h, "/top").unwrap().usage,
+        usage(1, 2, 0, 7)
+    );
+    assert_eq!(
+        stored_quota_of(&h, "/top/in").unwrap().usage,
+        usage(1, 1, 0, 7)
+    );
+    // Out of both into another: the subtree's usage moves.
+    let ev = h.ok(mv("/top/in/d", "/other/d"));
+    match &ev[0] {
+        Event::Rename {
+            quotas_from,
+            quotas_to,
+            usage: u,
+            ..
+        } => {
+            assert_eq!(quotas_from, &[h.id("/top"), h.id("/top/in")]);
+            assert_eq!(quotas_to, &[h.id("/other")]);
+            assert_eq!(*u, usage(1, 1, 0, 7));
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        stored_quota_of(&h, "/top").unwrap().usage,
+        usage(0, 1, 0, 0)
+    );
+    assert_eq!(
+        stored_quota_of(&h, "/top/in").unwrap().usage,
+        Usage::default()
+    );
+    assert_eq!(
+        stored_quota_of(&h, "/other").unwrap().usage,
+        usage(1, 1, 0, 7)
+    );
+    // Within one quota nothing moves.
+    h.ok(mkdir("/other/e"));
+    let ev = h.ok(mv("/other/d", "/other/e/d"));
+    assert!(
+        matches!(&ev[0], Event::Rename { quotas_from, quotas_to, .. }
+        if quotas_from.is_empty() && quotas_to.is_empty())
+    );
+    // A move that would pass the destination's limits is refused.
+    h.ok(create_p("/big/f"));
+    h.ok(complete("/big/f", 20));
+    assert_eq!(h.kind(mv("/big", "/other/big")), QuotaExceeded);
+    h.ok(mv("/big/f", "/top/in/f"));
+    // Moving a directory with its own quota uses its counters.
+    h.ok(mkdir("/top/in/q"));
+    h.ok(quota("/top/in/q", None, None));
+    h.ok(create("/top/in/q/a"));
+    h.ok(mv("/top/in/q", "/top/q"));
+    assert_eq!(
+        stored_quota_of(&h, "/top/in").unwrap().usage,
+        usage(1, 0, 0, 20)
+    );
+    assert_eq!(
+        stored_quota_of(&h, "/top").unwrap().usage,
+        usage(2, 2, 0, 20)
+    );
+    // A recursive delete frees its quotas above it; the ones inside go.
+    let q = h.id("/top/q");
+    h.ok(rm_r("/top/q"));
+    assert!(!h.engine.state.quotas.contains(&q));
+    assert_eq!(
+        stored_quota_of(&h, "/top").unwrap().usage,
+        usage(1, 1, 0, 20)
+    );
+    // Replaced on a rename: the victim's usage goes, the source's comes.
+    h.ok(create("/top/in/g"));
+    h.ok(create("/x"));
+    h.ok(mv_over("/x", "/top/in/g"));
+    assert_eq!(
+        stored_quota_of(&h, "/top/in").unwrap().usage,
+        usage(2, 0, 0, 20)
+    );
+}
+
+#[test]
+fn a_content_summary_walks_and_takes_the_counters_it_meets() {
+    let mut h = Harness::new();
+    h.ok(create_p("/a/b/f"));
+    h.ok(complete("/a/b/f", 5));
+    h.ok(symlink("t", "/a/l"));
+    let sum = |h: &Harness, p: &str, max| content_summary(&h.index, &h.engine.names, p, max);
+    let s = sum(&h, "/a", 100).unwrap();
+    assert_eq!(s.usage, usage(1, 2, 1, 5));
+    assert_eq!((s.quota, s.from_counters, s.walked), (None, 0, 4));
+    let s = sum(&h, "/a/b/f", 100).unwrap();
+    assert_eq!((s.usage, s.walked), (usage(1, 0, 0, 5), 1));
+    assert_eq!(sum(&h, "/a", 3).unwrap_err().kind(), InvalidArgument);
+    h.ok(quota("/a/b", None, None));
+    let s = sum(&h, "/a", 3).unwrap();
+    assert_eq!(s.usage, usage(1, 2, 1, 5));
+    assert_eq!((s.from_counters, s.walked), (1, 3));
+    h.ok(quota("/a", Some(10), None));
+    let s = sum(&h, "/a", 1).unwrap();
+    assert_eq!(s.usage, usage(1, 2, 1, 5), "its own counters, and itself");
+    assert_eq!(s.quota.unwrap().limit_inodes, Some(10));
+    assert_eq!(s.quota.unwrap().usage, usage(1, 1, 1, 5));
+}
+
+/// docs/FORMAT.md §11: what applying record 1 (`mkdir /data` at
+/// 1700000000000) writes into a new database, byte for byte, and §14.3:
+/// the same command as schema 1 wrote it leaves the root alone.
+#[test]
+fn the_documented_record_1_writes_the_documented_bytes() {
+    let hex = |s: &str| -> Vec<u8> {
+        let s: String = s.chars().filter(|c| !c.is_whitespace()).collect();
+        (0..s.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+            .collect()
+    };
+    let two = hex(
+        "01 02 9076e37c 01 80d095ffbc31 01 00 02 01 04 64617461 05 2f64617461 01 00 00
+         80d095ffbc31 80d095ffbc31 80d095ffbc31 ed03 01 00 00 01 80d095ffbc31 00",
+    );
+    let one = hex(
+        "01 01 8835fe29 01 80d095ffbc31 01 00 02 01 04 64617461 05 2f64617461 01 00 00
+         80d095ffbc31 80d095ffbc31 ed03 01 00 00",
+    );
+    let data = hex(
+        "0100000000000000 0000000000000000 0000000000000000 0068e5cf8b010000
+         0068e5cf8b010000 0068e5cf8b010000 ed010000 01 01 04 00 00000000 00000000 64617461",
+    );
+    let touched_root = hex(
+        "0000000000000000 0000000000000000 0000000000000000 0000000000000000
+         0068e5cf8b010000 0068e5cf8b010000 ed010000 01 01 00 00 00000000 00000000",
+    );
+    let root = format::empty_namespace_inodes()[0].1.clone();
+    for (bytes, want_root) in [(two, touched_root), (one, root)] {
+        let h = Harness::new();
+        let mut state = h.engine.state.clone();
+        let rec = decode_record_ref(&bytes, Some(1)).unwrap();
+        let mut ov = Overlay::new(&h.index);
+        apply_events(rec.events, &mut ov, &mut state).unwrap();
+        let w = ov.take_writes();
+        let put = |k: &[u8]| w.inodes.get(k).cloned().flatten();
+        assert_eq!(put(&inode_key(2)), Some(data.clone()));
+        assert_eq!(
+            w.edges.get(&edge_key(1, b"data")[..]).cloned().flatten(),
+            Some(2u64.to_be_bytes().to_vec())
+        );
+        assert_eq!(put(&inode_key(NEXT_ID_KEY)), Some(hex("ea03000000000000")));
+        let root_now = put(&inode_key(ROOT_ID))
+            .unwrap_or_else(|| h.index.inodes[&inode_key(ROOT_ID)[..]].clone());
+        assert_eq!(root_now, want_root);
+        // Nothing else: the dictionaries are not written.
+        assert_eq!(
+            w.inodes.len() + w.edges.len(),
+            3 + usize::from(put(&inode_key(ROOT_ID)).is_some())
+        );
+    }
 }

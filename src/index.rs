@@ -443,7 +443,7 @@ impl WriterCache {
     }
 
     fn insert(&mut self, cf: Cf, key: Vec<u8>, value: Option<Vec<u8>>) {
-        if self.capacity == 0 {
+        if self.capacity == 0 || too_big(&value) {
             return;
         }
         let map = &mut self.maps[cf as usize];
@@ -486,12 +486,21 @@ impl WriterCache {
         for (cf, m) in [(Cf::Inodes, &w.inodes), (Cf::Edges, &w.edges)] {
             let map = &mut self.maps[cf as usize];
             for (k, v) in m {
-                if let Some(e) = map.get_mut(&k[..]) {
+                if too_big(v) {
+                    map.remove(&k[..]);
+                } else if let Some(e) = map.get_mut(&k[..]) {
                     e.clone_from(v);
                 }
             }
         }
     }
+}
+
+/// Whether a value is too long to cache (see
+/// `reader_cache::MAX_CACHED_VALUE`): an inode's extended attributes.
+fn too_big(v: &Option<Vec<u8>>) -> bool {
+    v.as_ref()
+        .is_some_and(|v| v.len() > crate::reader_cache::MAX_CACHED_VALUE)
 }
 
 /// [`IndexRead`] through a [`WriterCache`]. Scans are not cached.

@@ -2,7 +2,7 @@
 //!
 //! Every mutation becomes a record in a sequenced change log (`log` column
 //! family); a single writer group-commits records and applies their events to
-//! the namespace index (`inodes` and `edges`, format v1 = seed 000). The
+//! the namespace index (`inodes` and `edges`, format 2; docs/FORMAT.md). The
 //! index is a view of the log: recovery replays the log from the index's
 //! `applied_seq`, and `admin rebuild`/`verify` replay it from the start.
 //!
@@ -30,6 +30,8 @@ pub mod stream;
 mod clock;
 mod engine;
 mod index;
+pub mod migrate;
+mod names;
 pub mod raft;
 mod reader_cache;
 mod readview;
@@ -53,6 +55,7 @@ pub mod failpoint;
 
 pub use crate::treelog::{
     CreateOptions, MkdirOptions, OpenReport, Options, PendingCommit, SetAttrs, Treelog,
+    DEFAULT_MAX_COUNT_INODES,
 };
 pub use clock::now_ms;
 pub use command::Command;
@@ -60,5 +63,7 @@ pub use engine::{DEFAULT_MAX_DELETE_INODES, DEFAULT_MAX_RECORD_BYTES};
 pub use error::{Error, ErrorKind, Result};
 pub use event::{Event, EventKind, Record};
 pub use readview::{Read, ReadAt};
-pub use types::{Attrs, DirEntry, FileType, Inode, ListPage};
+pub use types::{
+    Attrs, ContentSummary, DirEntry, FileType, Inode, ListPage, Quota, Usage, Xattr, XattrFlag,
+};
 pub use writer::{Durability, WriterConfig, WriterStatsSnapshot};

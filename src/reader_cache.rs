@@ -53,14 +53,22 @@ const SHARDS: usize = 64;
 const SLOTS: usize = 4096;
 /// Entries of each thread's direct-mapped first-level cache.
 const L1_ENTRIES: usize = 1024;
+/// Values longer than this (an inode's extended attributes, up to 256 KiB)
+/// are not cached: the bound on entries must bound memory too. Absent
+/// keys are never stale.
+pub(crate) const MAX_CACHED_VALUE: usize = 4096;
+
+fn too_big(v: &Value) -> bool {
+    v.as_ref().is_some_and(|v| v.len() > MAX_CACHED_VALUE)
+}
 
 type Value = Option<Vec<u8>>;
 /// Keys and values are stored inline when small (edge keys are 8 bytes plus
-/// the name, inode values 48 plus the name): a lookup then touches the map's
+/// the name, inode values 64 plus the name): a lookup then touches the map's
 /// bucket alone, not two more heap blocks, which is what random stats over
 /// a large tree wait on.
 type InlineKey = SmallVec<[u8; 24]>;
-type InlineValue = Option<SmallVec<[u8; 72]>>;
+type InlineValue = Option<SmallVec<[u8; 88]>>;
 type ShardMap = HashMap<InlineKey, InlineValue, ahash::RandomState>;
 
 fn inline(v: &Value) -> InlineValue {
@@ -243,6 +251,9 @@ impl ReaderCache {
             generation
         };
         let v = self.load(cf, load)?;
+        if too_big(&v) {
+            return Ok(v);
+        }
         let mut g = write(lock);
         if self.generation(slot) == generation {
             if g.len() >= self.per_shard {
@@ -268,6 +279,10 @@ impl ReaderCache {
                 let mut g = write(&self.shards[cf as usize][slot.shard()]);
                 // Invalidates every thread-local copy of the slot's keys.
                 self.generations[slot.0].fetch_add(1, Ordering::AcqRel);
+                if too_big(v) {
+                    g.remove(&k[..]);
+                    continue;
+                }
                 if g.len() >= self.per_shard && !g.contains_key(&k[..]) {
                     g.clear();
                 }

@@ -23,8 +23,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
-use crate::format::DictSet;
 use crate::index::IndexRead;
+use crate::names::Names;
 use crate::store::{IndexSnapshot, Store};
 
 /// A committed state as readers see it: the index at a RocksDB snapshot,
@@ -46,10 +46,10 @@ const FAST_ATTEMPTS: usize = 3;
 pub fn read_consistent<T, C: IndexRead>(
     publishing: &AtomicU64,
     view: &arc_swap::ArcSwap<PublishedView>,
-    dicts: &arc_swap::ArcSwap<DictSet>,
+    names: &Names,
     store: &Store,
     cached: impl Fn() -> C,
-    mut read: impl FnMut(&dyn IndexRead, &DictSet) -> Result<T>,
+    mut read: impl FnMut(&dyn IndexRead, &Names) -> Result<T>,
 ) -> Result<(T, u64)> {
     // Bounded in time too, should the publisher die inside a publish (the
     // count would then stay odd).
@@ -69,8 +69,7 @@ pub fn read_consistent<T, C: IndexRead>(
             break;
         }
         let seq = view.load().seq;
-        // The dictionaries only grow: ones loaded after the view decode it.
-        let r = read(&cached(), &dicts.load());
+        let r = read(&cached(), names);
         if publishing.load(Ordering::SeqCst) == before {
             return r.map(|v| (v, seq));
         }
@@ -79,7 +78,7 @@ pub fn read_consistent<T, C: IndexRead>(
     // watermark: take one from between publishes.
     between();
     let v = view.load_full();
-    let r = read(&store.index_at(&v.snap), &dicts.load());
+    let r = read(&store.index_at(&v.snap), names);
     r.map(|value| (value, v.seq))
 }
 
@@ -239,7 +238,7 @@ impl TreeWalk {
     pub fn next(
         &mut self,
         idx: &(impl IndexRead + ?Sized),
-        dicts: &DictSet,
+        names: &Names,
     ) -> Result<Option<(String, crate::types::DirEntry)>> {
         loop {
             let Some(top) = self.stack.last_mut() else {
@@ -252,7 +251,7 @@ impl TreeWalk {
                 }
                 let (page, more) = crate::engine::list_children(
                     idx,
-                    dicts,
+                    names,
                     top.id,
                     top.after.as_deref(),
                     self.page,

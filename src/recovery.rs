@@ -9,10 +9,13 @@
 
 use std::path::Path;
 
+use std::cell::RefCell;
+use std::collections::HashMap;
+
 use crate::engine::{self, EngineState};
 use crate::error::{Error, Result};
-use crate::index::{Cf, IndexWrite};
-use crate::store::{IndexBatch, LogIter, Store, StoreOptions};
+use crate::index::{Cf, IndexRead, IndexWrite, Kv};
+use crate::store::{DbIndex, IndexBatch, LogIter, Store, StoreOptions};
 
 /// Replays the log from `applied_seq + 1` into the index. Returns the
 /// number of records replayed. A Raft node's log is replayed up to the
@@ -125,10 +128,13 @@ pub fn replay_upto(store: &Store, last: u64, mut progress: impl FnMut(u64, u64))
 /// store's index, writing `applied_seq` along. Returns (records applied,
 /// last sequence applied).
 ///
-/// This thread reads, decodes and applies the records (events are blind
-/// writes: replay never reads the index) into an overlay; every ~20,000
-/// keys the overlay becomes one write batch that a second thread inserts
-/// into the memtables (a third of replay's time) while this one goes on.
+/// This thread reads, decodes and applies the records into an overlay;
+/// every ~20,000 keys the overlay becomes one write batch that a second
+/// thread inserts into the memtables (a third of replay's time) while this
+/// one goes on. Applying reads single `inodes` keys (a parent whose times
+/// move, a dictionary name, the entry an update rewrites): [`ReplayIndex`]
+/// answers them from the keys the replay wrote or read, or else from the
+/// index, which holds every batch older than those.
 ///
 /// A long replay (at least `StoreOptions::long_replay_min` records)
 /// tunes the index CFs for bulk loading while it runs ([`ReplayTuning`]):
@@ -155,7 +161,12 @@ pub fn apply_records(
     let mut state = EngineState::load(&store.index())?;
     let bytes_before = store.log_bytes()?;
     let base_bytes = records.bytes;
-    let mut ov = SortedWrites::default();
+    let mut ov = ReplayIndex {
+        writes: SortedWrites::default(),
+        known: RefCell::default(),
+        known_bytes: std::cell::Cell::new(0),
+        base: store.index(),
+    };
     let mut n = 0u64;
     let mut pending_seq = applied;
     let long = last_hint.saturating_sub(applied) >= store.long_replay_min();
@@ -166,6 +177,9 @@ pub fn apply_records(
     };
     std::thread::scope(|s| -> Result<()> {
         let (tx, rx) = crossbeam_channel::bounded::<(IndexBatch, u64, u64)>(2);
+        // One message per batch written: the reading thread waits for
+        // them all before it forgets what it wrote (see `ReplayIndex`).
+        let (written_tx, written_rx) = crossbeam_channel::unbounded::<()>();
         let writer = s.spawn(move || -> Result<()> {
             // The first batch went into a memtable with filters.
             let mut first = long;
@@ -173,6 +187,7 @@ pub fn apply_records(
             for (b, seq, bytes) in rx {
                 since_switch += b.size_in_bytes();
                 store.write_index_batch(b, seq, Some(bytes))?;
+                let _ = written_tx.send(());
                 crate::failpoint::crash_point("replay::batch");
                 if std::mem::take(&mut first)
                     || (long && since_switch >= store.replay_memtable_bytes())
@@ -183,11 +198,24 @@ pub fn apply_records(
             }
             Ok(())
         });
-        let send = |ov: &mut SortedWrites, seq: u64, bytes: u64| {
-            let b = ov.take_batch(store)?;
+        let mut sent = 0usize;
+        let mut send = |ov: &mut ReplayIndex<'_>, seq: u64, bytes: u64| {
+            let b = ov.writes.take_batch(store)?;
             // Fails only when the writer stopped on an error, which
             // its join reports.
-            let _ = tx.send((b, seq, bytes));
+            if tx.send((b, seq, bytes)).is_ok() {
+                sent += 1;
+            }
+            let l = limits();
+            if ov.known.get_mut().len() >= l.known_keys || ov.known_bytes.get() >= l.known_bytes {
+                // Every batch in the index: what the replay forgets, the
+                // index answers from now on.
+                while sent > 0 && written_rx.recv().is_ok() {
+                    sent -= 1;
+                }
+                ov.known.get_mut().clear();
+                ov.known_bytes.set(0);
+            }
             Ok::<(), Error>(())
         };
         let mut result = Ok(());
@@ -212,7 +240,8 @@ pub fn apply_records(
             }
             pending_seq = rec.seq;
             n += 1;
-            if ov.len() >= REPLAY_BATCH_KEYS {
+            let l = limits();
+            if ov.writes.len() >= l.batch_keys || ov.writes.data.len() >= l.batch_bytes {
                 let bytes = bytes_before + (records.bytes - base_bytes);
                 send(&mut ov, pending_seq, bytes)?;
                 progress(pending_seq, last_hint);
@@ -268,8 +297,117 @@ impl Drop for ReplayTuning<'_> {
     }
 }
 
-/// Replay's index writes, collected then sorted: nothing reads them back,
-/// and sorted keys make the memtable inserts cheaper (a skiplist insert next
+/// Replay's view of the index while it applies: its writes go to a
+/// [`SortedWrites`]; the `inodes` keys it writes or reads are remembered
+/// (their newest values), and a read of any other key goes to the index.
+/// That is exact because the batches go to the index in order and the
+/// replay forgets only once every batch it sent is there (at most every
+/// [`REPLAY_KNOWN_KEYS`] keys, a pause of a batch or two). Applying never
+/// reads an edge or a range.
+struct ReplayIndex<'s> {
+    writes: SortedWrites,
+    known: RefCell<HashMap<Vec<u8>, Option<Vec<u8>>, ahash::RandomState>>,
+    /// Bytes of keys and values put into `known` since it was last
+    /// emptied (values replaced still count: a bound, not a size).
+    known_bytes: std::cell::Cell<usize>,
+    base: DbIndex<'s>,
+}
+
+/// How many `inodes` keys, and bytes of them and their values, a replay
+/// remembers before it waits for its batches and forgets them (entries are
+/// ~100 bytes; an inode's extended attributes up to 256 KiB).
+const REPLAY_KNOWN_KEYS: usize = 1 << 18;
+const REPLAY_KNOWN_BYTES: usize = 64 << 20;
+
+/// When a replay cuts a batch and when it forgets what it wrote.
+#[derive(Clone, Copy, Debug)]
+struct Limits {
+    batch_keys: usize,
+    batch_bytes: usize,
+    known_keys: usize,
+    known_bytes: usize,
+}
+
+const LIMITS: Limits = Limits {
+    batch_keys: REPLAY_BATCH_KEYS,
+    batch_bytes: REPLAY_BATCH_BYTES,
+    known_keys: REPLAY_KNOWN_KEYS,
+    known_bytes: REPLAY_KNOWN_BYTES,
+};
+
+#[cfg(not(test))]
+fn limits() -> Limits {
+    LIMITS
+}
+
+#[cfg(test)]
+thread_local! {
+    /// The unit tests' smaller limits, to make a short replay cut batches
+    /// and forget often.
+    static TEST_LIMITS: std::cell::Cell<Limits> = const { std::cell::Cell::new(LIMITS) };
+}
+
+#[cfg(test)]
+fn limits() -> Limits {
+    TEST_LIMITS.with(|l| l.get())
+}
+
+impl ReplayIndex<'_> {
+    fn remember(&self, key: &[u8], value: Option<&[u8]>) {
+        let n = key.len() + value.map_or(0, <[u8]>::len);
+        self.known_bytes.set(self.known_bytes.get() + n);
+        self.known
+            .borrow_mut()
+            .insert(key.to_vec(), value.map(<[u8]>::to_vec));
+    }
+}
+
+impl IndexWrite for ReplayIndex<'_> {
+    fn put(&mut self, cf: Cf, key: &[u8], value: &[u8]) {
+        self.writes.put(cf, key, value);
+        if cf == Cf::Inodes {
+            self.remember(key, Some(value));
+        }
+    }
+
+    fn delete(&mut self, cf: Cf, key: &[u8]) {
+        self.writes.delete(cf, key);
+        if cf == Cf::Inodes {
+            self.remember(key, None);
+        }
+    }
+}
+
+fn replay_reads_no(what: &str) -> Error {
+    Error::corrupt(
+        "replay",
+        format!("applying an event asked for {what}, which a replay does not read"),
+    )
+}
+
+impl IndexRead for ReplayIndex<'_> {
+    fn get(&self, cf: Cf, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        if cf != Cf::Inodes {
+            debug_assert!(false, "replay reads an edge");
+            return Err(replay_reads_no("an edge"));
+        }
+        if let Some(v) = self.known.borrow().get(key) {
+            return Ok(v.clone());
+        }
+        let v = self.base.get(cf, key)?;
+        self.remember(key, v.as_deref());
+        Ok(v)
+    }
+
+    fn scan(&self, _: Cf, _: &[u8], _: Option<&[u8]>, _: usize) -> Result<Vec<Kv>> {
+        debug_assert!(false, "replay scans");
+        Err(replay_reads_no("a range"))
+    }
+}
+
+/// Replay's index writes, collected then sorted: the replay reads them
+/// back through [`ReplayIndex`], not from here, and sorted keys make the
+/// memtable inserts cheaper (a skiplist insert next
 /// to the previous one); a key written twice is written once, the last value.
 ///
 /// Keys and values are copied into one arena (`data`) rather than kept as
@@ -294,8 +432,10 @@ struct ArenaWrite {
     end: usize,
 }
 
-/// Index keys a replay batch collects before it goes to the memtables.
+/// Index keys, and bytes of keys and values, a replay batch collects
+/// before it goes to the memtables.
 const REPLAY_BATCH_KEYS: usize = 20_000;
+const REPLAY_BATCH_BYTES: usize = 8 << 20;
 
 /// Where a write goes in a replay batch's order: its column family and
 /// key's first 16 bytes as integers (zero-padded big-endian, so that they
@@ -418,6 +558,68 @@ mod tests {
     /// trailing zeros all come up.
     fn key() -> impl Strategy<Value = Vec<u8>> {
         prop::collection::vec(prop_oneof![Just(0u8), Just(1u8), Just(0xff)], 0..24)
+    }
+
+    /// A replay that forgets what it wrote every few keys (waiting for its
+    /// batches first) builds the index the writer built: applying reads
+    /// parents, quotas, dictionary names and entries it rewrites, written
+    /// by earlier records of the same replay, batches still in flight or
+    /// the index.
+    #[test]
+    fn a_replay_that_forgets_often_builds_the_same_index() {
+        let dir = tempfile::tempdir().unwrap();
+        let o = || crate::Options::default().durability(crate::Durability::None);
+        let t = crate::Treelog::open(dir.path(), o()).unwrap();
+        t.mkdir_p("/q/a").unwrap();
+        t.set_quota("/q", None, Some(1 << 40)).unwrap();
+        for i in 0..3000 {
+            let p = format!("/q/a/d{}/f{i}", i % 30);
+            let opts = crate::CreateOptions {
+                parents: true,
+                owner: format!("u{}", i % 7),
+                ..Default::default()
+            };
+            t.create(&p, opts).unwrap();
+            if i % 3 == 0 {
+                t.complete(&p, i).unwrap();
+            }
+            if i % 11 == 0 {
+                t.set_xattr(&p, "user.i", &i.to_le_bytes(), crate::XattrFlag::Either)
+                    .unwrap();
+            }
+            if i % 13 == 0 {
+                t.rename(&p, &format!("/q/m{i}"), false).unwrap();
+            }
+            if i % 17 == 0 {
+                t.symlink("x", &format!("/q/a/l{i}"), Default::default())
+                    .unwrap();
+            }
+        }
+        t.delete("/q/a/d5", true).unwrap();
+        let live = crate::admin::index_digest(t.store()).unwrap();
+        t.close().unwrap();
+        for (known_keys, known_bytes) in [(50, usize::MAX), (usize::MAX, 4096)] {
+            let limits = Limits {
+                batch_keys: 30,
+                batch_bytes: 2048,
+                known_keys,
+                known_bytes,
+            };
+            TEST_LIMITS.with(|l| l.set(limits));
+            let so = StoreOptions {
+                long_replay_min: 0,
+                ..Default::default()
+            };
+            rebuild(dir.path(), &so).unwrap();
+            TEST_LIMITS.with(|l| l.set(LIMITS));
+            let store = Store::open(dir.path(), &so).unwrap();
+            assert_eq!(
+                crate::admin::index_digest(&store).unwrap(),
+                live,
+                "{limits:?}"
+            );
+            assert!(crate::admin::check_structure(&store).unwrap().is_empty());
+        }
     }
 
     proptest! {

@@ -10,8 +10,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::error::Result;
-use crate::format::DictSet;
 use crate::index::{Cf, IndexRead, Kv};
+use crate::names::Names;
 use crate::store::Store;
 use crate::watermark::Watermark;
 
@@ -49,11 +49,9 @@ impl WriterStats {
 /// State shared by the writer and the readers.
 pub struct Shared {
     pub store: Store,
-    /// The dictionaries readers decode with. The writer publishes a new
-    /// snapshot *before* it writes index entries that use a new id.
-    /// Readers load it without a shared lock (a read-write lock here was
-    /// the most contended cache line of stat-heavy loads).
-    pub dicts: arc_swap::ArcSwap<DictSet>,
+    /// The owner and group names readers decode entries with (read from
+    /// the index they read, cached per thread).
+    pub names: Names,
     /// Highest sequence whose record is durable and applied to the index.
     pub committed: Watermark,
     /// The index as of `committed`, with its sequence: readers read RocksDB
@@ -98,7 +96,6 @@ impl Shared {
     /// log (replayed).
     pub fn new(
         store: Store,
-        dicts: DictSet,
         tail_cache_records: usize,
         read_cache_entries: usize,
         metrics: Option<Arc<crate::metrics::Metrics>>,
@@ -106,9 +103,7 @@ impl Shared {
         let retained =
             crate::readview::RetainedViews::new(metrics.as_ref().map(|m| m.pinned_views.clone()));
         Ok(Shared {
-            dicts: arc_swap::ArcSwap::from_pointee(dicts),
-            // The index's: a Raft node's log may go on past it, with
-            // entries not yet committed.
+            names: Names::new(),
             view: arc_swap::ArcSwap::from_pointee(crate::readview::PublishedView {
                 snap: store.snapshot(),
                 seq: store.applied_seq()?,
@@ -138,12 +133,12 @@ impl Shared {
     /// returns its value and the state's sequence.
     pub fn read<T>(
         &self,
-        read: impl FnMut(&dyn IndexRead, &DictSet) -> Result<T>,
+        read: impl FnMut(&dyn IndexRead, &Names) -> Result<T>,
     ) -> Result<(T, u64)> {
         crate::readview::read_consistent(
             &self.publishing,
             &self.view,
-            &self.dicts,
+            &self.names,
             &self.store,
             || crate::reader_cache::CachedReads {
                 base: self.reader_index(),
@@ -158,19 +153,14 @@ impl Shared {
     pub fn read_at<T>(
         &self,
         view: &crate::readview::PublishedView,
-        mut read: impl FnMut(&dyn IndexRead, &DictSet) -> Result<T>,
+        mut read: impl FnMut(&dyn IndexRead, &Names) -> Result<T>,
     ) -> Result<T> {
-        read(&self.store.index_at(&view.snap), &self.dicts())
+        read(&self.store.index_at(&view.snap), &self.names)
     }
 
     /// The committed index, as readers see it.
     pub fn reader_index(&self) -> PublishedIndex<'_> {
         PublishedIndex(self)
-    }
-
-    /// The current dictionaries, without touching a shared reference count.
-    pub fn dicts(&self) -> arc_swap::Guard<Arc<DictSet>> {
-        self.dicts.load()
     }
 
     /// Runs one retention pass over the log as committed now.

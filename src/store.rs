@@ -321,6 +321,21 @@ impl Store {
     /// interrupted `admin rebuild` is taken up again: the index is reset
     /// here and rebuilt by the replay.
     pub fn open(path: &Path, so: &StoreOptions) -> Result<Store> {
+        Self::open_inner(path, so, true)
+    }
+
+    /// Opens the existing database at `path` whatever its format version,
+    /// as it is: no version check, no interrupted rebuild taken up, nothing
+    /// written. For `admin migrate` (`crate::migrate`), which checks the
+    /// version itself.
+    pub fn open_unmigrated(path: &Path, so: &StoreOptions) -> Result<Store> {
+        if !path.join("CURRENT").exists() || path.join(CREATING_MARKER).exists() {
+            return Err(incompatible(path, "no database here"));
+        }
+        Self::open_inner(path, so, false)
+    }
+
+    fn open_inner(path: &Path, so: &StoreOptions, checked: bool) -> Result<Store> {
         let cache = Cache::new_lru_cache(so.block_cache_bytes);
         if path.join(CREATING_MARKER).exists() {
             // A creation that never finished: nothing in here was ever
@@ -356,6 +371,9 @@ impl Store {
             }
             let db = open_existing(path, so, &present, &cache)?;
             let mut store = Store::with_db(db, path, so, cache);
+            if !checked {
+                return Ok(store);
+            }
             store.check_version()?;
             if store.meta_u64(meta::REBUILD_KEY)?.is_some() {
                 store.reset_index()?;
@@ -569,6 +587,18 @@ impl Store {
                 "not a treelog database: meta has no format_version",
             )
         })?;
+        if format::MIGRATABLE_FORMAT_VERSIONS.contains(&v) {
+            return Err(incompatible(
+                &self.path,
+                format!(
+                    "format version {v} must be migrated to version {} before this build \
+                     opens it: stop every process using the database, then run \
+                     `treelog --data {} admin migrate` (docs/OPERATIONS.md, Migrating)",
+                    format::FORMAT_VERSION,
+                    self.path.display()
+                ),
+            ));
+        }
         if !format::SUPPORTED_FORMAT_VERSIONS.contains(&v) {
             return Err(incompatible(
                 &self.path,
@@ -580,6 +610,19 @@ impl Store {
                     } else {
                         "migrate it with an older treelog first"
                     }
+                ),
+            ));
+        }
+        if let Some(m) = self.get_meta(meta::MIGRATION_KEY)? {
+            let m = meta::Migration::decode(&m)?;
+            return Err(incompatible(
+                &self.path,
+                format!(
+                    "its migration from format version {} to {} was interrupted: run \
+                     `treelog --data {} admin migrate` to finish it",
+                    m.from,
+                    m.to,
+                    self.path.display()
                 ),
             ));
         }
@@ -788,6 +831,39 @@ impl Store {
             .db
             .iterator_cf(self.cf(name)?, IteratorMode::Start)
             .map(|item| item.map_err(Error::from)))
+    }
+
+    /// Every entry of column family `name` from key `from` on, in key order.
+    pub fn scan_cf_from<'a>(
+        &'a self,
+        name: &'static str,
+        from: &[u8],
+    ) -> Result<impl Iterator<Item = Result<KeyValue>> + 'a> {
+        Ok(self
+            .db
+            .iterator_cf(
+                self.cf(name)?,
+                IteratorMode::From(from, rocksdb::Direction::Forward),
+            )
+            .map(|item| item.map_err(Error::from)))
+    }
+
+    /// An empty batch of writes to any column family, through the WAL (see
+    /// [`Store::write_raw`]).
+    pub(crate) fn raw_batch(&self) -> RawBatch<'_> {
+        RawBatch {
+            batch: WriteBatch::default(),
+            store: self,
+        }
+    }
+
+    /// Writes `b` through the WAL, all or nothing (fsynced when `sync`):
+    /// the migration's writes, each batch complete in itself.
+    pub(crate) fn write_raw(&self, b: RawBatch<'_>, sync: bool) -> Result<()> {
+        let mut wo = WriteOptions::default();
+        wo.set_sync(sync);
+        self.db.write_opt(b.batch, &wo)?;
+        Ok(())
     }
 
     /// A RocksDB checkpoint of the whole database in `dir` (which must not
@@ -1398,6 +1474,32 @@ impl LogBatch<'_> {
     /// Adds record `seq`, already encoded.
     pub fn put(&mut self, seq: u64, record: &[u8]) {
         self.batch.put_cf(self.cf, format::log_key(seq), record);
+    }
+}
+
+/// Writes to any column family, through the WAL (see [`Store::raw_batch`]).
+pub struct RawBatch<'a> {
+    batch: WriteBatch,
+    store: &'a Store,
+}
+
+impl RawBatch<'_> {
+    pub fn put(&mut self, cf: &'static str, key: &[u8], value: &[u8]) -> Result<()> {
+        self.batch.put_cf(self.store.cf(cf)?, key, value);
+        Ok(())
+    }
+
+    pub fn delete(&mut self, cf: &'static str, key: &[u8]) -> Result<()> {
+        self.batch.delete_cf(self.store.cf(cf)?, key);
+        Ok(())
+    }
+
+    pub fn size_in_bytes(&self) -> usize {
+        self.batch.size_in_bytes()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.batch.is_empty()
     }
 }
 

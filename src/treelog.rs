@@ -13,8 +13,9 @@ use crossbeam_channel::{Sender, TrySendError};
 use crate::command::Command;
 use crate::engine::{self, EngineState};
 use crate::error::{Error, Result};
-use crate::format::{DictSet, ROOT_ID};
+use crate::format::ROOT_ID;
 use crate::index::IndexRead;
+use crate::names::Names;
 use crate::path;
 use crate::readview::{Read, ReadAt};
 use crate::replica::{self, ReplicaState};
@@ -22,7 +23,10 @@ use crate::retention::{CursorInfo, RetentionPolicy, RetentionReport};
 use crate::store::{Store, StoreOptions};
 use crate::stream::{SubscribeOptions, Subscription};
 use crate::supervisor::{Stop, Supervisor};
-use crate::types::{Inode, ListPage, DEFAULT_BLOCK_SIZE, DEFAULT_DIR_MODE, DEFAULT_FILE_MODE};
+use crate::types::{
+    Bytes, ContentSummary, Inode, ListPage, Xattr, XattrFlag, DEFAULT_BLOCK_SIZE, DEFAULT_DIR_MODE,
+    DEFAULT_FILE_MODE,
+};
 use crate::watermark::Watermark;
 use crate::writer::{Request, Shared, Work, Writer, WriterConfig, WriterStatsSnapshot};
 use treelog_proto::protocol::{NodeStatus, ReplicateFrom};
@@ -60,6 +64,13 @@ pub struct Options {
     /// Raft's, commands are proposed while this node leads and refused
     /// with `NotLeader` while it follows.
     pub raft: Option<crate::raft::RaftOptions>,
+    /// Most inodes a content summary ([`Treelog::count`]) reads where no
+    /// quota keeps the usage (`InvalidArgument` beyond).
+    pub max_count_inodes: usize,
+    /// Migrate a database of an older format version before opening it,
+    /// as `treelog admin migrate` does ([`crate::migrate`]); without it,
+    /// such a database is refused.
+    pub migrate: bool,
 }
 
 impl Default for Options {
@@ -76,9 +87,14 @@ impl Default for Options {
             replica: None,
             min_seq_wait: Duration::from_secs(5),
             raft: None,
+            max_count_inodes: DEFAULT_MAX_COUNT_INODES,
+            migrate: false,
         }
     }
 }
+
+/// The default of [`Options::max_count_inodes`].
+pub const DEFAULT_MAX_COUNT_INODES: usize = 1_000_000;
 
 impl Options {
     pub fn durability(mut self, d: Durability) -> Self {
@@ -181,6 +197,7 @@ pub struct Treelog {
     pub(crate) replica: Option<Arc<ReplicaState>>,
     replica_metrics: Option<crate::metrics::ReplicaMetrics>,
     min_seq_wait: Duration,
+    max_count_inodes: usize,
 }
 
 impl Treelog {
@@ -202,6 +219,9 @@ impl Treelog {
         } else {
             None
         };
+        if opts.migrate {
+            crate::migrate::migrate_if_needed(dir.as_ref(), &opts.store)?;
+        }
         let store = Store::open(dir.as_ref(), &opts.store)?;
         crate::raft::claim(&store, opts.raft.as_ref())?;
         if opts.raft.is_some() {
@@ -250,7 +270,6 @@ impl Treelog {
         };
         let shared = Arc::new(Shared::new(
             store,
-            state.dicts.clone(),
             opts.tail_cache_records,
             opts.read_cache_entries,
             metrics,
@@ -293,6 +312,7 @@ impl Treelog {
             replica: opts.replica.clone(),
             replica_metrics,
             min_seq_wait: opts.min_seq_wait,
+            max_count_inodes: opts.max_count_inodes,
             shared,
             tx: Some(tx),
             threads,
@@ -493,7 +513,8 @@ impl Treelog {
             Err(TrySendError::Full(req)) => {
                 // Back-pressure: wait for room on a blocking-pool thread.
                 let tx = self.sender()?.clone();
-                tokio::task::spawn_blocking(move || tx.send(req))
+                // (The request is dropped on failure, not returned.)
+                tokio::task::spawn_blocking(move || tx.send(req).map_err(drop))
                     .await
                     .map_err(|_| Error::ShuttingDown)?
                     .map_err(|_| Error::ShuttingDown)?;
@@ -573,6 +594,50 @@ impl Treelog {
         })
     }
 
+    /// `ln -s TARGET PATH`: a symbolic link (see [`Command::Symlink`]).
+    pub fn symlink(&self, target: &str, path: &str, o: MkdirOptions) -> Result<u64> {
+        self.submit(Command::Symlink {
+            target: target.to_owned(),
+            path: path.to_owned(),
+            parents: o.parents,
+            owner: o.owner,
+            group: o.group,
+        })
+    }
+
+    /// Sets an extended attribute (see [`Command::SetXattr`]).
+    pub fn set_xattr(&self, path: &str, name: &str, value: &[u8], flag: XattrFlag) -> Result<u64> {
+        self.submit(Command::SetXattr {
+            path: path.to_owned(),
+            name: name.to_owned(),
+            value: value.to_vec().into(),
+            flag,
+        })
+    }
+
+    pub fn remove_xattr(&self, path: &str, name: &str) -> Result<u64> {
+        self.submit(Command::RemoveXattr {
+            path: path.to_owned(),
+            name: name.to_owned(),
+        })
+    }
+
+    /// Gives the directory `path` a quota, or changes its limits (see
+    /// [`Command::SetQuota`]).
+    pub fn set_quota(&self, path: &str, inodes: Option<u64>, bytes: Option<u64>) -> Result<u64> {
+        self.submit(Command::SetQuota {
+            path: path.to_owned(),
+            inodes,
+            bytes,
+        })
+    }
+
+    pub fn clear_quota(&self, path: &str) -> Result<u64> {
+        self.submit(Command::ClearQuota {
+            path: path.to_owned(),
+        })
+    }
+
     // -- reads ---------------------------------------------------------------
 
     fn count_read<T>(&self, op: usize, lookups: u64, r: &Result<T>) {
@@ -610,7 +675,7 @@ impl Treelog {
 
     /// The current path of an inode.
     pub fn path_of(&self, id: u64) -> Result<String> {
-        self.read_at(ReadAt::Latest, |idx, dicts| engine::path_of(idx, dicts, id))
+        self.read_at(ReadAt::Latest, |idx, _| engine::path_of(idx, id))
             .map(|r| r.value)
     }
 
@@ -642,11 +707,67 @@ impl Treelog {
         r
     }
 
+    /// The target of the symbolic link at `path`.
+    pub fn readlink(&self, path: &str) -> Result<String> {
+        self.readlink_at(path, ReadAt::Latest).map(|r| r.value)
+    }
+
+    pub fn readlink_at(&self, path: &str, at: ReadAt) -> Result<Read<String>> {
+        self.read_at(at, |idx, names| engine::readlink(idx, names, path))
+    }
+
+    /// The extended attribute `name` of `path` (`NotFound` without it).
+    pub fn get_xattr(&self, path: &str, name: &str) -> Result<Bytes> {
+        let mut all = self.xattrs_at(path, Some(name), ReadAt::Latest)?.value;
+        Ok(all.pop().map(|x| x.value).unwrap_or_default())
+    }
+
+    /// Every extended attribute of `path`, in name order.
+    pub fn list_xattrs(&self, path: &str) -> Result<Vec<Xattr>> {
+        self.xattrs_at(path, None, ReadAt::Latest).map(|r| r.value)
+    }
+
+    /// The extended attribute `name` of `path`, or all of them.
+    pub fn xattrs_at(
+        &self,
+        path: &str,
+        name: Option<&str>,
+        at: ReadAt,
+    ) -> Result<Read<Vec<Xattr>>> {
+        self.read_at(at, |idx, names| engine::get_xattrs(idx, names, path, name))
+    }
+
+    /// The usage under `path`, the path itself included (`count`, `du
+    /// -s`): from its quota's counters when it has one, else by a walk of
+    /// at most [`Options::max_count_inodes`] inodes at one state.
+    pub fn count(&self, path: &str) -> Result<ContentSummary> {
+        self.count_at(path, ReadAt::Latest).map(|r| r.value)
+    }
+
+    pub fn count_at(&self, path: &str, at: ReadAt) -> Result<Read<ContentSummary>> {
+        let max = self.max_count_inodes;
+        if let ReadAt::Latest = at {
+            // A walk reads many keys: at one pinned state, not through the
+            // cache that moves under it.
+            let view = self.shared.view.load_full();
+            let value = self.shared.read_at(&view, |idx, names| {
+                engine::content_summary(idx, names, path, max)
+            })?;
+            return Ok(Read {
+                value,
+                seq: view.seq,
+            });
+        }
+        self.read_at(at, |idx, names| {
+            engine::content_summary(idx, names, path, max)
+        })
+    }
+
     /// Runs `read` at the state `at` asks for.
     fn read_at<T>(
         &self,
         at: ReadAt,
-        mut read: impl FnMut(&dyn IndexRead, &DictSet) -> Result<T>,
+        mut read: impl FnMut(&dyn IndexRead, &Names) -> Result<T>,
     ) -> Result<Read<T>> {
         match at {
             // A node of a Raft cluster serves a linearizable read as
@@ -954,7 +1075,7 @@ fn in_background<T: Send>(name: &str, work: impl FnOnce() -> Result<T> + Send) -
 /// One listing page of `dir` read through `idx`.
 fn list_page(
     idx: &dyn IndexRead,
-    dicts: &DictSet,
+    dicts: &Names,
     dir: &str,
     start_after: Option<&str>,
     limit: usize,

@@ -422,10 +422,6 @@ impl Writer {
             }
         }
         let mut time_ms = now_ms().max(self.last_time_ms);
-        let dicts_before = (
-            self.engine.state.dicts.owners.len(),
-            self.engine.state.dicts.groups.len(),
-        );
         let db_index = self.shared.store.index();
         // The cache first: it holds the newest value, pending or committed,
         // of every key it holds (see `WriterCache`), so most lookups stop
@@ -554,15 +550,6 @@ impl Writer {
             return None;
         }
         let t_logged = Instant::now();
-        let dicts_after = (
-            self.engine.state.dicts.owners.len(),
-            self.engine.state.dicts.groups.len(),
-        );
-        if dicts_after != dicts_before {
-            // Before the syncer writes index entries that use a new id.
-            let snapshot = Arc::new(self.engine.state.dicts.clone());
-            self.shared.dicts.store(snapshot);
-        }
         // The writer reads its own changes back through its cache (the keys
         // it holds take the new values now) or else the pending set, until
         // they are in the index.
@@ -726,7 +713,6 @@ impl Writer {
         // As a round's publish (see `Committer::publish`): readers see the
         // old state or the new one, never a mix.
         sh.publishing.fetch_add(1, Ordering::SeqCst);
-        sh.dicts.store(Arc::new(raft.committed.dicts.clone()));
         sh.view.store(view);
         sh.reader_cache.clear();
         sh.tail.clear();
@@ -854,10 +840,6 @@ impl Writer {
     /// Raft meta, publish, replies).
     fn apply_committed_group(&mut self, requests: Vec<Request>) -> Option<Appended> {
         let raft = self.raft.as_mut().expect("apply on a Raft node");
-        let dicts_before = (
-            raft.committed.dicts.owners.len(),
-            raft.committed.dicts.groups.len(),
-        );
         let db_index = self.shared.store.index();
         let pipeline = PendingIndex {
             pending: &self.pending,
@@ -914,16 +896,6 @@ impl Writer {
             Self::refuse_all(requests, &why, false);
             return None;
         }
-        let dicts_after = (
-            raft.committed.dicts.owners.len(),
-            raft.committed.dicts.groups.len(),
-        );
-        if dicts_after != dicts_before {
-            // Before the pipeline writes index entries that use a new id.
-            self.shared
-                .dicts
-                .store(Arc::new(raft.committed.dicts.clone()));
-        }
         self.pending.push(seq, writes.clone());
         self.last_seq = seq;
         Some(Appended {
@@ -954,7 +926,7 @@ struct AppliedEntry {
 fn apply_committed(
     raft: &mut RaftWriter,
     values: &[Vec<u8>],
-    overlay: &mut impl crate::index::IndexWrite,
+    overlay: &mut (impl crate::index::IndexWrite + crate::index::IndexRead),
 ) -> std::result::Result<Vec<AppliedEntry>, Executed> {
     let refuse = |detail: String| Executed::Refused(Error::corrupt("committed entry", detail));
     let mut out = Vec::with_capacity(values.len());
@@ -1044,7 +1016,7 @@ fn apply_replicated(
     state: &mut EngineState,
     recs: &[Vec<u8>],
     last: u64,
-    overlay: &mut impl crate::index::IndexWrite,
+    overlay: &mut (impl crate::index::IndexWrite + crate::index::IndexRead),
 ) -> std::result::Result<Vec<Record>, Executed> {
     let mut out = Vec::with_capacity(recs.len());
     for (i, v) in recs.iter().enumerate() {
@@ -1457,7 +1429,7 @@ mod tests {
     fn open(dir: &std::path::Path) -> (Arc<Shared>, Writer, Committer) {
         let store = Store::open(dir, &StoreOptions::default()).unwrap();
         let state = EngineState::load(&store.index()).unwrap();
-        let shared = Arc::new(Shared::new(store, state.dicts.clone(), 16, 1024, None).unwrap());
+        let shared = Arc::new(Shared::new(store, 16, 1024, None).unwrap());
         let w = Writer::new(shared.clone(), state, 0, 0, WriterConfig::default());
         let s = Committer::new(shared.clone(), Durability::Sync);
         (shared, w, s)
@@ -1510,7 +1482,7 @@ mod tests {
 
     /// What a reader sees.
     fn stat_kind(shared: &Shared, path: &str) -> Option<ErrorKind> {
-        resolve(&shared.reader_index(), &shared.dicts(), path)
+        resolve(&shared.reader_index(), &shared.names, path)
             .err()
             .map(|e| e.kind())
     }
@@ -1526,7 +1498,7 @@ mod tests {
 
     /// What RocksDB holds, committed or not.
     fn in_rocksdb(shared: &Shared, path: &str) -> bool {
-        resolve(&shared.store.index(), &shared.dicts(), path).is_ok()
+        resolve(&shared.store.index(), &shared.names, path).is_ok()
     }
 
     #[test]
@@ -1584,7 +1556,7 @@ mod tests {
         c.publish(vec![g1]);
         assert_eq!(rx1.try_recv().unwrap().unwrap(), 1);
         assert_eq!(stat_kind(&shared, "/a"), None);
-        assert!(resolve(&reader, &shared.dicts(), "/a").is_ok());
+        assert!(resolve(&reader, &shared.names, "/a").is_ok());
         assert_eq!(published_applied_seq(&shared), Some(1));
 
         // A round whose fsync fails stays unseen, though RocksDB has it.

@@ -12,7 +12,7 @@ fn newer_format_version_is_refused_with_the_supported_list() {
         .unwrap();
     {
         let s = Store::open(dir.path(), &StoreOptions::default()).unwrap();
-        assert_eq!(s.format_version().unwrap(), 1);
+        assert_eq!(s.format_version().unwrap(), 2);
         s.set_format_version(7).unwrap();
     }
     let e = Treelog::open(dir.path(), Options::default())
@@ -21,9 +21,59 @@ fn newer_format_version_is_refused_with_the_supported_list() {
     assert_eq!(e.kind(), ErrorKind::Incompatible);
     let msg = e.to_string();
     assert!(
-        msg.contains("format version 7") && msg.contains("[1]") && msg.contains("newer"),
+        msg.contains("format version 7") && msg.contains("[2]") && msg.contains("newer"),
         "{msg}"
     );
+}
+
+/// A database of format 1 is refused with the command that migrates it,
+/// and left as it was; `Options::migrate` migrates it.
+#[test]
+fn a_format_1_database_is_refused_until_migrated() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = treelog::migrate::Format1Spec {
+        dirs: 2,
+        files_per_dir: 3,
+        owners: 2,
+        groups: 1,
+        start_ms: 1_700_000_000_000,
+    };
+    assert_eq!(
+        treelog::migrate::write_format1(dir.path(), &spec).unwrap(),
+        9
+    );
+    let digest = || {
+        let so = StoreOptions {
+            create_if_missing: false,
+            ..Default::default()
+        };
+        admin::index_digest(&Store::open_unmigrated(dir.path(), &so).unwrap()).unwrap()
+    };
+    let before = digest();
+    for _ in 0..2 {
+        let e = Treelog::open(dir.path(), Options::default())
+            .err()
+            .expect("must refuse");
+        assert_eq!(e.kind(), ErrorKind::Incompatible);
+        assert!(
+            e.to_string().contains("format version 1 must be migrated")
+                && e.to_string().contains("admin migrate"),
+            "{e}"
+        );
+    }
+    assert_eq!(digest(), before, "the refused opens changed nothing");
+    // `Options::migrate` migrates it first.
+    let t = Treelog::open(
+        dir.path(),
+        Options {
+            migrate: true,
+            ..Options::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(t.stat("/d1/f2").unwrap().attrs.owner, "user1");
+    assert_eq!(t.store().format_version().unwrap(), 2);
+    assert!(admin::verify(t.store()).unwrap().ok());
 }
 
 #[test]
@@ -111,46 +161,35 @@ fn ids_lost_per_restart_are_bounded_by_the_block() {
     }
 }
 
+/// Format 1 held 255 owners and 255 groups; format 2 holds 2^32 - 1.
 #[test]
-fn owner_dictionary_full_is_a_typed_error_and_writes_nothing() {
+fn three_hundred_owners_and_groups_survive_a_reopen_and_a_replay() {
     let dir = tempfile::tempdir().unwrap();
     let t = Treelog::open(dir.path(), Options::default().durability(Durability::None)).unwrap();
-    for i in 0..255 {
+    for i in 0..300 {
         t.create(
             &format!("/f{i}"),
             CreateOptions {
                 owner: format!("user{i}"),
+                group: format!("group{i}"),
                 ..Default::default()
             },
         )
         .unwrap();
     }
-    let before = t.committed_seq();
-    let e = t
-        .create(
-            "/one-more",
-            CreateOptions {
-                owner: "user255".into(),
-                ..Default::default()
-            },
-        )
-        .unwrap_err();
-    assert_eq!(e.kind(), ErrorKind::DictionaryFull);
-    assert_eq!(t.committed_seq(), before);
-    assert_eq!(t.stat("/one-more").unwrap_err().kind(), ErrorKind::NotFound);
-    // Known owners still work.
-    t.create(
-        "/again",
-        CreateOptions {
-            owner: "user3".into(),
-            ..Default::default()
-        },
-    )
-    .unwrap();
-    assert_eq!(t.stat("/again").unwrap().attrs.owner, "user3");
+    for i in [0, 254, 255, 299] {
+        let a = t.stat(&format!("/f{i}")).unwrap().attrs;
+        assert_eq!(
+            (a.owner, a.group),
+            (format!("user{i}"), format!("group{i}"))
+        );
+    }
+    let owners = admin::dictionary(t.store(), treelog::error::DictKind::Owner).unwrap();
+    assert_eq!(owners.len(), 300);
+    assert_eq!(owners[299], "user299");
     t.close().unwrap();
     let t = Treelog::open(dir.path(), Options::default()).unwrap();
-    assert_eq!(t.stat("/f254").unwrap().attrs.owner, "user254");
+    assert_eq!(t.stat("/f299").unwrap().attrs.group, "group299");
     assert!(admin::verify(t.store()).unwrap().ok());
 }
 

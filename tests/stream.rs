@@ -40,6 +40,18 @@ impl Mirror {
         }
     }
 
+    /// A parent's entries changed at `t` (an event's `parent_mtime_ms`).
+    fn touch_parent_of(&mut self, p: &str, t: Option<u64>) {
+        let parent = match p.rfind('/') {
+            Some(0) | None => "/",
+            Some(i) => &p[..i],
+        };
+        if let (Some((_, a)), Some(t)) = (self.tree.get_mut(parent), t) {
+            a.mtime_ms = t;
+            a.change_ms = t;
+        }
+    }
+
     fn remove_subtree(&mut self, p: &str) {
         let victims: Vec<String> = self
             .tree
@@ -79,17 +91,67 @@ impl Mirror {
                         (
                             _,
                             Event::Create {
-                                id, path, attrs, ..
+                                id,
+                                path,
+                                attrs,
+                                parent_mtime_ms: t,
+                                ..
                             },
                         ) => {
                             self.tree.insert(path.clone(), (*id, attrs.clone()));
+                            self.touch_parent_of(path, *t);
+                        }
+                        (
+                            _,
+                            Event::Symlink {
+                                id,
+                                path,
+                                attrs,
+                                parent_mtime_ms: t,
+                                ..
+                            },
+                        ) => {
+                            self.tree.insert(path.clone(), (*id, attrs.clone()));
+                            self.touch_parent_of(path, Some(*t));
                         }
                         (_, Event::Complete(u) | Event::SetSize(u) | Event::SetAttr(u)) => {
                             self.tree.insert(u.path.clone(), (u.id, u.new.clone()));
                         }
-                        (_, Event::Delete { path, .. }) => self.remove_subtree(path),
-                        (Scope::MoveOut, Event::Rename { old_path, .. }) => {
-                            self.remove_subtree(old_path)
+                        (
+                            _,
+                            Event::SetXattr {
+                                path, change_ms, ..
+                            }
+                            | Event::RemoveXattr {
+                                path, change_ms, ..
+                            },
+                        ) => {
+                            if let Some((_, a)) = self.tree.get_mut(path) {
+                                a.change_ms = *change_ms;
+                            }
+                        }
+                        (_, Event::SetQuota { .. } | Event::ClearQuota { .. }) => {}
+                        (
+                            _,
+                            Event::Delete {
+                                path,
+                                parent_mtime_ms: t,
+                                ..
+                            },
+                        ) => {
+                            self.remove_subtree(path);
+                            self.touch_parent_of(path, *t);
+                        }
+                        (
+                            Scope::MoveOut,
+                            Event::Rename {
+                                old_path,
+                                parent_mtime_ms: t,
+                                ..
+                            },
+                        ) => {
+                            self.remove_subtree(old_path);
+                            self.touch_parent_of(old_path, *t);
                         }
                         (
                             Scope::MoveIn,
@@ -97,16 +159,22 @@ impl Mirror {
                                 id,
                                 new_path,
                                 attrs,
+                                parent_mtime_ms: t,
                                 ..
                             },
                         ) => {
                             self.remove_subtree(new_path);
                             self.tree.insert(new_path.clone(), (*id, attrs.clone()));
+                            self.touch_parent_of(new_path, *t);
                         }
                         (
                             Scope::Inside,
                             Event::Rename {
-                                old_path, new_path, ..
+                                old_path,
+                                new_path,
+                                attrs,
+                                parent_mtime_ms: t,
+                                ..
                             },
                         ) => {
                             let moved: Vec<(String, (u64, Attrs))> = self
@@ -124,6 +192,11 @@ impl Mirror {
                                 self.tree
                                     .insert(format!("{new_path}{}", &k[old_path.len()..]), v);
                             }
+                            if let Some((_, a)) = self.tree.get_mut(new_path) {
+                                *a = attrs.clone();
+                            }
+                            self.touch_parent_of(old_path, *t);
+                            self.touch_parent_of(new_path, *t);
                         }
                     }
                 }

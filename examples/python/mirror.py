@@ -14,6 +14,12 @@ The reference consumer of docs/BRIDGE.md: snapshot, then stream.
    subtree) brings contents no event lists: the mirror takes a new snapshot
    at some S' and goes on from the records after S'.
 
+Event schema 2 (docs/EVENTS.md): a create, symlink, delete or rename
+carries its parents' new times (parent_mtime_ms) rather than their whole
+attributes, and an extended attribute's change its inode's change time;
+the mirror applies them to the entries it holds. Quotas and extended
+attributes themselves are not part of the attributes it mirrors.
+
 Messages of a record cut into parts (header Treelog-Part: i/n) are joined
 before decoding. The payload is the `Record` item `treelog tail --json`
 prints (docs/stream-item.schema.json).
@@ -50,6 +56,11 @@ def reroot(path, old, new):
     return new + path[len(old):]
 
 
+def parent_of(path):
+    """The parent of a canonical path ("/a/b" -> "/a", "/a" -> "/")."""
+    return path.rsplit("/", 1)[0] or "/"
+
+
 class Mirror:
     def __init__(self, args):
         self.args = args
@@ -82,6 +93,13 @@ class Mirror:
         for p in [p for p in self.entries if within(p, path)]:
             del self.entries[p]
 
+    def touch(self, path, t):
+        """A directory's entries changed at t (parent_mtime_ms)."""
+        attrs = self.entries.get(path)
+        if attrs is not None and t is not None:
+            attrs["mtime_ms"] = t
+            attrs["change_ms"] = t
+
     def apply(self, seq, events):
         """Applies a record; returns False when a resync is needed."""
         p = self.prefix
@@ -89,6 +107,8 @@ class Mirror:
             ((kind, body),) = ev["event"].items()
             if kind == "Rename":
                 old, new = body["old_path"], body["new_path"]
+                self.touch(parent_of(old), body["parent_mtime_ms"])
+                self.touch(parent_of(new), body["parent_mtime_ms"])
                 oi, ni = within(old, p), within(new, p)
                 if oi and ni:
                     for q in [q for q in self.entries if within(q, old)]:
@@ -110,10 +130,17 @@ class Mirror:
                     if kind == "Delete" and within(p, path):
                         self.entries.clear()
                     continue
-                if kind == "Create":
+                if kind in ("Create", "Symlink"):
                     self.entries[path] = body["attrs"]
+                    self.touch(parent_of(path), body["parent_mtime_ms"])
                 elif kind == "Delete":
                     self.remove_tree(path)
+                    self.touch(parent_of(path), body["parent_mtime_ms"])
+                elif kind in ("SetXattr", "RemoveXattr"):
+                    if path in self.entries:
+                        self.entries[path]["change_ms"] = body["change_ms"]
+                elif kind in ("SetQuota", "ClearQuota"):
+                    pass  # not an attribute
                 else:  # Complete, SetSize, SetAttr
                     self.entries[path] = body["new"]
         self.seq = seq

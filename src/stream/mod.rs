@@ -369,8 +369,7 @@ impl SnapshotWalk {
                     self.step = WalkStep::End;
                     // Entries in the snapshot only use dictionary ids that
                     // existed then; the current dictionaries are a superset.
-                    let dicts = shared.dicts();
-                    let root = match engine::resolve(&view, &dicts, &self.prefix) {
+                    let root = match engine::resolve(&view, &shared.names, &self.prefix) {
                         Ok(r) => r,
                         Err(e)
                             if matches!(
@@ -399,7 +398,7 @@ impl SnapshotWalk {
                 }
                 WalkStep::Walk => {
                     let next = match self.walk.as_mut() {
-                        Some(w) => w.next(&view, &shared.dicts())?,
+                        Some(w) => w.next(&view, &shared.names)?,
                         None => None,
                     };
                     match next {

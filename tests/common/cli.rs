@@ -38,6 +38,22 @@ pub fn output(cmd: &mut Command) -> Ran {
     }
 }
 
+/// Runs `bin --data DATA ARGS` and kills it with SIGKILL after `after` (a
+/// random crash point, not a wait for anything); returns whether it had
+/// finished.
+pub fn kill_during(bin: &str, data: &Path, args: &[&str], after: std::time::Duration) -> bool {
+    let mut child = command(bin, data, args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn the binary");
+    std::thread::sleep(after);
+    let finished = child.try_wait().unwrap().is_some();
+    let _ = child.kill();
+    child.wait().unwrap();
+    finished
+}
+
 /// Runs `bin --data DATA ARGS` to its end.
 pub fn run(bin: &str, data: &Path, args: &[&str]) -> Ran {
     output(&mut command(bin, data, args))

@@ -14,6 +14,7 @@
 pub mod backup;
 pub mod bridge;
 pub mod cluster;
+pub mod format2;
 pub mod network;
 pub mod redis_peer;
 pub mod replica;
@@ -205,6 +206,38 @@ pub enum BenchCmd {
         /// Where to put the scratch databases (default: a temp directory).
         #[arg(long)]
         dir: Option<std::path::PathBuf>,
+    },
+    /// Durable creates into directories under a quota beside the same
+    /// creates without one (format 2's counters on every create).
+    Quota {
+        /// Creates per run.
+        #[arg(long, default_value_t = 20_000)]
+        ops: usize,
+        /// Concurrent callers, comma separated.
+        #[arg(long, default_value = "1,8,64", value_delimiter = ',')]
+        callers: Vec<usize>,
+        /// Alternating rounds per setting.
+        #[arg(long, default_value_t = 3)]
+        rounds: usize,
+        /// Where to put the scratch databases (default: a temp directory).
+        #[arg(long)]
+        dir: Option<std::path::PathBuf>,
+    },
+    /// Writes a format-1 database (as format-1 code did: schema-1 records
+    /// and their index) for `treelog admin migrate` to be measured on:
+    /// DIRS directories of FILES files.
+    Format1 {
+        /// The new database's directory (must not hold one).
+        out: std::path::PathBuf,
+        #[arg(long, default_value_t = 10_000)]
+        dirs: u64,
+        #[arg(long, default_value_t = 1_000)]
+        files: u64,
+        /// Distinct owners (at most 255, format 1's limit).
+        #[arg(long, default_value_t = 200)]
+        owners: u8,
+        #[arg(long, default_value_t = 50)]
+        groups: u8,
     },
     /// Change-stream figures: throughput with subscribers, delivery
     /// latency, catch-up rate.
@@ -800,6 +833,29 @@ pub fn run(args: &BenchArgs) -> Result<u8> {
             if dir.is_none() {
                 let _ = std::fs::remove_dir_all(&base);
             }
+            Ok(0)
+        }
+        BenchCmd::Quota {
+            ops,
+            callers,
+            rounds,
+            dir,
+        } => {
+            let base = scratch(dir)?;
+            format2::quota_creates(&base, *ops, callers, *rounds)?;
+            if dir.is_none() {
+                let _ = std::fs::remove_dir_all(&base);
+            }
+            Ok(0)
+        }
+        BenchCmd::Format1 {
+            out,
+            dirs,
+            files,
+            owners,
+            groups,
+        } => {
+            format2::make_format1(out, *dirs, *files, *owners, *groups)?;
             Ok(0)
         }
         BenchCmd::Metrics { ops, rounds, dir } => {

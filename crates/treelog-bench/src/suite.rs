@@ -28,7 +28,8 @@ use rocksdb::{ColumnFamilyDescriptor, WriteBatch, WriteOptions, DB};
 
 use crate::error::{Error, Result};
 use crate::event::{Event, Record};
-use crate::format::{self, record, InodeEntry};
+use crate::format::v2::{self, InodeEntryV2};
+use crate::format::{self, record};
 use crate::types::{Attrs, FileType};
 use treelog::Durability;
 use treelog::{Options, Treelog};
@@ -408,10 +409,26 @@ fn raw_rocksdb(dir: &Path, ops: usize, group: usize) -> Result<Figure> {
         block_size: 128 << 20,
         ctime_ms: now,
         mtime_ms: now,
+        change_ms: now,
         mode: 0o644,
         complete: false,
         owner: String::new(),
         group: String::new(),
+    };
+    let entry_of = |parent: u64, kind: u8, flags: u8, name: &str| InodeEntryV2 {
+        parent_id: parent,
+        size: 0,
+        block_size: if kind == v2::KIND_FILE { 128 << 20 } else { 0 },
+        ctime_ms: now,
+        mtime_ms: now,
+        change_ms: now,
+        mode: 0o644,
+        kind,
+        flags,
+        owner_id: 0,
+        group_id: 0,
+        name: name.as_bytes().to_vec(),
+        target: Vec::new(),
     };
     let mut pre = Vec::with_capacity(ops);
     for i in 0..ops {
@@ -427,25 +444,19 @@ fn raw_rocksdb(dir: &Path, ops: usize, group: usize) -> Result<Figure> {
                 name: name.clone(),
                 path: format!("/bench/c/d{}/{name}", i % 1000),
                 attrs: attrs.clone(),
+                parent_mtime_ms: Some(now),
+                quotas: vec![],
             }],
         };
-        let entry = InodeEntry {
-            parent_id: parent,
-            size: 0,
-            block_size: 128 << 20,
-            creation_time_ms: now,
-            modification_time_ms: now,
-            mode: 0o644,
-            flags: 0,
-            owner_id: 0,
-            group_id: 0,
-            name: name.as_bytes().to_vec(),
-        };
+        // As format 2 writes a create: the entry, the edge, and the
+        // parent's entry with its new times.
+        let entry = entry_of(parent, v2::KIND_FILE, 0, &name);
+        let parent_entry = entry_of(1, v2::KIND_DIRECTORY, v2::FLAG_COMPLETE_V2, "d");
         pre.push((
             format::log_key(rec.seq),
             record::encode_record(&rec)?,
-            format::inode_key(id),
-            entry.encode(),
+            (format::inode_key(id), entry.encode()),
+            (format::inode_key(parent), parent_entry.encode()),
             format::edge_key(parent, name.as_bytes()),
             format::edge_value(id),
         ));
@@ -463,8 +474,9 @@ fn raw_rocksdb(dir: &Path, ops: usize, group: usize) -> Result<Figure> {
         }
         db.write_opt(b, &synced)?;
         let mut b = WriteBatch::default();
-        for (_, _, ik, iv, ek, ev) in chunk {
+        for (_, _, (ik, iv), (pk, pv), ek, ev) in chunk {
             b.put_cf(inodes, ik, iv);
+            b.put_cf(inodes, pk, pv);
             b.put_cf(edges, ek, ev);
         }
         b.put_cf(meta, b"applied_seq", 1u64.to_be_bytes());

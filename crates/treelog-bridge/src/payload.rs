@@ -238,6 +238,7 @@ mod tests {
             block_size: 0,
             ctime_ms: 1_700_000_000_000,
             mtime_ms: 1_700_000_000_000,
+            change_ms: 1_700_000_000_000,
             mode: 0o755,
             complete: true,
             owner: "alice".into(),
@@ -254,6 +255,8 @@ mod tests {
                     name: "data".into(),
                     path: "/data".into(),
                     attrs,
+                    parent_mtime_ms: Some(1_700_000_000_000),
+                    quotas: vec![],
                 }),
             }]),
         }
@@ -265,7 +268,7 @@ mod tests {
         let got = String::from_utf8(Encoding::Json.encode(&record()).unwrap()).unwrap();
         assert_eq!(
             got,
-            r#"{"Record":{"seq":1,"time_ms":1700000000000,"events":[{"scope":"Inside","event":{"Create":{"id":2,"parent":1,"name":"data","path":"/data","attrs":{"kind":"Directory","size":0,"block_size":0,"ctime_ms":1700000000000,"mtime_ms":1700000000000,"mode":493,"complete":true,"owner":"alice","group":"staff"}}}}]}}"#
+            r#"{"Record":{"seq":1,"time_ms":1700000000000,"events":[{"scope":"Inside","event":{"Create":{"id":2,"parent":1,"name":"data","path":"/data","attrs":{"kind":"Directory","size":0,"block_size":0,"ctime_ms":1700000000000,"mtime_ms":1700000000000,"change_ms":1700000000000,"mode":493,"complete":true,"owner":"alice","group":"staff"},"parent_mtime_ms":1700000000000,"quotas":[]}}}]}}"#
         );
         assert_eq!(Encoding::Json.decode(got.as_bytes()).unwrap(), record());
     }

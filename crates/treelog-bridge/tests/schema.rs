@@ -57,6 +57,37 @@ async fn every_item_a_server_streams_validates_and_broken_ones_do_not() {
             path: "/s/d".into(),
             recursive: true,
         },
+        Command::Symlink {
+            target: "../elsewhere".into(),
+            path: "/s/l".into(),
+            parents: false,
+            owner: String::new(),
+            group: String::new(),
+        },
+        Command::SetXattr {
+            path: "/s/l".into(),
+            name: "user.k".into(),
+            value: vec![0, 0xff].into(),
+            flag: treelog::XattrFlag::Either,
+        },
+        Command::SetXattr {
+            path: "/s/l".into(),
+            name: "user.k".into(),
+            value: b"v".to_vec().into(),
+            flag: treelog::XattrFlag::Replace,
+        },
+        Command::RemoveXattr {
+            path: "/s/l".into(),
+            name: "user.k".into(),
+        },
+        Command::SetQuota {
+            path: "/s".into(),
+            inodes: Some(100),
+            bytes: None,
+        },
+        common::commands::create("/s/q"),
+        Command::ClearQuota { path: "/s".into() },
+        // Last, outside /s: the prefixed subscriptions end with a Progress.
         common::commands::mkdir("/elsewhere"),
     ];
     for cmd in cmds {
@@ -114,6 +145,11 @@ async fn every_item_a_server_streams_validates_and_broken_ones_do_not() {
         "SetAttr",
         "Delete",
         "Rename",
+        "Symlink",
+        "SetXattr",
+        "RemoveXattr",
+        "SetQuota",
+        "ClearQuota",
         "Inside",
         "MoveIn",
         "MoveOut",
@@ -122,8 +158,9 @@ async fn every_item_a_server_streams_validates_and_broken_ones_do_not() {
     }
     let good = serde_json::json!({"Record": {"seq": 1, "time_ms": 2, "events": [{"scope": "Inside",
         "event": {"Delete": {"id": 2, "parent": 1, "name": "a", "path": "/a", "attrs": {
-            "kind": "File", "size": 0, "block_size": 0, "ctime_ms": 0, "mtime_ms": 0, "mode": 420,
-            "complete": true, "owner": "", "group": ""}}}}]}});
+            "kind": "File", "size": 0, "block_size": 0, "ctime_ms": 0, "mtime_ms": 0,
+            "change_ms": 0, "mode": 420, "complete": true, "owner": "", "group": ""},
+            "parent_mtime_ms": null, "quotas": [3]}}}]}});
     assert!(v.is_valid(&good));
     let broken = |f: &dyn Fn(&mut serde_json::Value)| {
         let mut b = good.clone();
@@ -134,7 +171,16 @@ async fn every_item_a_server_streams_validates_and_broken_ones_do_not() {
     broken(&|b| b["Record"]["seq"] = "1".into());
     broken(&|b| b["Record"]["events"] = serde_json::json!([]));
     broken(&|b| b["Record"]["events"][0]["scope"] = "Outside".into());
-    broken(&|b| b["Record"]["events"][0]["event"]["Delete"]["attrs"]["kind"] = "Symlink".into());
+    broken(&|b| b["Record"]["events"][0]["event"]["Delete"]["attrs"]["kind"] = "Socket".into());
+    broken(&|b| {
+        drop(
+            b["Record"]["events"][0]["event"]["Delete"]["attrs"]
+                .as_object_mut()
+                .unwrap()
+                .remove("change_ms"),
+        )
+    });
+    broken(&|b| b["Record"]["events"][0]["event"]["Delete"]["quotas"] = "3".into());
     broken(&|b| b["Record"]["events"][0]["event"]["Delete"]["path"] = "a".into());
     broken(&|b| b["Record"]["events"][0]["event"]["Delete"]["extra"] = 1.into());
     h.shutdown().await.unwrap();

@@ -45,6 +45,12 @@ pub fn run(cli: &Cli, out: &Out, cmd: &AdminCmd) -> Result<u8> {
             }
             Ok(if r.ok() { 0 } else { EXIT_VERIFY_MISMATCH })
         }
+        AdminCmd::Migrate {
+            to,
+            dry_run,
+            no_verify,
+            quiet,
+        } => migrate(cli, out, *to, *dry_run, !*no_verify, *quiet),
         AdminCmd::Rebuild => {
             let n = admin::rebuild(&cli.data, &so).map_err(|e| naming(&cli.data, e))?;
             if out.json {
@@ -257,9 +263,20 @@ pub fn run(cli: &Cli, out: &Out, cmd: &AdminCmd) -> Result<u8> {
             Ok(0)
         }
         AdminCmd::Info => {
-            let store = Store::open(&cli.data, &so).map_err(|e| naming(&cli.data, e))?;
+            // Any version: a database to migrate says so here.
+            let store = Store::open_unmigrated(&cli.data, &so).map_err(|e| naming(&cli.data, e))?;
+            let migration = store
+                .get_meta(crate::format::meta::MIGRATION_KEY)?
+                .map(|m| crate::format::meta::Migration::decode(&m))
+                .transpose()?;
+            let version = store.format_version()?;
+            let needs_migration = migration.is_some() || version < crate::format::FORMAT_VERSION;
             let info = serde_json::json!({
-                "format_version": store.format_version()?,
+                "format_version": version,
+                "needs_migration": needs_migration,
+                "migration": migration.map(|m| serde_json::json!({
+                    "from": m.from, "to": m.to, "next_id": m.next_id,
+                })),
                 "log_start": store.log_start()?,
                 "applied_seq": store.applied_seq()?,
                 "last_seq": store.last_log_seq()?,
@@ -269,6 +286,19 @@ pub fn run(cli: &Cli, out: &Out, cmd: &AdminCmd) -> Result<u8> {
                 out.print_json(&info)?;
             } else {
                 outln!(out, "format_version: {}", info["format_version"])?;
+                if needs_migration {
+                    outln!(
+                        out,
+                        "migration:      {} (run `treelog admin migrate`)",
+                        match migration {
+                            Some(m) => format!(
+                                "from {} to {} interrupted at inode {}",
+                                m.from, m.to, m.next_id
+                            ),
+                            None => format!("needed to reach {}", crate::format::FORMAT_VERSION),
+                        }
+                    )?;
+                }
                 outln!(out, "log_start:      {}", info["log_start"])?;
                 outln!(
                     out,
@@ -368,4 +398,96 @@ pub fn run(cli: &Cli, out: &Out, cmd: &AdminCmd) -> Result<u8> {
             Ok(0)
         }
     }
+}
+
+/// `admin migrate`: runs the migration with a progress bar on standard
+/// error (when it is a terminal), then reports.
+fn migrate(cli: &Cli, out: &Out, to: u64, dry_run: bool, verify: bool, quiet: bool) -> Result<u8> {
+    if cli.server.is_some() {
+        return Err(crate::error::Error::InvalidArgument(
+            "admin migrate works on a local --data directory, with no server running on it".into(),
+        ));
+    }
+    let pb = crate::output::progress_bar(
+        quiet,
+        "{spinner} migrating: {pos}/~{len} inodes {wide_bar} {rate} inodes/s, {elapsed}",
+    );
+    let opts = treelog::migrate::MigrateOptions {
+        to,
+        dry_run,
+        verify,
+    };
+    let so = StoreOptions::default();
+    let r = treelog::migrate::migrate(&cli.data, &so, &opts, |done, total| {
+        pb.set_length(total.max(done));
+        pb.set_position(done);
+    })
+    .map_err(|e| naming(&cli.data, e));
+    pb.finish_and_clear();
+    let r = r?;
+    if out.json {
+        out.print_json(&serde_json::json!({"ok": r.ok(), "report": r}))?;
+    } else if r.already {
+        outln!(out, "the database is at format version {} already", r.to)?;
+    } else {
+        let verb = if r.dry_run {
+            "would migrate"
+        } else {
+            "migrated"
+        };
+        outln!(
+            out,
+            "{verb} format version {} to {}{}: {} inodes, {} owners, {} groups, {} batches, {} bytes, {} ms",
+            r.from,
+            r.to,
+            match r.resumed_at {
+                Some(at) => format!(" (resumed at inode {at})"),
+                None => String::new(),
+            },
+            r.inodes,
+            r.owners,
+            r.groups,
+            r.batches,
+            r.bytes,
+            r.elapsed_ms
+        )?;
+        if r.dry_run {
+            outln!(
+                out,
+                "limits lifted: owners {} of 255 -> of 4294967295, groups {} of 255 -> of 4294967295; \
+                 the log stays as written (schema-1 records keep their rules)",
+                r.owners,
+                r.groups
+            )?;
+        }
+        if r.rebuilt {
+            outln!(
+                out,
+                "the index was being rebuilt: rebuilt in format 2 from the log"
+            )?;
+        }
+        if r.replayed > 0 {
+            outln!(out, "replayed {} records the index lacked", r.replayed)?;
+        }
+        if let Some(v) = &r.verify {
+            outln!(
+                out,
+                "verify: {} records replayed, {}",
+                v.records,
+                if v.ok() {
+                    "OK: the index equals a replay of the log"
+                } else {
+                    "MISMATCH"
+                }
+            )?;
+        }
+        for p in r
+            .problems
+            .iter()
+            .chain(r.verify.iter().flat_map(|v| &v.problems))
+        {
+            outln!(out, "problem: {p}")?;
+        }
+    }
+    Ok(if r.ok() { 0 } else { EXIT_VERIFY_MISMATCH })
 }

@@ -17,7 +17,7 @@ Exit codes: 0 success, 2 usage, 3 not found, 4 already exists, 5 not a
 directory, 6 is a directory, 7 not empty, 8 invalid name/path/argument,
 9 dictionary full, 10 corruption or incompatible database, 11 compacted or
 cursor expired, 12 verify mismatch, 13 outcome unknown (read before
-retrying), 1 anything else.
+retrying), 14 quota exceeded, 1 anything else.
 
 Commands with several operands (mkdir, touch, rm, chmod, chown, touchtime,
 mv SRC... DIR) run each operand on its own, in order; a failure is reported
@@ -174,6 +174,95 @@ pub enum Cmd {
         #[arg(required = true, value_name = "PATH")]
         paths: Vec<String>,
     },
+    /// Make a symbolic link: `ln -s TARGET LINK` (the target is stored as
+    /// given, never resolved; paths are not followed through links).
+    Ln {
+        /// Symbolic (the only kind: treelog has no hard links).
+        #[arg(short = 's', long, required = true)]
+        symbolic: bool,
+        /// Create missing parent directories of LINK.
+        #[arg(short, long)]
+        parents: bool,
+        #[arg(long, default_value = "")]
+        owner: String,
+        #[arg(long, default_value = "")]
+        group: String,
+        target: String,
+        link: String,
+    },
+    /// Print a symbolic link's target.
+    Readlink { path: String },
+    /// Print extended attributes (as getfattr -d): all of them, or the one
+    /// given with -n (exit 3 when it has none of that name).
+    Getfattr {
+        /// Only this attribute.
+        #[arg(short = 'n', long)]
+        name: Option<String>,
+        /// Names only.
+        #[arg(long, conflicts_with = "name")]
+        names_only: bool,
+        /// How values are printed: `text` ("…", with \ooo escapes for bytes
+        /// that are not printable) or `hex` (0x…).
+        #[arg(short = 'e', long, default_value = "text")]
+        encoding: ValueEncoding,
+        #[arg(required = true, value_name = "PATH")]
+        paths: Vec<String>,
+    },
+    /// Set (-n NAME -v VALUE) or remove (-x NAME) an extended attribute
+    /// (as setfattr). Names are `user.`, `trusted.`, `security.` or
+    /// `system.` and at least one more byte, at most 255 bytes; values at
+    /// most 64 KiB; an inode at most 128 attributes and 256 KiB of names
+    /// and values. A VALUE starting 0x is hex; otherwise its bytes.
+    #[command(after_help = OPERANDS_HELP)]
+    Setfattr {
+        #[arg(
+            short = 'n',
+            long,
+            required_unless_present = "remove",
+            conflicts_with = "remove"
+        )]
+        name: Option<String>,
+        #[arg(short = 'v', long, default_value = "", requires = "name")]
+        value: String,
+        /// Remove this attribute.
+        #[arg(short = 'x', long, value_name = "NAME")]
+        remove: Option<String>,
+        /// Fail (exit 4) if the attribute exists.
+        #[arg(long, conflicts_with = "replace", requires = "name")]
+        create: bool,
+        /// Fail (exit 3) if the attribute does not exist.
+        #[arg(long, requires = "name")]
+        replace: bool,
+        #[arg(required = true, value_name = "PATH")]
+        paths: Vec<String>,
+    },
+    /// Directory quotas: at most so many inodes and bytes of files under a
+    /// directory; a write that would pass one is refused (exit 14) and
+    /// writes nothing. A directory with a quota keeps its usage counted.
+    Quota {
+        #[command(subcommand)]
+        cmd: QuotaCmd,
+    },
+    /// Count what is under each path, the path itself included (du -s,
+    /// HDFS count): directories, files, symbolic links, bytes of files.
+    /// From a quota's counters where a directory has one; otherwise by a
+    /// walk of at most 1,000,000 inodes (give a big tree a quota, even one
+    /// without limits, to count it at once). `-h` is `--human-readable`,
+    /// as in `du` (help is `--help` only).
+    #[command(disable_help_flag = true)]
+    Count {
+        /// Also the path's quota: its limits and what remains.
+        #[arg(short = 'q', long)]
+        quota: bool,
+        /// Sizes as 1.5K, 23M, 4.0G.
+        #[arg(short = 'h', long)]
+        human_readable: bool,
+        #[arg(required = true, value_name = "PATH")]
+        paths: Vec<String>,
+        /// Print help.
+        #[arg(long, action = clap::ArgAction::Help)]
+        help: Option<bool>,
+    },
     /// Mark a file complete with its final size.
     Complete { path: String, size: u64 },
     /// Change a file's size.
@@ -190,7 +279,9 @@ pub enum Cmd {
         /// Only this subtree.
         #[arg(long)]
         prefix: Option<String>,
-        /// Only these event kinds (create, complete, set_size, set_attr, delete, rename).
+        /// Only these event kinds (create, complete, set_size, set_attr,
+        /// delete, rename, symlink, set_xattr, remove_xattr, set_quota,
+        /// clear_quota).
         #[arg(long, value_delimiter = ',')]
         kinds: Vec<String>,
         /// A durable cursor: resume after its acknowledged position and
@@ -367,6 +458,11 @@ pub struct ServeArgs {
     /// docs/REPLICATION.md.
     #[arg(long, value_name = "ADDR")]
     pub replica_of: Option<std::net::SocketAddr>,
+    /// Migrate the data directory to this build's format first if it is of
+    /// an older one (as `admin migrate`); without it, such a database is
+    /// refused.
+    #[arg(long, conflicts_with = "replica_of")]
+    pub migrate: bool,
     /// The token file of the server given by --replica-of.
     #[arg(long, requires = "replica_of")]
     pub source_token_file: Option<PathBuf>,
@@ -426,6 +522,49 @@ pub struct ServeArgs {
     /// it.
     #[arg(long, requires = "bridge_nats", default_value_t = 1)]
     pub bridge_stream_replicas: usize,
+}
+
+/// `getfattr -e`.
+#[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
+pub enum ValueEncoding {
+    Text,
+    Hex,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum QuotaCmd {
+    /// Give a directory a quota, or change its limits (a quota without
+    /// limits keeps its usage counted for `count`). Sizes take K, M, G, T
+    /// (powers of 1024).
+    Set {
+        path: String,
+        /// Most inodes under the directory (itself not counted).
+        #[arg(long, value_parser = parse_size)]
+        inodes: Option<u64>,
+        /// Most bytes of files under the directory.
+        #[arg(long, value_parser = parse_size)]
+        bytes: Option<u64>,
+    },
+    /// Remove a directory's quota (a directory without one is left alone).
+    Clear { path: String },
+    /// A directory's quota: limits, usage, what remains.
+    Show { path: String },
+}
+
+/// A count or size: digits, with an optional K, M, G or T (powers of 1024).
+pub fn parse_size(s: &str) -> std::result::Result<u64, String> {
+    let (digits, shift) = match s.char_indices().last() {
+        Some((i, 'K' | 'k')) => (&s[..i], 10),
+        Some((i, 'M' | 'm')) => (&s[..i], 20),
+        Some((i, 'G' | 'g')) => (&s[..i], 30),
+        Some((i, 'T' | 't')) => (&s[..i], 40),
+        _ => (s, 0),
+    };
+    let n: u64 = digits
+        .parse()
+        .map_err(|e| format!("{s:?} is not a number with an optional K, M, G or T: {e}"))?;
+    n.checked_mul(1u64 << shift)
+        .ok_or_else(|| format!("{s} is too large"))
 }
 
 #[derive(Subcommand, Debug)]
@@ -490,6 +629,25 @@ pub struct BridgeOpts {
 pub enum AdminCmd {
     /// Replay the whole log into a scratch index and compare digests.
     Verify,
+    /// Move the database to this build's on-disk format (migrations/):
+    /// in place, resumable (a run killed at any moment leaves the old
+    /// format intact or a migration the next run finishes), then verified
+    /// (exit 12 on a mismatch). Needs the database closed: a server or
+    /// other command holding it is refused.
+    Migrate {
+        /// The format version to reach (this build's).
+        #[arg(long, default_value_t = treelog::format::FORMAT_VERSION)]
+        to: u64,
+        /// Read everything and report what would be written; write nothing.
+        #[arg(long)]
+        dry_run: bool,
+        /// Do not replay the log into a scratch index afterwards.
+        #[arg(long)]
+        no_verify: bool,
+        /// No progress bar.
+        #[arg(short, long)]
+        quiet: bool,
+    },
     /// Drop the index and rebuild it from the whole log (crash-safe: an
     /// interrupted rebuild is finished by the next open).
     Rebuild,
@@ -637,4 +795,13 @@ pub struct ImportArgs {
 pub enum OnWriterFailure {
     Exit,
     Stay,
+}
+
+/// What `setfattr` was given (see [`Cmd::Setfattr`]).
+pub struct SetfattrArgs<'a> {
+    pub name: Option<&'a str>,
+    pub value: &'a str,
+    pub remove: Option<&'a str>,
+    pub flag: crate::types::XattrFlag,
+    pub paths: &'a [String],
 }

@@ -11,7 +11,7 @@ use crate::exit::naming;
 use crate::format::ROOT_ID;
 use crate::retention::CursorInfo;
 use crate::stream::{StreamItem, SubscribeOptions, Subscription};
-use crate::types::{DirEntry, Inode, ListPage};
+use crate::types::{ContentSummary, DirEntry, Inode, ListPage, Xattr};
 use treelog::ReadAt;
 use treelog::{Options, Treelog};
 
@@ -85,6 +85,28 @@ impl Backend {
         match self {
             Backend::Local(t) => t.stat_id(id),
             Backend::Remote { rt, client } => rt.block_on(client.stat_id(id)),
+        }
+    }
+
+    pub fn readlink(&self, path: &str) -> Result<String> {
+        match self {
+            Backend::Local(t) => t.readlink(path),
+            Backend::Remote { rt, client } => rt.block_on(client.readlink(path)),
+        }
+    }
+
+    /// The extended attribute `name` of `path`, or all of them.
+    pub fn xattrs(&self, path: &str, name: Option<&str>) -> Result<Vec<Xattr>> {
+        match self {
+            Backend::Local(t) => t.xattrs_at(path, name, ReadAt::Latest).map(|r| r.value),
+            Backend::Remote { rt, client } => rt.block_on(client.xattrs(path, name)),
+        }
+    }
+
+    pub fn count(&self, path: &str) -> Result<ContentSummary> {
+        match self {
+            Backend::Local(t) => t.count(path),
+            Backend::Remote { rt, client } => rt.block_on(client.count(path)),
         }
     }
 

@@ -10,7 +10,11 @@ use crate::types::Inode;
 pub fn mode_string(i: &Inode) -> String {
     let m = i.attrs.mode;
     let mut s = String::with_capacity(10);
-    s.push(if i.attrs.kind.is_dir() { 'd' } else { '-' });
+    s.push(match i.attrs.kind {
+        crate::types::FileType::Directory => 'd',
+        crate::types::FileType::Symlink => 'l',
+        crate::types::FileType::File => '-',
+    });
     // (shift of the rwx triple, its special bit, the letter for it)
     for (shift, special, letter) in [(6, 0o4000, 's'), (3, 0o2000, 's'), (0, 0o1000, 't')] {
         let b = (m >> shift) & 7;
@@ -50,7 +54,8 @@ impl LongFormat {
 
 /// An `ls -l` line for an inode shown as `name` (quoted here for humans,
 /// see [`quote`]): mode, owner, group, size, modification time, name (`/`
-/// after a directory, ` (incomplete)` after a file not yet complete), id.
+/// after a directory, ` (incomplete)` after a file not yet complete, `@`
+/// after a symbolic link, whose target `readlink` shows), id.
 pub fn long_line(i: &Inode, name: &str, f: &LongFormat) -> String {
     let or_dash = |s: &str| {
         if s.is_empty() {
@@ -73,6 +78,8 @@ pub fn long_line(i: &Inode, name: &str, f: &LongFormat) -> String {
         quote(name),
         if i.attrs.kind.is_dir() {
             "/"
+        } else if i.attrs.kind.is_symlink() {
+            "@"
         } else if i.attrs.complete {
             ""
         } else {
@@ -90,7 +97,11 @@ pub fn describe_event(ev: &crate::event::Event) -> String {
             id, path, attrs, ..
         } => format!(
             "create {} {} id={id} mode={:04o} owner={:?} group={:?}",
-            if attrs.kind.is_dir() { "dir " } else { "file" },
+            match attrs.kind {
+                crate::types::FileType::Directory => "dir ",
+                crate::types::FileType::Symlink => "link",
+                crate::types::FileType::File => "file",
+            },
             quote(path),
             attrs.mode,
             attrs.owner,
@@ -129,5 +140,37 @@ pub fn describe_event(ev: &crate::event::Event) -> String {
             new_path,
             ..
         } => format!("rename {} -> {} id={id}", quote(old_path), quote(new_path)),
+        Event::Symlink {
+            id, path, target, ..
+        } => format!("symlink {} -> {} id={id}", quote(path), quote(target)),
+        Event::SetXattr {
+            id,
+            path,
+            name,
+            value,
+            ..
+        } => format!(
+            "set_xattr {} id={id} {} ({} bytes)",
+            quote(path),
+            quote(name),
+            value.len()
+        ),
+        Event::RemoveXattr { id, path, name, .. } => {
+            format!("remove_xattr {} id={id} {}", quote(path), quote(name))
+        }
+        Event::SetQuota { id, path, quota } => format!(
+            "set_quota {} id={id} inodes {} bytes {} (usage: {} inodes, {} bytes)",
+            quote(path),
+            limit(quota.limit_inodes),
+            limit(quota.limit_bytes),
+            quota.usage.inodes(),
+            quota.usage.bytes
+        ),
+        Event::ClearQuota { id, path, .. } => format!("clear_quota {} id={id}", quote(path)),
     }
+}
+
+/// A quota's limit for humans: the number, or `none`.
+pub fn limit(l: Option<u64>) -> String {
+    l.map_or_else(|| "none".to_owned(), |n| n.to_string())
 }

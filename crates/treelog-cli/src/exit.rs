@@ -21,6 +21,7 @@ pub fn exit_code(kind: ErrorKind) -> u8 {
         // Not 1: a script must not retry a command that may have been
         // applied as if it had failed.
         ErrorKind::OutcomeUnknown => 13,
+        ErrorKind::QuotaExceeded => 14,
         _ => 1,
     }
 }
@@ -92,6 +93,13 @@ const EXIT_OUTCOME_UNKNOWN: u8 = 13;
 /// exist); treelog's own message for every other kind.
 pub fn reason(e: &Error, operands: &[&str]) -> String {
     let message = e.to_string();
+    // Extended attributes' errors, in getfattr's and setfattr's words.
+    if message.starts_with("no attribute ") {
+        return "No such attribute".into();
+    }
+    if message.starts_with("attribute ") && e.kind() == ErrorKind::AlreadyExists {
+        return "Attribute exists".into();
+    }
     let (words, prefix, about) = match e.kind() {
         ErrorKind::NotFound => (
             "No such file or directory",

@@ -1,5 +1,5 @@
 //! The namespace's mutating commands: mkdir, touch, mv, rm, chmod, chown,
-//! touchtime, complete, setsize.
+//! touchtime, complete, setsize, ln -s, setfattr, quota set and clear.
 //!
 //! Like coreutils, a command with several operands (`mkdir -p A B C`)
 //! runs each on its own, in order, as its own command (its own log
@@ -363,4 +363,120 @@ pub fn setsize(cli: &Cli, out: &Out, path: &str, size: u64) -> Result<u8> {
         },
     );
     run_ops(cli, out, vec![op], |_| "cannot set the size of", never)
+}
+
+/// `ln -s TARGET LINK`.
+pub fn ln(
+    cli: &Cli,
+    out: &Out,
+    a: (&str, &str),
+    parents: bool,
+    owner: &str,
+    group: &str,
+) -> Result<u8> {
+    let (target, link) = a;
+    let op = Op {
+        what: "symlink",
+        path: link.to_owned(),
+        dst: None,
+        cmd: Command::Symlink {
+            target: target.to_owned(),
+            path: link.to_owned(),
+            parents,
+            owner: owner.to_owned(),
+            group: group.to_owned(),
+        },
+    };
+    run_ops(
+        cli,
+        out,
+        vec![op],
+        |_| "failed to create symbolic link",
+        never,
+    )
+}
+
+/// A setfattr value: `0x` and hex digits, or the text's bytes.
+fn parse_value(v: &str) -> Result<Vec<u8>> {
+    match v.strip_prefix("0x").or_else(|| v.strip_prefix("0X")) {
+        Some(h) => crate::types::parse_hex(h)
+            .ok_or_else(|| Error::InvalidArgument(format!("value {v:?} is not hex digit pairs"))),
+        None => Ok(v.as_bytes().to_vec()),
+    }
+}
+
+/// `setfattr -n NAME -v VALUE PATH...` / `setfattr -x NAME PATH...`.
+pub fn setfattr(cli: &Cli, out: &Out, a: &crate::args::SetfattrArgs<'_>) -> Result<u8> {
+    let ops = match (a.name, a.remove) {
+        (_, Some(name)) => a
+            .paths
+            .iter()
+            .map(|p| {
+                Op::new(
+                    "remove_xattr",
+                    p,
+                    Command::RemoveXattr {
+                        path: p.clone(),
+                        name: name.to_owned(),
+                    },
+                )
+            })
+            .collect(),
+        (Some(name), None) => {
+            let value = crate::types::Bytes(parse_value(a.value)?);
+            a.paths
+                .iter()
+                .map(|p| {
+                    Op::new(
+                        "set_xattr",
+                        p,
+                        Command::SetXattr {
+                            path: p.clone(),
+                            name: name.to_owned(),
+                            value: value.clone(),
+                            flag: a.flag,
+                        },
+                    )
+                })
+                .collect()
+        }
+        (None, None) => {
+            return Err(Error::InvalidArgument(
+                "give -n NAME (with -v VALUE) or -x NAME".into(),
+            ))
+        }
+    };
+    run_ops(cli, out, ops, |_| "cannot set attributes of", never)
+}
+
+/// `quota set PATH [--inodes N] [--bytes N]`.
+pub fn quota_set(
+    cli: &Cli,
+    out: &Out,
+    path: &str,
+    inodes: Option<u64>,
+    bytes: Option<u64>,
+) -> Result<u8> {
+    let op = Op::new(
+        "set_quota",
+        path,
+        Command::SetQuota {
+            path: path.to_owned(),
+            inodes,
+            bytes,
+        },
+    );
+    run_ops(cli, out, vec![op], |_| "cannot set the quota of", never)
+}
+
+/// `quota clear PATH`.
+pub fn quota_clear(cli: &Cli, out: &Out, path: &str) -> Result<u8> {
+    let op = Op::new(
+        "clear_quota",
+        path,
+        Command::ClearQuota {
+            path: path.to_owned(),
+        },
+    );
+    run_ops(cli, out, vec![op], |_| "cannot clear the quota of", never)
 }

@@ -10,17 +10,20 @@
 //! writer commits many entries per group (and per fsync). Entries do not
 //! wait for one another: every create makes missing parents (`-p`), and a
 //! directory's own chain then sets its attributes whatever created it.
-//! Against `--server`, the same chains are pipelined on one connection.
+//! Directories' modification times are set last, once everything is in
+//! them (an entry created in a directory moves its time, as in POSIX), as
+//! `cp -a` does. Against `--server`, the same chains are pipelined on one
+//! connection.
 
 use std::collections::HashMap;
 use std::ffi::CStr;
-use std::io::{IsTerminal, Write};
+use std::io::Write;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use futures_util::StreamExt;
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use indicatif::ProgressBar;
 use tokio::sync::mpsc;
 
 use crate::args::{Cli, ImportArgs};
@@ -283,12 +286,13 @@ async fn import_one(sub: Submitter<'_>, w: &Walked, block_size: u64) -> Result<(
             })
             .await?;
             // Also when the directory existed, or a child's create made it.
+            // (Its time once its entries are in: see `import`.)
             sub.submit(Command::SetAttr {
                 path: path.clone(),
                 mode: Some(attrs.mode),
                 owner: Some(attrs.owner.clone()),
                 group: Some(attrs.group.clone()),
-                mtime_ms: Some(attrs.mtime_ms),
+                mtime_ms: None,
             })
             .await?;
         }
@@ -350,26 +354,10 @@ impl Tally {
 }
 
 fn progress_bar(quiet: bool) -> ProgressBar {
-    let target = if quiet || !std::io::stderr().is_terminal() {
-        ProgressDrawTarget::hidden()
-    } else {
-        ProgressDrawTarget::stderr()
-    };
-    let pb = ProgressBar::with_draw_target(Some(0), target);
-    pb.set_style(
-        ProgressStyle::with_template(
-            "{spinner} importing: {pos}/{len} entries, {rate} entries/s, {elapsed} {msg}",
-        )
-        .expect("a valid template")
-        .with_key(
-            "rate",
-            |s: &indicatif::ProgressState, w: &mut dyn std::fmt::Write| {
-                let _ = write!(w, "{:.0}", s.per_sec());
-            },
-        ),
-    );
-    pb.enable_steady_tick(Duration::from_millis(200));
-    pb
+    crate::output::progress_bar(
+        quiet,
+        "{spinner} importing: {pos}/{len} entries, {rate} entries/s, {elapsed} {msg}",
+    )
 }
 
 async fn import(sub: Submitter<'_>, a: &ImportArgs, dest: &str, pb: &ProgressBar) -> Result<Tally> {
@@ -411,6 +399,8 @@ async fn import(sub: Submitter<'_>, a: &ImportArgs, dest: &str, pb: &ProgressBar
             .buffer_unordered(a.jobs.max(1));
     let mut done = std::pin::pin!(done);
     let mut tally = Tally::default();
+    // The directories imported, with their times: set at the end.
+    let mut dir_times: Vec<(String, u64)> = Vec::new();
     while let Some((w, r)) = done.next().await {
         pb.inc(1);
         match (w, r) {
@@ -426,7 +416,10 @@ async fn import(sub: Submitter<'_>, a: &ImportArgs, dest: &str, pb: &ProgressBar
                 );
                 tally.fail(pb, line, &e);
             }
-            (Walked::Dir { .. }, Ok(())) => tally.dirs += 1,
+            (Walked::Dir { path, attrs }, Ok(())) => {
+                tally.dirs += 1;
+                dir_times.push((path, attrs.mtime_ms));
+            }
             (Walked::File { size, .. }, Ok(())) => {
                 tally.files += 1;
                 tally.bytes += size;
@@ -437,6 +430,29 @@ async fn import(sub: Submitter<'_>, a: &ImportArgs, dest: &str, pb: &ProgressBar
     }
     // The channel closed: the walker has returned.
     let _ = walker.join();
+    let times = futures_util::stream::iter(dir_times)
+        .map(|(path, mtime_ms)| async move {
+            let cmd = Command::SetAttr {
+                path: path.clone(),
+                mode: None,
+                owner: None,
+                group: None,
+                mtime_ms: Some(mtime_ms),
+            };
+            (path, sub.submit(cmd).await)
+        })
+        .buffer_unordered(a.jobs.max(1));
+    let mut times = std::pin::pin!(times);
+    while let Some((path, r)) = times.next().await {
+        if let Err(e) = r {
+            let line = format!(
+                "cannot set the time of {}: {}",
+                quote_always(&path),
+                reason(&e, &[&path])
+            );
+            tally.fail(pb, line, &e);
+        }
+    }
     Ok(tally)
 }
 

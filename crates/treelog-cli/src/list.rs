@@ -16,15 +16,7 @@ fn print_stat(out: &Out, i: &Inode, path: &str) -> Result<()> {
     outln!(out, "path:       {}", quote(path))?;
     outln!(out, "id:         {}", i.id)?;
     outln!(out, "parent:     {}", i.parent)?;
-    outln!(
-        out,
-        "type:       {}",
-        if i.attrs.kind.is_dir() {
-            "directory"
-        } else {
-            "file"
-        }
-    )?;
+    outln!(out, "type:       {}", i.attrs.kind.as_str())?;
     outln!(out, "mode:       {:04o} ({})", i.attrs.mode, mode_string(i))?;
     // Empty (unset) stays empty rather than `''`.
     let q = |s: &str| {
@@ -52,6 +44,12 @@ fn print_stat(out: &Out, i: &Inode, path: &str) -> Result<()> {
         "mtime_ms:   {} ({})",
         i.attrs.mtime_ms,
         times.format(i.attrs.mtime_ms)
+    )?;
+    outln!(
+        out,
+        "change_ms:  {} ({})",
+        i.attrs.change_ms,
+        times.format(i.attrs.change_ms)
     )
 }
 

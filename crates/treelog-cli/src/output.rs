@@ -193,6 +193,32 @@ fn push_escape(out: &mut String, c: char) {
     }
 }
 
+/// A progress bar on standard error with `template` (which may use
+/// `{rate}`, a whole number per second), hidden when `quiet` or when
+/// standard error is not a terminal.
+pub fn progress_bar(quiet: bool, template: &str) -> indicatif::ProgressBar {
+    use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+    use std::io::IsTerminal;
+    let target = if quiet || !std::io::stderr().is_terminal() {
+        ProgressDrawTarget::hidden()
+    } else {
+        ProgressDrawTarget::stderr()
+    };
+    let pb = ProgressBar::with_draw_target(Some(0), target);
+    pb.set_style(
+        ProgressStyle::with_template(template)
+            .expect("a valid template")
+            .with_key(
+                "rate",
+                |s: &indicatif::ProgressState, w: &mut dyn std::fmt::Write| {
+                    let _ = write!(w, "{:.0}", s.per_sec());
+                },
+            ),
+    );
+    pb.enable_steady_tick(std::time::Duration::from_millis(200));
+    pb
+}
+
 #[cfg(test)]
 mod tests {
     use super::quote;

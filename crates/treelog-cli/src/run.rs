@@ -4,7 +4,7 @@
 use std::io::Write;
 use std::process::ExitCode;
 
-use crate::args::{BridgeCmd, Cli, Cmd};
+use crate::args::{BridgeCmd, Cli, Cmd, QuotaCmd};
 use crate::error::Result;
 use crate::exit::{exit_code, is_broken_pipe};
 use crate::output::Out;
@@ -68,6 +68,58 @@ fn dispatch(cli: &Cli, out: &Out) -> Result<u8> {
         Cmd::Chmod { mode, paths } => crate::fs::chmod(cli, out, *mode, paths),
         Cmd::Chown { spec, paths } => crate::fs::chown(cli, out, spec, paths),
         Cmd::Touchtime { mtime_ms, paths } => crate::fs::touchtime(cli, out, *mtime_ms, paths),
+        Cmd::Ln {
+            symbolic: _,
+            parents,
+            owner,
+            group,
+            target,
+            link,
+        } => crate::fs::ln(cli, out, (target, link), *parents, owner, group),
+        Cmd::Readlink { path } => crate::usage::readlink(cli, out, path),
+        Cmd::Getfattr {
+            name,
+            names_only,
+            encoding,
+            paths,
+        } => crate::usage::getfattr(cli, out, name.as_deref(), *names_only, *encoding, paths),
+        Cmd::Setfattr {
+            name,
+            value,
+            remove,
+            create,
+            replace,
+            paths,
+        } => crate::fs::setfattr(
+            cli,
+            out,
+            &crate::args::SetfattrArgs {
+                name: name.as_deref(),
+                value,
+                remove: remove.as_deref(),
+                flag: match (create, replace) {
+                    (true, _) => crate::types::XattrFlag::Create,
+                    (_, true) => crate::types::XattrFlag::Replace,
+                    _ => crate::types::XattrFlag::Either,
+                },
+                paths,
+            },
+        ),
+        Cmd::Quota { cmd } => match cmd {
+            QuotaCmd::Set {
+                path,
+                inodes,
+                bytes,
+            } => crate::fs::quota_set(cli, out, path, *inodes, *bytes),
+            QuotaCmd::Clear { path } => crate::fs::quota_clear(cli, out, path),
+            QuotaCmd::Show { path } => crate::usage::quota_show(cli, out, path),
+        },
+        Cmd::Count {
+            quota,
+            human_readable,
+            paths,
+            help: _,
+        } => crate::usage::count(cli, out, *quota, *human_readable, paths),
         Cmd::Complete { path, size } => crate::fs::complete(cli, out, path, *size),
         Cmd::Setsize { path, size } => crate::fs::setsize(cli, out, path, *size),
         Cmd::Ls(a) => crate::list::ls(cli, out, a),

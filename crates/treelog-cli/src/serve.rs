@@ -25,6 +25,7 @@ pub fn run(cli: &Cli, a: &ServeArgs) -> Result<u8> {
     cfg.store = Options::default().durability(cli.durability.into());
     cfg.store.writer.max_delete_inodes = a.max_delete_inodes;
     cfg.store.writer.max_record_bytes = a.max_record_bytes;
+    cfg.store.migrate = a.migrate;
     cfg.store.retention = crate::retention::RetentionPolicy {
         max_records: a.retain_records,
         max_age: a.retain_secs.map(std::time::Duration::from_secs),

@@ -289,17 +289,14 @@ fn render(item: &StreamItem, long: &LongFormat) -> String {
 pub fn parse_kind(k: &str) -> Result<crate::event::EventKind> {
     use crate::event::EventKind as K;
     Ok(match k {
-        "create" => K::Create,
-        "complete" => K::Complete,
-        "set_size" | "setsize" => K::SetSize,
-        "set_attr" | "setattr" => K::SetAttr,
-        "delete" => K::Delete,
-        "rename" => K::Rename,
-        other => {
-            return Err(Error::InvalidArgument(format!(
-                "unknown event kind {other:?}"
-            )))
-        }
+        "setsize" => K::SetSize,
+        "setattr" => K::SetAttr,
+        other => K::parse(other).ok_or_else(|| {
+            Error::InvalidArgument(format!(
+                "unknown event kind {other:?} (one of {})",
+                K::ALL.map(K::as_str).join(", ")
+            ))
+        })?,
     })
 }
 

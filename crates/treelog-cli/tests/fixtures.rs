@@ -1,7 +1,9 @@
 //! Golden fixtures of old formats (tests/fixtures/, made by
-//! tests/fixtures/make-v1.sh with the code that wrote them): a copy of each
-//! opens with today's binary and holds exactly what its files say, byte
-//! for byte, and its log still replays into the same index.
+//! tests/fixtures/make-v1.sh with the code that wrote them): each holds
+//! exactly what its files say, byte for byte; this build refuses to open
+//! it until it is migrated; and a migrated copy holds every inode, edge
+//! and dictionary entry it held, its log byte for byte, replays into the
+//! same index, and takes what format 1 could not.
 //!
 //! `bless_v1_raw_listing` (ignored; with `TREELOG_BLESS_FIXTURES=1`) writes
 //! the raw listing of a fixture instead of checking it: the script runs it
@@ -10,8 +12,10 @@
 #[path = "../../../tests/common/mod.rs"]
 mod common;
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use serde_json::Value;
 use treelog::store::{Store, StoreOptions, CF_EDGES, CF_INODES, CF_LOG, CF_META};
 
 const BIN: &str = env!("CARGO_BIN_EXE_treelog");
@@ -34,14 +38,15 @@ fn copy_db(name: &str, to: &Path) -> PathBuf {
 }
 
 /// Every key and value of the column families that make the database, in
-/// hex, one `cf key value` line each (the meta CF without what an open
-/// rewrites: nothing in format 1).
+/// hex, one `cf key value` line each, read without checking its format
+/// version and without writing (the meta CF without what an open rewrites:
+/// nothing in format 1).
 fn raw_listing(db: &Path) -> String {
     let so = StoreOptions {
         create_if_missing: false,
         ..Default::default()
     };
-    let store = Store::open(db, &so).unwrap();
+    let store = Store::open_unmigrated(db, &so).unwrap();
     let mut out = String::new();
     for cf in [CF_META, CF_INODES, CF_EDGES, CF_LOG] {
         for kv in store.scan_cf(cf).unwrap() {
@@ -56,8 +61,14 @@ fn run(db: &Path, args: &[&str]) -> common::cli::Ran {
     common::cli::run(BIN, db, args)
 }
 
+fn lines(s: &str) -> Vec<Value> {
+    s.lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
 #[test]
-fn the_v1_fixture_opens_and_holds_what_format_1_wrote() {
+fn the_v1_fixture_holds_what_format_1_wrote_and_is_refused_unmigrated() {
     let dir = tempfile::tempdir().unwrap();
     let db = copy_db("v1", dir.path());
     let want_raw = std::fs::read_to_string(fixture("v1/raw.txt")).unwrap();
@@ -66,13 +77,7 @@ fn the_v1_fixture_opens_and_holds_what_format_1_wrote() {
         want_raw,
         "the stored bytes differ from tests/fixtures/v1/raw.txt"
     );
-    let dump = run(&db, &["--json", "admin", "dump"]);
-    assert_eq!(dump.code(), 0, "{}", dump.stderr);
     let want_dump = std::fs::read_to_string(fixture("v1/dump.jsonl")).unwrap();
-    assert_eq!(
-        dump.stdout, want_dump,
-        "admin dump differs from tests/fixtures/v1/dump.jsonl"
-    );
     // What the dump holds: every event kind, both dictionaries.
     for needle in [
         "\"Create\"",
@@ -88,12 +93,249 @@ fn the_v1_fixture_opens_and_holds_what_format_1_wrote() {
     ] {
         assert!(want_dump.contains(needle), "the fixture has no {needle}");
     }
+    // Refused, saying how to migrate, and untouched.
+    for args in [&["stat", "/"][..], &["admin", "dump"], &["admin", "verify"]] {
+        let r = run(&db, args);
+        assert_eq!(r.code(), 10, "{args:?}: {}{}", r.stdout, r.stderr);
+        assert!(
+            r.stderr.contains("format version 1 must be migrated")
+                && r.stderr.contains("admin migrate"),
+            "{args:?}: {}",
+            r.stderr
+        );
+    }
     let info = run(&db, &["--json", "admin", "info"]);
-    let info: serde_json::Value = serde_json::from_str(&info.stdout).unwrap();
+    assert_eq!(info.code(), 0, "{}", info.stderr);
+    let info: Value = serde_json::from_str(&info.stdout).unwrap();
     assert_eq!(info["format_version"], 1);
-    // The whole log replays into the same index.
-    let verify = run(&db, &["admin", "verify"]);
-    assert_eq!(verify.code(), 0, "{}{}", verify.stdout, verify.stderr);
+    assert_eq!(info["needs_migration"], true);
+    // A dry run reads it all and writes nothing.
+    let dry = run(&db, &["--json", "admin", "migrate", "--dry-run"]);
+    assert_eq!(dry.code(), 0, "{}{}", dry.stdout, dry.stderr);
+    let dry: Value = serde_json::from_str(&dry.stdout).unwrap();
+    assert_eq!(dry["report"]["inodes"], 13);
+    assert_eq!(dry["report"]["owners"], 5);
+    assert_eq!(dry["report"]["groups"], 3);
+    assert_eq!(raw_listing(&db), want_raw, "the dry run wrote");
+}
+
+/// An inode of the fixture's dump as format 2 shows it: the change time
+/// it gains is its modification time.
+fn upgraded_inode(mut v: Value) -> Value {
+    let attrs = v["inode"]["attrs"].as_object_mut().unwrap();
+    let mtime = attrs["mtime_ms"].clone();
+    let mut out = serde_json::Map::new();
+    for (k, x) in attrs.iter() {
+        out.insert(k.clone(), x.clone());
+        if k == "mtime_ms" {
+            out.insert("change_ms".into(), mtime.clone());
+        }
+    }
+    *attrs = out;
+    v
+}
+
+/// A schema-1 event of the fixture's dump as this build decodes it: the
+/// fields schema 2 added, empty.
+fn upgraded_event(ev: &Value) -> Value {
+    let (kind, body) = ev.as_object().unwrap().iter().next().unwrap();
+    let mut body = body.clone();
+    let o = body.as_object_mut().unwrap();
+    for attrs in ["attrs", "old", "new"] {
+        if let Some(a) = o.get_mut(attrs) {
+            let mtime = a["mtime_ms"].clone();
+            a.as_object_mut().unwrap().insert("change_ms".into(), mtime);
+        }
+    }
+    match kind.as_str() {
+        "Create" | "Delete" => {
+            o.insert("parent_mtime_ms".into(), Value::Null);
+            o.insert("quotas".into(), serde_json::json!([]));
+        }
+        "Rename" => {
+            o.insert("parent_mtime_ms".into(), Value::Null);
+            o.insert("quotas_from".into(), serde_json::json!([]));
+            o.insert("quotas_to".into(), serde_json::json!([]));
+            o.insert(
+                "usage".into(),
+                serde_json::json!({"files": 0, "directories": 0, "symlinks": 0, "bytes": 0}),
+            );
+        }
+        _ => {
+            o.insert("quotas".into(), serde_json::json!([]));
+        }
+    }
+    serde_json::json!({ kind.clone(): body })
+}
+
+/// Sorts JSON objects' keys (for comparing values whatever their order).
+fn canonical(v: &Value) -> String {
+    fn sort(v: &Value) -> Value {
+        match v {
+            Value::Object(m) => Value::Object(
+                m.iter()
+                    .map(|(k, x)| (k.clone(), sort(x)))
+                    .collect::<BTreeMap<_, _>>()
+                    .into_iter()
+                    .collect(),
+            ),
+            Value::Array(a) => Value::Array(a.iter().map(sort).collect()),
+            x => x.clone(),
+        }
+    }
+    sort(v).to_string()
+}
+
+#[test]
+fn the_v1_fixture_migrates_entry_by_entry_and_its_log_replays() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = copy_db("v1", dir.path());
+    let before = raw_listing(&db);
+    let m = run(&db, &["--json", "admin", "migrate"]);
+    assert_eq!(m.code(), 0, "{}{}", m.stdout, m.stderr);
+    let m: Value = serde_json::from_str(&m.stdout).unwrap();
+    assert_eq!(m["ok"], true, "{m}");
+    assert_eq!(m["report"]["from"], 1);
+    assert_eq!(m["report"]["inodes"], 13);
+    assert_eq!(
+        m["report"]["verify"]["records"], 24,
+        "the whole log replayed"
+    );
+    // The log is not rewritten: its records are the fixture's bytes.
+    let log = |raw: &str| -> Vec<String> {
+        raw.lines()
+            .filter(|l| l.starts_with("log "))
+            .map(str::to_owned)
+            .collect()
+    };
+    assert_eq!(log(&raw_listing(&db)), log(&before));
+
+    let want = lines(&std::fs::read_to_string(fixture("v1/dump.jsonl")).unwrap());
+    let dump = run(&db, &["--json", "admin", "dump"]);
+    assert_eq!(dump.code(), 0, "{}", dump.stderr);
+    let got = lines(&dump.stdout);
+    // Every record, decoded by schema 1's rules into today's types.
+    let records = |d: &[Value]| -> Vec<Value> {
+        d.iter()
+            .filter(|l| l.get("log").is_some())
+            .cloned()
+            .collect()
+    };
+    let (want_log, got_log) = (records(&want), records(&got));
+    assert_eq!(want_log.len(), 24);
+    assert_eq!(got_log.len(), want_log.len());
+    for (w, g) in want_log.iter().zip(&got_log) {
+        let mut w = w["log"].clone();
+        let events: Vec<Value> = w["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(upgraded_event)
+            .collect();
+        w["events"] = Value::Array(events);
+        assert_eq!(canonical(&w), canonical(&g["log"]), "record {}", w["seq"]);
+    }
+    // Every inode and edge, each as it was (an inode gains its change time).
+    let of_cf = |d: &[Value], cf: &str| -> Vec<Value> {
+        d.iter().filter(|l| l["cf"] == cf).cloned().collect()
+    };
+    let want_inodes: Vec<Value> = of_cf(&want, "inode")
+        .into_iter()
+        .map(upgraded_inode)
+        .collect();
+    assert_eq!(want_inodes.len(), 13);
+    assert_eq!(
+        of_cf(&got, "inode")
+            .iter()
+            .map(canonical)
+            .collect::<Vec<_>>(),
+        want_inodes.iter().map(canonical).collect::<Vec<_>>()
+    );
+    assert_eq!(of_cf(&got, "edge"), of_cf(&want, "edge"));
+    // Every dictionary entry, with its id, both ways, and the counters.
+    let specials: BTreeMap<(String, String), String> = of_cf(&got, "special")
+        .iter()
+        .map(|s| {
+            (
+                (
+                    s["what"].as_str().unwrap().to_owned(),
+                    s["key_hex"].as_str().unwrap().to_owned(),
+                ),
+                s["value"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    let value_of = |what: &str, value: &str| -> Vec<&String> {
+        specials
+            .iter()
+            .filter(|((w, _), v)| w == what && v.as_str() == value)
+            .map(|(_, v)| v)
+            .collect()
+    };
+    for (what, dict) in [("owner", "owner_dict"), ("group", "group_dict")] {
+        let line = of_cf(&want, "special")
+            .into_iter()
+            .find(|s| s["what"] == dict)
+            .unwrap();
+        let names: Vec<String> = serde_json::from_str(line["value"].as_str().unwrap()).unwrap();
+        for (i, n) in names.iter().enumerate() {
+            let id = i + 1;
+            assert_eq!(
+                value_of(&format!("{what}_name"), &format!("{id} {n:?}")).len(),
+                1,
+                "{what} {id} {n}"
+            );
+            assert_eq!(
+                value_of(&format!("{what}_id"), &format!("{n:?} {id}")).len(),
+                1,
+                "{what} {n} {id}"
+            );
+        }
+        assert_eq!(
+            value_of(&format!("{what}_count"), &names.len().to_string()).len(),
+            1,
+            "{what} counter"
+        );
+    }
+    assert_eq!(value_of("next_id", "8002").len(), 1);
+
+    // Migrating again: nothing to do.
+    let again = run(&db, &["admin", "migrate"]);
+    assert_eq!(again.code(), 0, "{}", again.stderr);
+    assert!(
+        again.stdout.contains("at format version 2 already"),
+        "{}",
+        again.stdout
+    );
+
+    // What format 1 could not hold: 300 owners and groups, and the rest.
+    let t = treelog::Treelog::open(&db, treelog::Options::default()).unwrap();
+    for i in 0..300 {
+        t.create(
+            &format!("/home/carol/f{i}"),
+            treelog::CreateOptions {
+                owner: format!("owner{i}"),
+                group: format!("group{i}"),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    }
+    let a = t.stat("/home/carol/f299").unwrap().attrs;
+    assert_eq!(
+        (a.owner.as_str(), a.group.as_str()),
+        ("owner299", "group299")
+    );
+    assert_eq!(t.stat("/data/cooked/a.bin").unwrap().attrs.owner, "alice");
+    t.symlink("../cooked/a.bin", "/data/archive/l", Default::default())
+        .unwrap();
+    t.set_xattr("/data", "user.k", b"v", treelog::XattrFlag::Either)
+        .unwrap();
+    t.set_quota("/home", Some(1000), None).unwrap();
+    assert_eq!(t.count("/home").unwrap().usage.files, 302);
+    let report = treelog::admin::verify(t.store()).unwrap();
+    assert!(report.ok(), "{report:?}");
+    t.close().unwrap();
 }
 
 /// Not a test: the fixture script's tool (ignored, and a no-op without

@@ -25,19 +25,8 @@ fn crash_worker_process() {
     common::worker::entry();
 }
 
-/// Runs `treelog ARGS` and kills it with SIGKILL after `after` (a random
-/// crash point, not a wait for anything); returns whether it had finished.
 fn kill_during(data: &Path, args: &[&str], after: Duration) -> bool {
-    let mut child = cli::command(BIN, data, args)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn treelog");
-    std::thread::sleep(after);
-    let finished = child.try_wait().unwrap().is_some();
-    let _ = child.kill();
-    child.wait().unwrap();
-    finished
+    cli::kill_during(BIN, data, args, after)
 }
 
 /// How long `treelog ARGS` takes when it runs to the end: kill points are

@@ -23,7 +23,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::protocol::{ClientMsg, Hello, RequestBody, ResponseBody, ServerMsg};
 use crate::read::{Read, ReadAt};
 use crate::stream::{StartFrom, StreamItem, SubscribeOptions};
-use crate::types::{DirEntry, Inode, ListPage};
+use crate::types::{ContentSummary, DirEntry, Inode, ListPage, Xattr, XattrFlag};
 use treelog_proto::{command, cursor, error, path, protocol, read, stream, types};
 
 /// How to reach a server.
@@ -386,7 +386,10 @@ impl Client {
         match &reply {
             ResponseBody::Seq(s)
             | ResponseBody::InodeAt { seq: s, .. }
-            | ResponseBody::PageAt { seq: s, .. } => self.saw(*s),
+            | ResponseBody::PageAt { seq: s, .. }
+            | ResponseBody::Target { seq: s, .. }
+            | ResponseBody::Xattrs { seq: s, .. }
+            | ResponseBody::Summary { seq: s, .. } => self.saw(*s),
             _ => {}
         }
         Ok(reply)
@@ -588,6 +591,100 @@ impl Client {
             .list_at(path, start_after, limit, self.read_at())
             .await?
             .value)
+    }
+
+    /// `ln -s TARGET PATH` (see `Command::Symlink`).
+    pub async fn symlink(&self, target: &str, path: &str) -> Result<u64> {
+        self.submit(Command::Symlink {
+            target: target.to_owned(),
+            path: path.to_owned(),
+            parents: false,
+            owner: String::new(),
+            group: String::new(),
+        })
+        .await
+    }
+
+    pub async fn set_xattr(
+        &self,
+        path: &str,
+        name: &str,
+        value: &[u8],
+        flag: XattrFlag,
+    ) -> Result<u64> {
+        self.submit(Command::SetXattr {
+            path: path.to_owned(),
+            name: name.to_owned(),
+            value: value.to_vec().into(),
+            flag,
+        })
+        .await
+    }
+
+    pub async fn remove_xattr(&self, path: &str, name: &str) -> Result<u64> {
+        self.submit(Command::RemoveXattr {
+            path: path.to_owned(),
+            name: name.to_owned(),
+        })
+        .await
+    }
+
+    pub async fn set_quota(
+        &self,
+        path: &str,
+        inodes: Option<u64>,
+        bytes: Option<u64>,
+    ) -> Result<u64> {
+        self.submit(Command::SetQuota {
+            path: path.to_owned(),
+            inodes,
+            bytes,
+        })
+        .await
+    }
+
+    pub async fn clear_quota(&self, path: &str) -> Result<u64> {
+        self.submit(Command::ClearQuota {
+            path: path.to_owned(),
+        })
+        .await
+    }
+
+    /// A symbolic link's target, read-your-writes as [`Client::stat`].
+    pub async fn readlink(&self, path: &str) -> Result<String> {
+        let body = RequestBody::Readlink {
+            path: path.to_owned(),
+            at: self.read_at(),
+        };
+        match self.call(body).await? {
+            ResponseBody::Target { target, .. } => Ok(target),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// The extended attribute `name` of `path`, or (`None`) all of them.
+    pub async fn xattrs(&self, path: &str, name: Option<&str>) -> Result<Vec<Xattr>> {
+        let body = RequestBody::GetXattrs {
+            path: path.to_owned(),
+            name: name.map(str::to_owned),
+            at: self.read_at(),
+        };
+        match self.call(body).await? {
+            ResponseBody::Xattrs { xattrs, .. } => Ok(xattrs),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// The usage under `path` (`count`; see `Treelog::count`).
+    pub async fn count(&self, path: &str) -> Result<ContentSummary> {
+        let body = RequestBody::Count {
+            path: path.to_owned(),
+            at: self.read_at(),
+        };
+        match self.call(body).await? {
+            ResponseBody::Summary { summary, .. } => Ok(summary),
+            other => Err(unexpected(other)),
+        }
     }
 
     pub async fn ack(&self, cursor: &str, seq: u64) -> Result<()> {

@@ -170,3 +170,49 @@ pub fn decode_membership(b: &[u8]) -> Result<(RaftLogId, &[u8])> {
     let (id, m) = b.split_at(RaftLogId::LEN);
     Ok((RaftLogId::decode("raft membership", id)?, m))
 }
+/// Present while `treelog admin migrate` moves the database between format
+/// versions (`migrations/`): [`Migration`], 24 bytes. Written (synced)
+/// with the new `format_version` when a migration starts, advanced in each
+/// batch of rewritten entries, deleted (synced) when it ends. A database
+/// with it set opens only to the migration, which resumes from it.
+pub const MIGRATION_KEY: &[u8] = b"migration";
+
+/// A migration under way (`meta.migration`): from format `from` to `to`,
+/// every inode below `next_id` rewritten already.
+///
+/// ```text
+/// from     u64 BE
+/// to       u64 BE
+/// next_id  u64 BE
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Migration {
+    pub from: u64,
+    pub to: u64,
+    pub next_id: u64,
+}
+
+impl Migration {
+    pub fn encode(&self) -> [u8; 24] {
+        let mut out = [0u8; 24];
+        out[..8].copy_from_slice(&self.from.to_be_bytes());
+        out[8..16].copy_from_slice(&self.to.to_be_bytes());
+        out[16..].copy_from_slice(&self.next_id.to_be_bytes());
+        out
+    }
+
+    pub fn decode(b: &[u8]) -> Result<Migration> {
+        if b.len() != 24 {
+            return Err(crate::error::Error::corrupt(
+                "migration marker",
+                format!("expected 24 bytes, got {}", b.len()),
+            ));
+        }
+        let at = |o: usize| u64::from_be_bytes(b[o..o + 8].try_into().expect("8 bytes"));
+        Ok(Migration {
+            from: at(0),
+            to: at(8),
+            next_id: at(16),
+        })
+    }
+}

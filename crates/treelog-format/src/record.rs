@@ -9,7 +9,7 @@
 //! version 1 (6-byte header)            version 2 (9+ bytes of header)
 //! off len field                        off len field
 //!   0   1 envelope version = 1           0   1 envelope version = 2
-//!   1   1 event schema version           1   1 event schema version
+//!   1   1 event schema version (*)       1   1 event schema version (*)
 //!   2   4 crc32c                         2   4 crc32c
 //!   6   n postcard(Record)               6   1 entry kind (0 record, 1 blank, 2 membership)
 //!                                        7   . term, varint (LEB128, as postcard's u64)
@@ -17,6 +17,9 @@
 //!                                        .   n postcard(Record)
 //!                                        .   m kind 2 only: the membership (opaque here)
 //! ```
+//!
+//! (*) 2 = `event::Record`; 1 = `schema1::RecordV1` (format 1's events),
+//! decoded and upgraded to the current events forever.
 //!
 //! The CRC-32C is over every byte but its own four, u32 LE. Raft's blank
 //! and membership entries hold a `Record` with no events and time 0, so
@@ -31,6 +34,7 @@ use crate::error::{Error, Result};
 use serde::Deserialize;
 
 use crate::event::{Record, RecordRef, EVENT_SCHEMA_VERSION};
+use crate::schema1::RecordV1;
 
 /// The envelope of a single node's records.
 pub const ENVELOPE_VERSION: u8 = 1;
@@ -94,9 +98,19 @@ fn checksum(header: &[u8], payload: &[u8]) -> u32 {
     crc32c::crc32c_append(crc32c::crc32c(header), payload)
 }
 
-/// Encodes a record into its log value (envelope version 1).
+/// Encodes a record into its log value (the current schema).
 pub fn encode_record(rec: &Record) -> Result<Vec<u8>> {
-    let mut out = vec![ENVELOPE_VERSION, EVENT_SCHEMA_VERSION, 0, 0, 0, 0];
+    encode_with_schema(rec, EVENT_SCHEMA_VERSION)
+}
+
+/// Encodes a schema-1 record, as format-1 builds wrote it (for the tests
+/// and benchmarks of the migration).
+pub fn encode_record_v1(rec: &RecordV1<'_>) -> Result<Vec<u8>> {
+    encode_with_schema(rec, 1)
+}
+
+fn encode_with_schema<T: serde::Serialize>(rec: &T, schema: u8) -> Result<Vec<u8>> {
+    let mut out = vec![ENVELOPE_VERSION, schema, 0, 0, 0, 0];
     let out = postcard::to_extend(rec, std::mem::take(&mut out))
         .map_err(|e| Error::corrupt("log record", format!("encode failed: {e}")))?;
     let mut out = out;
@@ -236,7 +250,7 @@ pub struct RaftEntryParts<'a> {
 /// record decodes, and `expected_seq` when given.
 pub fn decode_raft_entry(b: &[u8], expected_seq: Option<u64>) -> Result<RaftEntryParts<'_>> {
     let env = open_envelope(b)?;
-    let (rec, rest) = decode_schema::<RecordRef<'_>>(env.schema, env.payload)?;
+    let (rec, rest) = decode_schema_ref(env.schema, env.payload)?;
     check_seq(rec.seq, expected_seq)?;
     check_rest(&env, &rec, rest)?;
     let (_, after_seq) = postcard::take_from_bytes::<u64>(env.payload)
@@ -255,7 +269,16 @@ pub fn decode_raft_entry(b: &[u8], expected_seq: Option<u64>) -> Result<RaftEntr
 /// Decodes a log value. `expected_seq`, when given, must match the record.
 pub fn decode_record(b: &[u8], expected_seq: Option<u64>) -> Result<Record> {
     let env = open_envelope(b)?;
-    let (rec, rest) = decode_schema::<Record>(env.schema, env.payload)?;
+    let (rec, rest) = match env.schema {
+        1 => {
+            let (rec, rest) = take::<RecordV1<'_>>(env.payload)?;
+            (rec.upgrade()?.to_owned(), rest)
+        }
+        s => {
+            check_schema(s)?;
+            take::<Record>(env.payload)?
+        }
+    };
     check_seq(rec.seq, expected_seq)?;
     check_rest(&env, &rec.borrowed(), rest)?;
     Ok(rec)
@@ -265,7 +288,7 @@ pub fn decode_record(b: &[u8], expected_seq: Option<u64>) -> Result<Record> {
 /// [`RecordRef`]). The same checks as [`decode_record`].
 pub fn decode_record_ref(b: &[u8], expected_seq: Option<u64>) -> Result<RecordRef<'_>> {
     let env = open_envelope(b)?;
-    let (rec, rest) = decode_schema::<RecordRef<'_>>(env.schema, env.payload)?;
+    let (rec, rest) = decode_schema_ref(env.schema, env.payload)?;
     check_seq(rec.seq, expected_seq)?;
     check_rest(&env, &rec, rest)?;
     Ok(rec)
@@ -293,15 +316,40 @@ fn check_rest(env: &Envelope<'_>, rec: &RecordRef<'_>, rest: &[u8]) -> Result<()
     Ok(())
 }
 
-/// Decodes a payload by its schema version; returns the bytes after it.
-fn decode_schema<'a, T: Deserialize<'a>>(schema: u8, payload: &'a [u8]) -> Result<(T, &'a [u8])> {
+/// The event schema version of a log value, once its envelope checks out.
+pub fn record_schema(b: &[u8]) -> Result<u8> {
+    let env = open_envelope(b)?;
+    check_schema(env.schema)?;
+    Ok(env.schema)
+}
+
+/// Decodes a payload by its schema version (a schema-1 record upgraded to
+/// the current events); returns the bytes after it.
+fn decode_schema_ref(schema: u8, payload: &[u8]) -> Result<(RecordRef<'_>, &[u8])> {
     match schema {
-        1 => postcard::take_from_bytes::<T>(payload)
-            .map_err(|e| bad(format!("payload does not decode: {e}"))),
+        1 => {
+            let (rec, rest) = take::<RecordV1<'_>>(payload)?;
+            Ok((rec.upgrade()?, rest))
+        }
+        s => {
+            check_schema(s)?;
+            take::<RecordRef<'_>>(payload)
+        }
+    }
+}
+
+fn check_schema(schema: u8) -> Result<()> {
+    match schema {
+        1..=EVENT_SCHEMA_VERSION => Ok(()),
         v => Err(bad(format!(
             "unknown event schema version {v} (this build reads 1..={EVENT_SCHEMA_VERSION})"
         ))),
     }
+}
+
+fn take<'a, T: Deserialize<'a>>(payload: &'a [u8]) -> Result<(T, &'a [u8])> {
+    postcard::take_from_bytes::<T>(payload)
+        .map_err(|e| bad(format!("payload does not decode: {e}")))
 }
 
 fn check_seq(seq: u64, expected: Option<u64>) -> Result<()> {

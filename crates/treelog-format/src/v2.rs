@@ -1,18 +1,22 @@
-//! Format 2's layouts, as proposed by docs/rfcs/0002-format-v2-and-migrations.md
-//! (§1–§3, §5). Not written by this build yet: the store still writes
-//! format 1. They live here, tested, so that the migration and the engine
-//! are built on settled bytes.
+//! Format 2's layouts of the `inodes` column family (docs/FORMAT.md §4):
+//! the format this build writes.
 //!
 //! ```text
-//! inodes key                      value
-//!   id (8B BE)                    InodeEntry v2: 64-byte header, name, symlink target
-//!   id 01 name                    extended attribute value
-//!   id 02                         QuotaEntry (56 bytes)
-//!   fffffffffffffffd              owners: highest id given (u32 LE)
-//!   fffffffffffffffd 01 id(u32BE) owner name
-//!   fffffffffffffffd 02 name      owner id (u32 LE)
-//!   fffffffffffffffe ...          the same for groups
+//! inodes key                       value
+//!   id (8B BE)                     InodeEntry v2: 64-byte header, name, symlink target
+//!   id 01                          the inode's extended attributes (XattrList)
+//!   fffffffffffffffd               owners: highest id given (u32 LE)
+//!   fffffffffffffffd 01 id(u32BE)  owner name
+//!   fffffffffffffffd 02 name       owner id (u32 LE)
+//!   fffffffffffffffe ...           the same for groups
+//!   ffffffffffffffff               next_id (format 1's key and value)
+//!   ffffffffffffffff 01 id(u64BE)  QuotaEntry (56 bytes) of directory id
 //! ```
+//!
+//! Everything the index applies reads one key at a time (a replay cannot
+//! scan what it has not written yet): an inode's attributes are one value,
+//! and the quotas are together under one prefix, which an open reads to
+//! know them all.
 //!
 //! Decoders never panic: short, long or malformed input is `Corruption`.
 
@@ -28,10 +32,10 @@ pub const FLAG_HAS_XATTRS: u8 = 0b010;
 pub const FLAG_HAS_QUOTA: u8 = 0b100;
 const KNOWN_FLAGS_V2: u8 = FLAG_COMPLETE_V2 | FLAG_HAS_XATTRS | FLAG_HAS_QUOTA;
 
-/// The suffix byte of an extended attribute's key.
-pub const SUFFIX_XATTR: u8 = 0x01;
-/// The suffix byte of a directory's quota.
-pub const SUFFIX_QUOTA: u8 = 0x02;
+/// The suffix byte of an inode's extended attributes key (`id 01`).
+pub const SUFFIX_XATTRS: u8 = 0x01;
+/// After the `next_id` key: a directory's quota (`ff…ff 01 id`).
+pub const QUOTA_TAG: u8 = 0x01;
 /// Under a dictionary key: id → name.
 pub const DICT_BY_ID: u8 = 0x01;
 /// Under a dictionary key: name → id.
@@ -183,34 +187,37 @@ impl InodeEntryV2 {
     }
 }
 
-/// `id 01 name`: an extended attribute of inode `id`.
-pub fn xattr_key(id: u64, name: &[u8]) -> Vec<u8> {
-    let mut k = Vec::with_capacity(9 + name.len());
-    k.extend_from_slice(&id.to_be_bytes());
-    k.push(SUFFIX_XATTR);
-    k.extend_from_slice(name);
-    k
-}
-
-/// `id 02`: the quota of directory `id`.
-pub fn quota_key(id: u64) -> [u8; 9] {
+/// `id 01`: the extended attributes of inode `id`.
+pub fn xattrs_key(id: u64) -> [u8; 9] {
     let mut k = [0u8; 9];
     k[..8].copy_from_slice(&id.to_be_bytes());
-    k[8] = SUFFIX_QUOTA;
+    k[8] = SUFFIX_XATTRS;
     k
 }
 
-/// The range `[id, id + 1)` of keys: the inode and everything under it
-/// (deleted together).
-pub fn inode_range(id: u64) -> ([u8; 8], [u8; 8]) {
-    (id.to_be_bytes(), (id + 1).to_be_bytes())
+/// `ffffffffffffffff 01`: the prefix of every quota key.
+pub fn quota_prefix() -> [u8; 9] {
+    let mut k = [0u8; 9];
+    k[..8].copy_from_slice(&crate::keys::NEXT_ID_KEY.to_be_bytes());
+    k[8] = QUOTA_TAG;
+    k
+}
+
+/// `ffffffffffffffff 01 id`: the quota of directory `id`.
+pub fn quota_key(id: u64) -> [u8; 17] {
+    let mut k = [0u8; 17];
+    k[..9].copy_from_slice(&quota_prefix());
+    k[9..].copy_from_slice(&id.to_be_bytes());
+    k
 }
 
 /// What an `inodes` key of format 2 names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum KeyV2<'a> {
     Inode(u64),
-    Xattr(u64, &'a [u8]),
+    /// The extended attributes of an inode.
+    Xattrs(u64),
+    /// The quota of a directory.
     Quota(u64),
     /// A dictionary's counter; `owner` tells which.
     DictCount {
@@ -236,8 +243,12 @@ pub fn decode_key_v2(k: &[u8]) -> Result<KeyV2<'_>> {
     let id = u64::from_be_bytes(k[..8].try_into().expect("8 bytes"));
     let rest = &k[8..];
     let dict = (id == OWNER_DICT_KEY || id == GROUP_DICT_KEY).then_some(id == OWNER_DICT_KEY);
+    let next_id = id == crate::keys::NEXT_ID_KEY;
     match (dict, rest.first()) {
-        (_, None) if id == crate::keys::NEXT_ID_KEY => Ok(KeyV2::NextId),
+        (_, None) if next_id => Ok(KeyV2::NextId),
+        (_, Some(&QUOTA_TAG)) if next_id && rest.len() == 9 => Ok(KeyV2::Quota(
+            u64::from_be_bytes(rest[1..9].try_into().expect("8 bytes")),
+        )),
         (Some(owner), None) => Ok(KeyV2::DictCount { owner }),
         (Some(owner), Some(&DICT_BY_ID)) if rest.len() == 5 => Ok(KeyV2::DictById {
             owner,
@@ -250,10 +261,9 @@ pub fn decode_key_v2(k: &[u8]) -> Result<KeyV2<'_>> {
             })
         }
         (None, None) if id <= crate::keys::MAX_INODE_ID => Ok(KeyV2::Inode(id)),
-        (None, Some(&SUFFIX_XATTR)) if (2..=256).contains(&rest.len()) => {
-            Ok(KeyV2::Xattr(id, &rest[1..]))
+        (None, Some(&SUFFIX_XATTRS)) if id <= crate::keys::MAX_INODE_ID && rest.len() == 1 => {
+            Ok(KeyV2::Xattrs(id))
         }
-        (None, Some(&SUFFIX_QUOTA)) if rest.len() == 1 => Ok(KeyV2::Quota(id)),
         _ => Err(bad(format!(
             "unknown key {}",
             k.iter().map(|b| format!("{b:02x}")).collect::<String>()
@@ -298,7 +308,7 @@ pub fn decode_u32_le(what: &'static str, b: &[u8]) -> Result<u32> {
 }
 
 /// A directory's quota and the usage of its subtree (the directory itself
-/// excluded). `u64::MAX` is "no limit".
+/// excluded). `u64::MAX` is "no limit". Little-endian, seven `u64`s.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct QuotaEntry {
     pub limit_inodes: u64,
@@ -357,5 +367,145 @@ impl QuotaEntry {
             return Err(Error::corrupt("quota entry", "reserved field is not 0"));
         }
         Ok(q)
+    }
+}
+
+impl QuotaEntry {
+    /// The entry of a quota as the API describes it.
+    pub fn from_quota(q: &crate::types::Quota) -> QuotaEntry {
+        QuotaEntry {
+            limit_inodes: q.limit_inodes.unwrap_or(NO_LIMIT),
+            limit_bytes: q.limit_bytes.unwrap_or(NO_LIMIT),
+            files: q.usage.files,
+            directories: q.usage.directories,
+            symlinks: q.usage.symlinks,
+            bytes: q.usage.bytes,
+            reserved: 0,
+        }
+    }
+
+    pub fn to_quota(&self) -> crate::types::Quota {
+        let limit = |v| (v != NO_LIMIT).then_some(v);
+        crate::types::Quota {
+            limit_inodes: limit(self.limit_inodes),
+            limit_bytes: limit(self.limit_bytes),
+            usage: crate::types::Usage {
+                files: self.files,
+                directories: self.directories,
+                symlinks: self.symlinks,
+                bytes: self.bytes,
+            },
+        }
+    }
+}
+
+/// Longest extended attribute name, its namespace prefix included (Linux's
+/// `XATTR_NAME_MAX`).
+pub const XATTR_NAME_MAX: usize = 255;
+/// Largest extended attribute value (Linux's `XATTR_SIZE_MAX`).
+pub const XATTR_VALUE_MAX: usize = 65_536;
+/// Most extended attributes of one inode.
+pub const XATTRS_MAX: usize = 128;
+/// Most bytes of names and values of one inode's extended attributes.
+pub const XATTR_BYTES_MAX: usize = 256 << 10;
+
+/// An inode's extended attributes, one value (`id 01`):
+///
+/// ```text
+/// count        u16 LE
+/// count times, names in byte order, each once:
+///   name_len   u8 (1…255)
+///   name       bytes
+///   value_len  u32 LE (0…65536)
+///   value      bytes
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct XattrList {
+    /// (name, value), sorted by name, names unique.
+    pub attrs: Vec<(Vec<u8>, Vec<u8>)>,
+}
+
+impl XattrList {
+    pub fn get(&self, name: &[u8]) -> Option<&[u8]> {
+        self.find(name).ok().map(|i| self.attrs[i].1.as_slice())
+    }
+
+    fn find(&self, name: &[u8]) -> std::result::Result<usize, usize> {
+        self.attrs.binary_search_by(|(n, _)| n.as_slice().cmp(name))
+    }
+
+    /// Sets `name` to `value`; returns the value it replaced.
+    pub fn set(&mut self, name: &[u8], value: &[u8]) -> Option<Vec<u8>> {
+        match self.find(name) {
+            Ok(i) => Some(std::mem::replace(&mut self.attrs[i].1, value.to_vec())),
+            Err(i) => {
+                self.attrs.insert(i, (name.to_vec(), value.to_vec()));
+                None
+            }
+        }
+    }
+
+    /// Removes `name`; returns its value.
+    pub fn remove(&mut self, name: &[u8]) -> Option<Vec<u8>> {
+        self.find(name).ok().map(|i| self.attrs.remove(i).1)
+    }
+
+    /// Bytes of names and values (what [`XATTR_BYTES_MAX`] bounds).
+    pub fn payload_bytes(&self) -> usize {
+        self.attrs.iter().map(|(n, v)| n.len() + v.len()).sum()
+    }
+
+    pub fn encode(&self) -> Vec<u8> {
+        assert!(self.attrs.len() <= u16::MAX as usize, "too many attributes");
+        let mut out = Vec::with_capacity(2 + self.attrs.len() * 5 + self.payload_bytes());
+        out.extend_from_slice(&(self.attrs.len() as u16).to_le_bytes());
+        for (n, v) in &self.attrs {
+            assert!(
+                !n.is_empty() && n.len() <= XATTR_NAME_MAX && v.len() <= XATTR_VALUE_MAX,
+                "the engine checks names and values first"
+            );
+            out.push(n.len() as u8);
+            out.extend_from_slice(n);
+            out.extend_from_slice(&(v.len() as u32).to_le_bytes());
+            out.extend_from_slice(v);
+        }
+        out
+    }
+
+    pub fn decode(b: &[u8]) -> Result<XattrList> {
+        let bad = |d: String| Error::corrupt("extended attributes", d);
+        let take = |b: &mut &[u8], n: usize, what: &str| -> Result<Vec<u8>> {
+            if b.len() < n {
+                return Err(bad(format!("{what}: needs {n} bytes, {} left", b.len())));
+            }
+            let (h, t) = b.split_at(n);
+            *b = t;
+            Ok(h.to_vec())
+        };
+        let mut rest = b;
+        let count = take(&mut rest, 2, "count")?;
+        let count = u16::from_le_bytes([count[0], count[1]]) as usize;
+        let mut attrs: Vec<(Vec<u8>, Vec<u8>)> = Vec::with_capacity(count.min(XATTRS_MAX));
+        for i in 0..count {
+            let len = take(&mut rest, 1, "name length")?[0] as usize;
+            if len == 0 {
+                return Err(bad(format!("attribute {i} has an empty name")));
+            }
+            let name = take(&mut rest, len, "name")?;
+            let vl = take(&mut rest, 4, "value length")?;
+            let vl = u32::from_le_bytes([vl[0], vl[1], vl[2], vl[3]]) as usize;
+            if vl > XATTR_VALUE_MAX {
+                return Err(bad(format!("attribute {i} has a {vl}-byte value")));
+            }
+            let value = take(&mut rest, vl, "value")?;
+            if attrs.last().is_some_and(|(p, _)| *p >= name) {
+                return Err(bad(format!("attribute {i} is out of order or repeated")));
+            }
+            attrs.push((name, value));
+        }
+        if !rest.is_empty() {
+            return Err(bad(format!("{} trailing bytes", rest.len())));
+        }
+        Ok(XattrList { attrs })
     }
 }

@@ -1,12 +1,14 @@
-//! Format v1 codec tests: golden byte vectors from docs/FORMAT.md (seed 000),
-//! round trips, key order, and malformed input returning errors.
+//! Codec tests: format 1's layouts (seed 000, docs/FORMAT.md §14: what the
+//! migration decodes), the keys formats 1 and 2 share, and the log record
+//! envelope with both event schemas: golden byte vectors, round trips, key
+//! order, and malformed input returning errors.
 
 use proptest::prelude::*;
 use treelog_format::record::{decode_record, decode_record_ref, encode_record};
 use treelog_format::*;
 use treelog_proto::error::{DictKind, ErrorKind};
 use treelog_proto::event::{Event, Record, Update};
-use treelog_proto::types::{Attrs, FileType};
+use treelog_proto::types::{Attrs, Bytes, FileType, Quota, Usage};
 
 fn unhex(s: &str) -> Vec<u8> {
     let s: String = s.chars().filter(|c| !c.is_whitespace()).collect();
@@ -167,6 +169,7 @@ fn attrs() -> Attrs {
         block_size: 128 << 20,
         ctime_ms: 5,
         mtime_ms: 6,
+        change_ms: 8,
         mode: 0o640,
         complete: false,
         owner: "alice".into(),
@@ -188,6 +191,8 @@ fn sample_record() -> Record {
                 name: "f".into(),
                 path: "/f".into(),
                 attrs: a.clone(),
+                parent_mtime_ms: Some(5),
+                quotas: vec![],
             },
             Event::SetSize(Update {
                 id: 7,
@@ -196,6 +201,7 @@ fn sample_record() -> Record {
                 path: "/f".into(),
                 old: a.clone(),
                 new: b.clone(),
+                quotas: vec![1],
             }),
             Event::Rename {
                 id: 7,
@@ -206,6 +212,10 @@ fn sample_record() -> Record {
                 new_name: "g".into(),
                 new_path: "/g".into(),
                 attrs: b.clone(),
+                parent_mtime_ms: Some(9),
+                quotas_from: vec![],
+                quotas_to: vec![],
+                usage: Usage::default(),
             },
             Event::Delete {
                 id: 7,
@@ -213,6 +223,8 @@ fn sample_record() -> Record {
                 name: "g".into(),
                 path: "/g".into(),
                 attrs: b,
+                parent_mtime_ms: None,
+                quotas: vec![1],
             },
         ],
     }
@@ -223,7 +235,7 @@ fn record_round_trip_and_envelope() {
     let rec = sample_record();
     let v = encode_record(&rec).unwrap();
     assert_eq!(v[0], 1, "envelope version");
-    assert_eq!(v[1], 1, "event schema version");
+    assert_eq!(v[1], 2, "event schema version");
     assert_eq!(decode_record(&v, Some(42)).unwrap(), rec);
     assert_eq!(decode_record(&v, None).unwrap(), rec);
     // Wrong key for the record.
@@ -252,12 +264,13 @@ fn every_variant_record() -> Record {
         block_size: next(),
         ctime_ms: next(),
         mtime_ms: next(),
+        change_ms: next(),
         mode: next() as u32,
         complete: !dir,
         owner: format!("owner{}", next()),
         group: format!("group{}", next()),
     };
-    let (a, b, c, d, e, f, g, h, i) = (
+    let (a, b, c, d, e, f, g, h, i, j) = (
         attrs(true),
         attrs(false),
         attrs(false),
@@ -267,7 +280,19 @@ fn every_variant_record() -> Record {
         attrs(false),
         attrs(false),
         attrs(true),
+        attrs(false),
     );
+    let usage = Usage {
+        files: next(),
+        directories: next(),
+        symlinks: next(),
+        bytes: next(),
+    };
+    let quota = Quota {
+        limit_inodes: Some(next()),
+        limit_bytes: None,
+        usage,
+    };
     let update = |id: u64, old: Attrs, new: Attrs| Update {
         id,
         parent: id + 100,
@@ -275,6 +300,7 @@ fn every_variant_record() -> Record {
         path: format!("/path{id}"),
         old,
         new,
+        quotas: vec![id + 1, id + 2],
     };
     Record {
         seq: 9_000_000_001,
@@ -286,6 +312,8 @@ fn every_variant_record() -> Record {
                 name: "created".into(),
                 path: "/dir/created".into(),
                 attrs: a,
+                parent_mtime_ms: Some(13),
+                quotas: vec![14],
             },
             Event::Complete(update(21, b, c)),
             Event::SetSize(update(31, d, e)),
@@ -296,6 +324,8 @@ fn every_variant_record() -> Record {
                 name: "deleted".into(),
                 path: "/dir/deleted".into(),
                 attrs: h,
+                parent_mtime_ms: None,
+                quotas: vec![53, 54],
             },
             Event::Rename {
                 id: 61,
@@ -306,6 +336,49 @@ fn every_variant_record() -> Record {
                 new_name: "after".into(),
                 new_path: "/b/after".into(),
                 attrs: i,
+                parent_mtime_ms: Some(64),
+                quotas_from: vec![65],
+                quotas_to: vec![66, 67],
+                usage,
+            },
+            Event::Symlink {
+                id: 71,
+                parent: 72,
+                name: "link".into(),
+                path: "/dir/link".into(),
+                target: "../target".into(),
+                attrs: j,
+                parent_mtime_ms: 73,
+                quotas: vec![74],
+            },
+            Event::SetXattr {
+                id: 81,
+                path: "/x".into(),
+                name: "user.k".into(),
+                value: Bytes(vec![0, 1, 2]),
+                old: Some(Bytes(vec![3])),
+                change_ms: 82,
+            },
+            Event::RemoveXattr {
+                id: 91,
+                path: "/y".into(),
+                name: "trusted.t".into(),
+                old: Bytes(vec![4, 5]),
+                change_ms: 92,
+            },
+            Event::SetQuota {
+                id: 101,
+                path: "/q".into(),
+                quota,
+            },
+            Event::ClearQuota {
+                id: 111,
+                path: "/r".into(),
+                old: Quota {
+                    limit_inodes: None,
+                    limit_bytes: Some(112),
+                    usage: Usage::default(),
+                },
             },
         ],
     }
@@ -327,14 +400,9 @@ fn the_borrowed_record_decodes_the_same_bytes() {
     }
 }
 
-#[test]
-fn record_golden_bytes() {
-    // A tiny record whose postcard bytes are easy to check by hand:
-    // seq=1 (varint 01), time_ms=2 (02), one event: variant 0 = Create (00),
-    // id=2, parent=1, name "a" (01 61), path "/a" (02 2f61), attrs: kind
-    // File (00), size 0, block_size 0, ctime 2, mtime 2, mode 0o644 = 420
-    // (varint a4 03), complete false (00), owner "" (00), group "" (00).
-    let rec = Record {
+/// `create /a` at time 2 on a new database, as schema 2 has it.
+fn tiny_record() -> Record {
+    Record {
         seq: 1,
         time_ms: 2,
         events: vec![Event::Create {
@@ -348,19 +416,178 @@ fn record_golden_bytes() {
                 block_size: 0,
                 ctime_ms: 2,
                 mtime_ms: 2,
+                change_ms: 2,
                 mode: 0o644,
                 complete: false,
                 owner: String::new(),
                 group: String::new(),
             },
+            parent_mtime_ms: Some(2),
+            quotas: vec![],
         }],
-    };
-    let payload = "0102 01 00 02 01 0161 022f61 00 00 00 02 02 a403 00 00 00";
+    }
+}
+
+#[test]
+fn record_golden_bytes() {
+    // A tiny record whose postcard bytes are easy to check by hand:
+    // seq=1 (varint 01), time_ms=2 (02), one event: variant 0 = Create (00),
+    // id=2, parent=1, name "a" (01 61), path "/a" (02 2f61), attrs: kind
+    // File (00), size 0, block_size 0, ctime 2, mtime 2, change 2, mode
+    // 0o644 = 420 (varint a4 03), complete false (00), owner "" (00), group
+    // "" (00); parent_mtime_ms Some(2) (01 02), quotas [] (00).
+    let rec = tiny_record();
+    let payload = "0102 01 00 02 01 0161 022f61 00 00 00 02 02 02 a403 00 00 00 0102 00";
     let v = encode_record(&rec).unwrap();
     assert_eq!(hex::encode(&v[6..]), hex::encode(unhex(payload)));
     assert_eq!(decode_record_ref(&v, Some(1)).unwrap(), rec.borrowed());
-    let crc = crc32c::crc32c_append(crc32c::crc32c(&[1, 1]), &unhex(payload));
+    let crc = crc32c::crc32c_append(crc32c::crc32c(&[1, 2]), &unhex(payload));
     assert_eq!(&v[2..6], &crc.to_le_bytes());
+    assert_eq!(record::record_schema(&v).unwrap(), 2);
+}
+
+#[test]
+fn schema_1_records_keep_decoding_with_the_fields_schema_2_added_empty() {
+    // The same command as format 1 wrote it: envelope byte 1 = 1, Attrs
+    // without a change time, Create without parents' times or quotas.
+    let payload = unhex("0102 01 00 02 01 0161 022f61 00 00 00 02 02 a403 00 00 00");
+    let mut v = vec![1, 1];
+    v.extend_from_slice(&crc32c::crc32c_append(crc32c::crc32c(&[1, 1]), &payload).to_le_bytes());
+    v.extend_from_slice(&payload);
+    let mut want = tiny_record();
+    if let Event::Create {
+        parent_mtime_ms, ..
+    } = &mut want.events[0]
+    {
+        *parent_mtime_ms = None;
+    }
+    assert_eq!(decode_record(&v, Some(1)).unwrap(), want);
+    assert_eq!(decode_record_ref(&v, Some(1)).unwrap(), want.borrowed());
+    assert_eq!(record::record_schema(&v).unwrap(), 1);
+    // `encode_record_v1` writes those bytes.
+    let v1 = schema1::RecordV1 {
+        seq: 1,
+        time_ms: 2,
+        events: vec![schema1::EventV1::Create {
+            id: 2,
+            parent: 1,
+            name: "a",
+            path: "/a",
+            attrs: schema1::AttrsV1 {
+                kind: FileType::File,
+                size: 0,
+                block_size: 0,
+                ctime_ms: 2,
+                mtime_ms: 2,
+                mode: 0o644,
+                complete: false,
+                owner: "",
+                group: "",
+            },
+        }],
+    };
+    assert_eq!(record::encode_record_v1(&v1).unwrap(), v);
+    // Schema 1 has no symbolic links: a record that names one is corrupt.
+    let mut link = v1.clone();
+    if let schema1::EventV1::Create { attrs, .. } = &mut link.events[0] {
+        attrs.kind = FileType::Symlink;
+    }
+    let b = record::encode_record_v1(&link).unwrap();
+    assert_eq!(
+        decode_record(&b, None).unwrap_err().kind(),
+        ErrorKind::Corruption
+    );
+    // A schema-2 payload under schema byte 1 does not decode as schema 1.
+    let two = encode_record(&tiny_record()).unwrap();
+    let mut as_one = vec![1, 1];
+    as_one.extend_from_slice(
+        &crc32c::crc32c_append(crc32c::crc32c(&[1, 1]), &two[6..]).to_le_bytes(),
+    );
+    as_one.extend_from_slice(&two[6..]);
+    assert!(decode_record(&as_one, None).is_err());
+}
+
+#[test]
+fn every_event_of_schema_1_decodes_into_today_s_types() {
+    // Format 1's golden fixture holds records of every schema-1 kind; the
+    // fixtures test replays them. Here: each variant's conversion.
+    let a = schema1::AttrsV1 {
+        kind: FileType::Directory,
+        size: 1,
+        block_size: 2,
+        ctime_ms: 3,
+        mtime_ms: 4,
+        mode: 5,
+        complete: true,
+        owner: "o",
+        group: "g",
+    };
+    let u = schema1::UpdateV1 {
+        id: 1,
+        parent: 2,
+        name: "n",
+        path: "/n",
+        old: a,
+        new: a,
+    };
+    let rec = schema1::RecordV1 {
+        seq: 3,
+        time_ms: 4,
+        events: vec![
+            schema1::EventV1::Complete(u),
+            schema1::EventV1::SetSize(u),
+            schema1::EventV1::SetAttr(u),
+            schema1::EventV1::Delete {
+                id: 1,
+                parent: 2,
+                name: "n",
+                path: "/n",
+                attrs: a,
+            },
+            schema1::EventV1::Rename {
+                id: 1,
+                old_parent: 2,
+                old_name: "n",
+                old_path: "/n",
+                new_parent: 3,
+                new_name: "m",
+                new_path: "/m",
+                attrs: a,
+            },
+        ],
+    };
+    let got = decode_record(&record::encode_record_v1(&rec).unwrap(), Some(3)).unwrap();
+    assert_eq!(got.events.len(), 5);
+    for ev in &got.events {
+        match ev {
+            Event::Complete(u) | Event::SetSize(u) | Event::SetAttr(u) => {
+                assert_eq!((u.new.change_ms, u.old.change_ms), (4, 4));
+                assert!(u.quotas.is_empty());
+            }
+            Event::Delete {
+                attrs,
+                parent_mtime_ms,
+                quotas,
+                ..
+            } => assert_eq!(
+                (attrs.change_ms, *parent_mtime_ms, quotas.len()),
+                (4, None, 0)
+            ),
+            Event::Rename {
+                parent_mtime_ms,
+                quotas_from,
+                quotas_to,
+                usage,
+                new_path,
+                ..
+            } => {
+                assert_eq!(new_path, "/m");
+                assert_eq!(*parent_mtime_ms, None);
+                assert!(quotas_from.is_empty() && quotas_to.is_empty() && usage.is_zero());
+            }
+            other => panic!("{other:?}"),
+        }
+    }
 }
 
 #[test]
@@ -446,4 +673,50 @@ proptest! {
         }
         prop_assert_eq!(Dict::decode(&d.encode()).unwrap(), d);
     }
+}
+
+/// docs/FORMAT.md §11 and §14.3: record 1 of a new database, `mkdir /data`
+/// at 1700000000000, as schema 2 writes it and as schema 1 wrote it.
+#[test]
+fn the_documented_record_1_in_both_schemas() {
+    let attrs = Attrs {
+        kind: FileType::Directory,
+        size: 0,
+        block_size: 0,
+        ctime_ms: 1_700_000_000_000,
+        mtime_ms: 1_700_000_000_000,
+        change_ms: 1_700_000_000_000,
+        mode: 0o755,
+        complete: true,
+        owner: String::new(),
+        group: String::new(),
+    };
+    let rec = |t: Option<u64>| Record {
+        seq: 1,
+        time_ms: 1_700_000_000_000,
+        events: vec![Event::Create {
+            id: 2,
+            parent: 1,
+            name: "data".into(),
+            path: "/data".into(),
+            attrs: attrs.clone(),
+            parent_mtime_ms: t,
+            quotas: vec![],
+        }],
+    };
+    let two = unhex(
+        "01 02 9076e37c 01 80d095ffbc31 01 00 02 01 04 64617461 05 2f64617461 01 00 00
+         80d095ffbc31 80d095ffbc31 80d095ffbc31 ed03 01 00 00 01 80d095ffbc31 00",
+    );
+    assert_eq!(two.len(), 62);
+    assert_eq!(
+        hex::encode(encode_record(&rec(Some(1_700_000_000_000))).unwrap()),
+        hex::encode(&two)
+    );
+    let one = unhex(
+        "01 01 8835fe29 01 80d095ffbc31 01 00 02 01 04 64617461 05 2f64617461 01 00 00
+         80d095ffbc31 80d095ffbc31 ed03 01 00 00",
+    );
+    assert_eq!(one.len(), 48);
+    assert_eq!(decode_record(&one, Some(1)).unwrap(), rec(None));
 }

@@ -42,8 +42,11 @@ use treelog_proto::event::{Event, Record, Update};
 use treelog_proto::protocol::{
     self, ClientMsg, Hello, RequestBody, ResponseBody, ServerMsg, FRAME_READ_CHUNK,
 };
+use treelog_proto::read::ReadAt;
 use treelog_proto::stream::{Filter, Scope, ScopedEvent, StartFrom, StreamItem, SubscribeOptions};
-use treelog_proto::types::{Attrs, DirEntry, FileType, Inode, ListPage};
+use treelog_proto::types::{
+    Attrs, Bytes, DirEntry, FileType, Inode, ListPage, Quota, Usage, XattrFlag,
+};
 
 // ---------------------------------------------------------------------------
 // A global allocator that measures the peak of live bytes a call allocates on
@@ -323,28 +326,36 @@ fn text() -> impl Strategy<Value = String> {
 }
 
 fn file_type() -> impl Strategy<Value = FileType> {
-    prop_oneof![Just(FileType::File), Just(FileType::Directory)]
+    prop_oneof![
+        Just(FileType::File),
+        Just(FileType::Directory),
+        Just(FileType::Symlink)
+    ]
 }
 
 fn attrs() -> impl Strategy<Value = Attrs> {
     (
-        file_type(),
-        any::<u64>(),
-        any::<u64>(),
-        any::<u64>(),
-        any::<u64>(),
-        any::<u32>(),
-        any::<bool>(),
-        text(),
-        text(),
+        (file_type(), any::<u64>(), any::<u64>(), any::<u64>()),
+        (
+            any::<u64>(),
+            any::<u64>(),
+            any::<u32>(),
+            any::<bool>(),
+            text(),
+            text(),
+        ),
     )
         .prop_map(
-            |(kind, size, block_size, ctime_ms, mtime_ms, mode, complete, owner, group)| Attrs {
+            |(
+                (kind, size, block_size, ctime_ms),
+                (mtime_ms, change_ms, mode, complete, owner, group),
+            )| Attrs {
                 kind,
                 size,
                 block_size,
                 ctime_ms,
                 mtime_ms,
+                change_ms,
                 mode,
                 complete,
                 owner,
@@ -353,47 +364,94 @@ fn attrs() -> impl Strategy<Value = Attrs> {
         )
 }
 
+fn ids() -> impl Strategy<Value = Vec<u64>> {
+    prop::collection::vec(any::<u64>(), 0..3)
+}
+
+fn usage() -> impl Strategy<Value = Usage> {
+    any::<[u64; 4]>().prop_map(|[files, directories, symlinks, bytes]| Usage {
+        files,
+        directories,
+        symlinks,
+        bytes,
+    })
+}
+
+fn quota() -> impl Strategy<Value = Quota> {
+    (any::<Option<u64>>(), any::<Option<u64>>(), usage()).prop_map(
+        |(limit_inodes, limit_bytes, usage)| Quota {
+            limit_inodes,
+            limit_bytes,
+            usage,
+        },
+    )
+}
+
 fn update() -> impl Strategy<Value = Update> {
-    (any::<u64>(), any::<u64>(), text(), text(), attrs(), attrs()).prop_map(
-        |(id, parent, name, path, old, new)| Update {
+    (
+        any::<u64>(),
+        any::<u64>(),
+        text(),
+        text(),
+        attrs(),
+        attrs(),
+        ids(),
+    )
+        .prop_map(|(id, parent, name, path, old, new, quotas)| Update {
             id,
             parent,
             name,
             path,
             old,
             new,
-        },
-    )
+            quotas,
+        })
 }
 
 fn event() -> impl Strategy<Value = Event> {
-    let node = || (any::<u64>(), any::<u64>(), text(), text(), attrs());
+    let node = || {
+        (
+            (any::<u64>(), any::<u64>(), text(), text(), attrs()),
+            any::<Option<u64>>(),
+            ids(),
+        )
+    };
     prop_oneof![
-        node().prop_map(|(id, parent, name, path, attrs)| Event::Create {
-            id,
-            parent,
-            name,
-            path,
-            attrs
-        }),
+        node().prop_map(
+            |((id, parent, name, path, attrs), parent_mtime_ms, quotas)| Event::Create {
+                id,
+                parent,
+                name,
+                path,
+                attrs,
+                parent_mtime_ms,
+                quotas
+            }
+        ),
         update().prop_map(Event::Complete),
         update().prop_map(Event::SetSize),
         update().prop_map(Event::SetAttr),
-        node().prop_map(|(id, parent, name, path, attrs)| Event::Delete {
-            id,
-            parent,
-            name,
-            path,
-            attrs
-        }),
+        node().prop_map(
+            |((id, parent, name, path, attrs), parent_mtime_ms, quotas)| Event::Delete {
+                id,
+                parent,
+                name,
+                path,
+                attrs,
+                parent_mtime_ms,
+                quotas
+            }
+        ),
         (
             (any::<u64>(), any::<u64>(), text(), text()),
-            (any::<u64>(), text(), text(), attrs())
+            (any::<u64>(), text(), text(), attrs()),
+            (any::<Option<u64>>(), ids(), ids(), usage()),
         )
             .prop_map(
                 |(
                     (id, old_parent, old_name, old_path),
                     (new_parent, new_name, new_path, attrs),
+                    (parent_mtime_ms, quotas_from, quotas_to, usage),
                 )| {
                     Event::Rename {
                         id,
@@ -404,9 +462,60 @@ fn event() -> impl Strategy<Value = Event> {
                         new_name,
                         new_path,
                         attrs,
+                        parent_mtime_ms,
+                        quotas_from,
+                        quotas_to,
+                        usage,
                     }
                 }
             ),
+        (node(), text()).prop_map(|(((id, parent, name, path, attrs), t, quotas), target)| {
+            Event::Symlink {
+                id,
+                parent,
+                name,
+                path,
+                target,
+                attrs,
+                parent_mtime_ms: t.unwrap_or(0),
+                quotas,
+            }
+        }),
+        (
+            any::<u64>(),
+            text(),
+            text(),
+            bytes(20),
+            prop::option::of(bytes(20)),
+            any::<u64>()
+        )
+            .prop_map(|(id, path, name, value, old, change_ms)| Event::SetXattr {
+                id,
+                path,
+                name,
+                value: Bytes(value),
+                old: old.map(Bytes),
+                change_ms
+            }),
+        (any::<u64>(), text(), text(), bytes(20), any::<u64>()).prop_map(
+            |(id, path, name, old, change_ms)| Event::RemoveXattr {
+                id,
+                path,
+                name,
+                old: Bytes(old),
+                change_ms
+            }
+        ),
+        (any::<u64>(), text(), quota()).prop_map(|(id, path, quota)| Event::SetQuota {
+            id,
+            path,
+            quota
+        }),
+        (any::<u64>(), text(), quota()).prop_map(|(id, path, old)| Event::ClearQuota {
+            id,
+            path,
+            old
+        }),
     ]
 }
 
@@ -489,18 +598,12 @@ fn error_kind() -> impl Strategy<Value = ErrorKind> {
         ErrorKind::Io,
         ErrorKind::OutcomeUnknown,
         ErrorKind::Lagging,
+        ErrorKind::QuotaExceeded,
     ])
 }
 
 fn event_kind() -> impl Strategy<Value = EventKind> {
-    prop::sample::select(vec![
-        EventKind::Create,
-        EventKind::Complete,
-        EventKind::SetSize,
-        EventKind::SetAttr,
-        EventKind::Delete,
-        EventKind::Rename,
-    ])
+    prop::sample::select(EventKind::ALL.to_vec())
 }
 
 fn command() -> impl Strategy<Value = Command> {
@@ -554,6 +657,40 @@ fn command() -> impl Strategy<Value = Command> {
             dst,
             overwrite
         }),
+        (text(), text(), any::<bool>(), text(), text()).prop_map(
+            |(target, path, parents, owner, group)| Command::Symlink {
+                target,
+                path,
+                parents,
+                owner,
+                group
+            }
+        ),
+        (
+            text(),
+            text(),
+            bytes(20),
+            prop::sample::select(vec![
+                XattrFlag::Either,
+                XattrFlag::Create,
+                XattrFlag::Replace
+            ])
+        )
+            .prop_map(|(path, name, value, flag)| Command::SetXattr {
+                path,
+                name,
+                value: Bytes(value),
+                flag
+            }),
+        (text(), text()).prop_map(|(path, name)| Command::RemoveXattr { path, name }),
+        (text(), any::<Option<u64>>(), any::<Option<u64>>()).prop_map(|(path, inodes, bytes)| {
+            Command::SetQuota {
+                path,
+                inodes,
+                bytes,
+            }
+        }),
+        text().prop_map(|path| Command::ClearQuota { path }),
     ]
 }
 
@@ -625,6 +762,19 @@ fn request_body() -> impl Strategy<Value = RequestBody> {
             }
         }),
         any::<u64>().prop_map(|id| RequestBody::BackupEnd { id }),
+        text().prop_map(|path| RequestBody::Readlink {
+            path,
+            at: ReadAt::Latest
+        }),
+        (text(), prop::option::of(text())).prop_map(|(path, name)| RequestBody::GetXattrs {
+            path,
+            name,
+            at: ReadAt::Latest
+        }),
+        text().prop_map(|path| RequestBody::Count {
+            path,
+            at: ReadAt::Latest
+        }),
     ]
 }
 
@@ -1215,6 +1365,7 @@ fn full_frames_of_tiny_elements_stay_within_the_message_bound() {
         block_size: 0,
         ctime_ms: 0,
         mtime_ms: 0,
+        change_ms: 0,
         mode: 0,
         complete: false,
         owner: String::new(),
@@ -1226,6 +1377,8 @@ fn full_frames_of_tiny_elements_stay_within_the_message_bound() {
         name: String::new(),
         path: String::new(),
         attrs: tiny_attrs(),
+        parent_mtime_ms: None,
+        quotas: Vec::new(),
     };
     let tiny_inode = || Inode {
         id: 0,

@@ -29,17 +29,20 @@ fn record() -> Record {
                 block_size: 0,
                 ctime_ms: 2,
                 mtime_ms: 2,
+                change_ms: 2,
                 mode: 0o644,
                 complete: false,
                 owner: String::new(),
                 group: String::new(),
             },
+            parent_mtime_ms: Some(2),
+            quotas: vec![],
         }],
     }
 }
 
 /// Its postcard bytes (seq 01, then the body).
-const PAYLOAD: &str = "01 02 01 00 02 01 0161 022f61 00 00 00 02 02 a403 00 00 00";
+const PAYLOAD: &str = "01 02 01 00 02 01 0161 022f61 00 00 00 02 02 02 a403 00 00 00 0102 00";
 
 fn crc_of(value: &[u8]) -> [u8; 4] {
     let c = crc32c::crc32c_append(crc32c::crc32c(&value[..2]), &value[6..]);
@@ -54,9 +57,9 @@ fn a_record_entry_holds_the_single_node_record_byte_for_byte() {
     let body = record_body(&rec).unwrap();
     // The body is the record without its sequence.
     assert_eq!(hex::encode(&body), hex::encode(&unhex(PAYLOAD)[1..]));
-    let v = encode_raft_entry(EntryKind::Record, LEADER, 1, 1, &body, &[]);
-    // version 2, schema 1, CRC, kind 0, term 3, node 2, the record.
-    let mut want = unhex("02 01 00000000 00 03 02");
+    let v = encode_raft_entry(EntryKind::Record, LEADER, 1, 2, &body, &[]);
+    // version 2, schema 2, CRC, kind 0, term 3, node 2, the record.
+    let mut want = unhex("02 02 00000000 00 03 02");
     want.extend(unhex(PAYLOAD));
     let crc = crc_of(&want);
     want[2..6].copy_from_slice(&crc);
@@ -70,7 +73,7 @@ fn a_record_entry_holds_the_single_node_record_byte_for_byte() {
     let p = decode_raft_entry(&v, Some(1)).unwrap();
     assert_eq!(
         (p.kind, p.leader, p.schema, p.seq),
-        (EntryKind::Record, LEADER, 1, 1)
+        (EntryKind::Record, LEADER, 2, 1)
     );
     assert_eq!(p.body, &body[..]);
     assert!(p.membership.is_empty());
@@ -97,15 +100,15 @@ fn a_single_node_record_is_a_record_entry_of_term_0() {
 #[test]
 fn raft_s_own_entries_are_records_without_events() {
     // A blank entry at seq 5: the record {5, 0, []}.
-    let blank = encode_raft_entry(EntryKind::Blank, LEADER, 5, 1, b"ignored", &[]);
-    let mut want = unhex("02 01 00000000 01 03 02 05 00 00");
+    let blank = encode_raft_entry(EntryKind::Blank, LEADER, 5, 2, b"ignored", &[]);
+    let mut want = unhex("02 02 00000000 01 03 02 05 00 00");
     let crc = crc_of(&want);
     want[2..6].copy_from_slice(&crc);
     assert_eq!(hex::encode(&blank), hex::encode(&want));
     let r = decode_record(&blank, Some(5)).unwrap();
     assert_eq!((r.seq, r.time_ms, r.events.len()), (5, 0, 0));
     // A membership entry: the empty record, then the membership's bytes.
-    let m = encode_raft_entry(EntryKind::Membership, LEADER, 6, 1, &[], b"members");
+    let m = encode_raft_entry(EntryKind::Membership, LEADER, 6, 2, &[], b"members");
     let p = decode_raft_entry(&m, Some(6)).unwrap();
     assert_eq!(
         (p.kind, p.membership),
@@ -117,7 +120,7 @@ fn raft_s_own_entries_are_records_without_events() {
         term: u64::MAX,
         node: 1 << 40,
     };
-    let v = encode_raft_entry(EntryKind::Blank, big, u64::MAX - 1, 1, &[], &[]);
+    let v = encode_raft_entry(EntryKind::Blank, big, u64::MAX - 1, 2, &[], &[]);
     let p = decode_raft_entry(&v, Some(u64::MAX - 1)).unwrap();
     assert_eq!(p.leader, big);
 }
@@ -126,9 +129,9 @@ fn raft_s_own_entries_are_records_without_events() {
 fn corrupt_entries_are_errors_not_panics() {
     let body = record_body(&record()).unwrap();
     let values = [
-        encode_raft_entry(EntryKind::Record, LEADER, 1, 1, &body, &[]),
-        encode_raft_entry(EntryKind::Blank, LEADER, 1, 1, &[], &[]),
-        encode_raft_entry(EntryKind::Membership, LEADER, 1, 1, &[], b"m"),
+        encode_raft_entry(EntryKind::Record, LEADER, 1, 2, &body, &[]),
+        encode_raft_entry(EntryKind::Blank, LEADER, 1, 2, &[], &[]),
+        encode_raft_entry(EntryKind::Membership, LEADER, 1, 2, &[], b"m"),
     ];
     for v in &values {
         for n in 0..v.len() {
@@ -162,7 +165,7 @@ fn corrupt_entries_are_errors_not_panics() {
     let e = decode_record(&reseal(unknown_kind), None).unwrap_err();
     assert!(e.to_string().contains("kind"), "{e}");
     // A blank entry holding events, and a record with bytes after it.
-    let mut with_events = unhex("02 01 00000000 01 03 02");
+    let mut with_events = unhex("02 02 00000000 01 03 02");
     with_events.extend(unhex(PAYLOAD));
     assert_eq!(
         decode_record(&reseal(with_events), None)
@@ -201,25 +204,28 @@ fn the_documented_golden_vectors() {
                 block_size: 0,
                 ctime_ms: 1_700_000_000_000,
                 mtime_ms: 1_700_000_000_000,
+                change_ms: 1_700_000_000_000,
                 mode: 0o755,
                 complete: true,
                 owner: String::new(),
                 group: String::new(),
             },
+            parent_mtime_ms: Some(1_700_000_000_000),
+            quotas: vec![],
         }],
     };
     let v = encode_raft_entry(
         EntryKind::Record,
         LEADER,
         1,
-        1,
+        2,
         &record_body(&rec).unwrap(),
         &[],
     );
-    let want = "0201 55ec1ca4 00 03 02 01 80d095ffbc31 01 00 02 01 04 64617461 05 2f64617461 \
-                01 00 00 80d095ffbc31 80d095ffbc31 ed03 01 00 00";
+    let want = "0202 2b70b095 00 03 02 01 80d095ffbc31 01 00 02 01 04 64617461 05 2f64617461 \
+                01 00 00 80d095ffbc31 80d095ffbc31 80d095ffbc31 ed03 01 00 00 01 80d095ffbc31 00";
     assert_eq!(hex::encode(&v), hex::encode(unhex(want)));
-    assert_eq!(v.len(), 51);
-    let blank = encode_raft_entry(EntryKind::Blank, LEADER, 5, 1, &[], &[]);
-    assert_eq!(hex::encode(&blank), "020104aaa855010302050000");
+    assert_eq!(v.len(), 65);
+    let blank = encode_raft_entry(EntryKind::Blank, LEADER, 5, 2, &[], &[]);
+    assert_eq!(hex::encode(&blank), "02025cdfaded010302050000");
 }

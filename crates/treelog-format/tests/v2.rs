@@ -1,6 +1,6 @@
-//! Format 2's layouts (docs/rfcs/0002-format-v2-and-migrations.md): golden
-//! vectors written from the RFC's tables (not from the encoder), key order,
-//! and corrupt or short input returning errors, never panicking.
+//! Format 2's layouts (docs/FORMAT.md §4): golden vectors written from the
+//! document's tables (not from the encoder), key order, and corrupt or
+//! short input returning errors, never panicking.
 
 use proptest::prelude::*;
 use treelog_format::v2::*;
@@ -111,8 +111,9 @@ fn keys_sort_the_inode_then_its_attributes_then_the_next_inode() {
     let mut keys: Vec<Vec<u8>> = vec![
         3u64.to_be_bytes().to_vec(),
         quota_key(2).to_vec(),
-        xattr_key(2, b"user.z"),
-        xattr_key(2, b"user.a"),
+        quota_key(300).to_vec(),
+        xattrs_key(2).to_vec(),
+        xattrs_key(3).to_vec(),
         2u64.to_be_bytes().to_vec(),
         dict_by_id_key(true, 256).to_vec(),
         dict_by_id_key(true, 1).to_vec(),
@@ -130,29 +131,31 @@ fn keys_sort_the_inode_then_its_attributes_then_the_next_inode() {
         names,
         [
             "Inode(2)",
-            "Xattr(2, [117, 115, 101, 114, 46, 97])",
-            "Xattr(2, [117, 115, 101, 114, 46, 122])",
-            "Quota(2)",
+            "Xattrs(2)",
             "Inode(3)",
+            "Xattrs(3)",
             "DictCount { owner: true }",
             "DictById { owner: true, id: 1 }",
             "DictById { owner: true, id: 256 }",
             "DictByName { owner: true, name: [97, 108, 105, 99, 101] }",
             "DictCount { owner: false }",
             "NextId",
+            "Quota(2)",
+            "Quota(300)",
         ]
     );
-    // The range of an inode holds it and its attributes, not the next one.
-    let (lo, hi) = inode_range(2);
-    for k in &keys {
-        let inside = k.as_slice() >= &lo[..] && k.as_slice() < &hi[..];
-        let ours = matches!(
-            decode_key_v2(k).unwrap(),
-            KeyV2::Inode(2) | KeyV2::Xattr(2, _) | KeyV2::Quota(2)
-        );
-        assert_eq!(inside, ours, "{k:?}");
-    }
-    assert_eq!(hex::encode(quota_key(2)), "000000000000000202");
+    // The quotas are one range, after every other key: an open reads them
+    // all with one scan.
+    let qs: Vec<&Vec<u8>> = keys
+        .iter()
+        .filter(|k| k.starts_with(&quota_prefix()))
+        .collect();
+    assert_eq!(qs.len(), 2);
+    assert_eq!(
+        hex::encode(quota_key(2)),
+        "ffffffffffffffff010000000000000002"
+    );
+    assert_eq!(hex::encode(xattrs_key(2)), "000000000000000201");
     assert_eq!(
         hex::encode(dict_by_id_key(false, 300)),
         "fffffffffffffffe010000012c"
@@ -167,18 +170,130 @@ fn keys_sort_the_inode_then_its_attributes_then_the_next_inode() {
 fn bad_keys_are_errors() {
     let mut dict_id = dict_by_id_key(true, 1).to_vec();
     dict_id.push(0);
+    let mut quota = quota_key(2).to_vec();
+    quota.pop();
     for k in [
         vec![],
         vec![0; 7],
         [2u64.to_be_bytes().to_vec(), vec![0x03]].concat(),
-        [2u64.to_be_bytes().to_vec(), vec![SUFFIX_XATTR]].concat(),
-        [2u64.to_be_bytes().to_vec(), vec![SUFFIX_QUOTA, 0]].concat(),
+        [2u64.to_be_bytes().to_vec(), vec![SUFFIX_XATTRS, 0]].concat(),
+        [2u64.to_be_bytes().to_vec(), vec![0x02]].concat(),
+        quota,
+        [quota_key(2).to_vec(), vec![0]].concat(),
         dict_id,
         [dict_count_key(true).to_vec(), vec![DICT_BY_NAME]].concat(),
         [dict_count_key(true).to_vec(), vec![0x07]].concat(),
+        [dict_count_key(true).to_vec(), vec![SUFFIX_XATTRS]].concat(),
     ] {
         assert!(decode_key_v2(&k).is_err(), "{k:?}");
     }
+}
+
+#[test]
+fn xattr_list_golden_vector_and_corrupt_input() {
+    let mut l = XattrList::default();
+    assert_eq!(l.set(b"user.b", b"\x00\xff"), None);
+    assert_eq!(l.set(b"trusted.a", b"v"), None);
+    assert_eq!(l.set(b"user.b", b"hi"), Some(b"\x00\xff".to_vec()));
+    let want = [
+        "0200",               // 2 attributes
+        "09",                 // name length 9
+        "747275737465642e61", // "trusted.a"
+        "01000000",           // value length 1
+        "76",                 // "v"
+        "06",                 // name length 6
+        "757365722e62",       // "user.b"
+        "02000000",           // value length 2
+        "6869",               // "hi"
+    ]
+    .concat();
+    let b = l.encode();
+    assert_eq!(hex::encode(&b), want);
+    assert_eq!(XattrList::decode(&b).unwrap(), l);
+    assert_eq!(l.get(b"trusted.a"), Some(&b"v"[..]));
+    assert_eq!(l.payload_bytes(), 9 + 1 + 6 + 2);
+    for n in 0..b.len() {
+        assert!(XattrList::decode(&b[..n]).is_err(), "{n} bytes decoded");
+    }
+    let mut trailing = b.clone();
+    trailing.push(0);
+    assert!(XattrList::decode(&trailing).is_err());
+    // Out of order, repeated, empty name, oversized value.
+    let swap = hex::decode(
+        [
+            "0200",
+            "06",
+            "757365722e62",
+            "02000000",
+            "6869",
+            "09",
+            "747275737465642e61",
+            "01000000",
+            "76",
+        ]
+        .concat(),
+    )
+    .unwrap();
+    assert!(XattrList::decode(&swap).is_err());
+    let twice =
+        hex::decode(["0200", "01", "61", "00000000", "01", "61", "00000000"].concat()).unwrap();
+    assert!(XattrList::decode(&twice).is_err());
+    assert!(XattrList::decode(&hex::decode("01000000000000").unwrap()).is_err());
+    let big = hex::decode(["0100", "01", "61", "01000100"].concat()).unwrap();
+    assert!(XattrList::decode(&big).is_err(), "a 65,537-byte value");
+    assert_eq!(XattrList::decode(&[0, 0]).unwrap(), XattrList::default());
+    assert_eq!(l.remove(b"user.b"), Some(b"hi".to_vec()));
+    assert_eq!(l.remove(b"user.b"), None);
+}
+
+#[test]
+fn the_migration_marker_round_trips_and_refuses_bad_lengths() {
+    use treelog_format::meta::Migration;
+    let m = Migration {
+        from: 1,
+        to: 2,
+        next_id: 1002,
+    };
+    assert_eq!(
+        hex::encode(m.encode()),
+        "0000000000000001000000000000000200000000000003ea"
+    );
+    assert_eq!(Migration::decode(&m.encode()).unwrap(), m);
+    assert!(Migration::decode(&m.encode()[..23]).is_err());
+    assert!(Migration::decode(&[0; 25]).is_err());
+}
+
+#[test]
+fn an_empty_namespace_of_format_2() {
+    let got: Vec<(String, String)> = treelog_format::empty_namespace_inodes()
+        .iter()
+        .map(|(k, v)| (hex::encode(k), hex::encode(v)))
+        .collect();
+    let root = [
+        "0000000000000000", // parent 0
+        "0000000000000000",
+        "0000000000000000",
+        "0000000000000000",
+        "0000000000000000",
+        "0000000000000000", // change_ms
+        "ed010000",         // mode 0o755
+        "01",               // directory
+        "01",               // complete
+        "00",               // no name
+        "00",
+        "00000000",
+        "00000000",
+    ]
+    .concat();
+    assert_eq!(
+        got,
+        [
+            ("0000000000000001".to_owned(), root),
+            ("fffffffffffffffd".to_owned(), "00000000".to_owned()),
+            ("fffffffffffffffe".to_owned(), "00000000".to_owned()),
+            ("ffffffffffffffff".to_owned(), "0200000000000000".to_owned()),
+        ]
+    );
 }
 
 #[test]
@@ -239,5 +354,19 @@ proptest! {
         let _ = InodeEntryV2::decode(&b);
         let _ = decode_key_v2(&b);
         let _ = QuotaEntry::decode(&b);
+        let _ = XattrList::decode(&b);
+        let _ = treelog_format::meta::Migration::decode(&b);
+    }
+
+    #[test]
+    fn xattr_lists_round_trip(
+        attrs in proptest::collection::btree_map(
+            proptest::collection::vec(any::<u8>(), 1..=255),
+            proptest::collection::vec(any::<u8>(), 0..100),
+            0..20,
+        )
+    ) {
+        let l = XattrList { attrs: attrs.into_iter().collect() };
+        prop_assert_eq!(XattrList::decode(&l.encode()).unwrap(), l);
     }
 }

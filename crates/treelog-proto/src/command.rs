@@ -2,6 +2,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::types::{Bytes, XattrFlag};
+
 /// A namespace mutation request. Paths are absolute.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Command {
@@ -46,6 +48,36 @@ pub enum Command {
         dst: String,
         overwrite: bool,
     },
+    /// Create the symbolic link `path` pointing at `target` (any text of
+    /// 1…4,096 bytes without NUL; never resolved). With `parents`, missing
+    /// ancestors are created as directories.
+    Symlink {
+        target: String,
+        path: String,
+        parents: bool,
+        owner: String,
+        group: String,
+    },
+    /// Set an extended attribute (Linux's names and limits, see
+    /// `docs/EVENTS.md`).
+    SetXattr {
+        path: String,
+        name: String,
+        value: Bytes,
+        flag: XattrFlag,
+    },
+    /// Remove an extended attribute (`NotFound` if it has none of that name).
+    RemoveXattr { path: String, name: String },
+    /// Give a directory a quota, or change its limits: at most `inodes`
+    /// inodes and `bytes` bytes of files in its subtree (`None`: no limit;
+    /// a quota without limits keeps the usage counters alone).
+    SetQuota {
+        path: String,
+        inodes: Option<u64>,
+        bytes: Option<u64>,
+    },
+    /// Remove a directory's quota (`NotFound` if it has none).
+    ClearQuota { path: String },
 }
 
 impl Command {
@@ -59,6 +91,11 @@ impl Command {
             Command::SetAttr { .. } => "set_attr",
             Command::Delete { .. } => "delete",
             Command::Rename { .. } => "rename",
+            Command::Symlink { .. } => "symlink",
+            Command::SetXattr { .. } => "set_xattr",
+            Command::RemoveXattr { .. } => "remove_xattr",
+            Command::SetQuota { .. } => "set_quota",
+            Command::ClearQuota { .. } => "clear_quota",
         }
     }
 
@@ -82,6 +119,18 @@ impl Command {
                     + group.as_ref().map_or(0, |s| s.len())
             }
             Command::Rename { src, dst, .. } => src.len() + dst.len(),
+            Command::Symlink {
+                target,
+                path,
+                owner,
+                group,
+                ..
+            } => target.len() + path.len() + owner.len() + group.len(),
+            Command::SetXattr {
+                path, name, value, ..
+            } => path.len() + name.len() + value.len(),
+            Command::RemoveXattr { path, name } => path.len() + name.len(),
+            Command::SetQuota { path, .. } | Command::ClearQuota { path } => path.len(),
         }
     }
 }

@@ -30,7 +30,7 @@ pub enum ErrorKind {
     /// itself, deleting the root, a too-long owner string, ...).
     InvalidArgument,
     /// The owner or group dictionary has no room for another distinct string
-    /// (format v1 keeps at most 255 of each).
+    /// (format 1 kept at most 255 of each, format 2 keeps 2^32 − 1).
     DictionaryFull,
     /// This node does not accept writes (a replica); the error names the
     /// leader's address when the node knows it.
@@ -70,8 +70,11 @@ pub enum ErrorKind {
     /// A replica has not applied the sequence a read asked for
     /// (`ReadAt::AtLeast`) within the wait bound; the error says how far it
     /// is and where the leader is. Retry, or read on the leader.
-    /// (Last: the kinds are numbered on the wire in this order.)
     Lagging,
+    /// A write would pass a directory's quota (its inodes or bytes); it
+    /// was refused and wrote nothing. (Last: the kinds are numbered on the
+    /// wire in this order.)
+    QuotaExceeded,
 }
 
 impl ErrorKind {
@@ -100,6 +103,7 @@ impl ErrorKind {
             ErrorKind::Busy => "busy",
             ErrorKind::Io => "io",
             ErrorKind::OutcomeUnknown => "outcome_unknown",
+            ErrorKind::QuotaExceeded => "quota_exceeded",
         }
     }
 
@@ -117,6 +121,7 @@ impl ErrorKind {
                 | ErrorKind::InvalidPath
                 | ErrorKind::InvalidArgument
                 | ErrorKind::DictionaryFull
+                | ErrorKind::QuotaExceeded
         )
     }
 }
@@ -174,8 +179,21 @@ pub enum Error {
     InvalidPath { path: String, reason: &'static str },
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
-    #[error("{0} dictionary is full: format v1 holds at most 255 distinct non-empty {0} strings")]
+    #[error("{0} dictionary is full: it holds at most 4294967295 distinct non-empty {0} strings")]
     DictionaryFull(DictKind),
+    #[error("quota exceeded: {path} allows {limit} {resource}, and this would make {would_be}")]
+    QuotaExceeded {
+        /// The directory whose quota refused the write.
+        path: String,
+        /// `inodes` or `bytes`.
+        resource: &'static str,
+        limit: u64,
+        would_be: u64,
+    },
+    #[error("no attribute {name} on {path}")]
+    NoSuchXattr { path: String, name: String },
+    #[error("attribute {name} of {path} already exists")]
+    XattrExists { path: String, name: String },
     #[error("this node is a replica and does not accept writes{}", leader_hint(.leader))]
     NotLeader { leader: Option<String> },
     #[error("this replica has applied up to sequence {applied}, not {wanted} (waited {waited_ms} ms){}", leader_hint(.leader))]
@@ -232,8 +250,11 @@ pub enum Error {
 impl Error {
     pub fn kind(&self) -> ErrorKind {
         match self {
-            Error::NotFound(_) | Error::InodeNotFound(_) => ErrorKind::NotFound,
-            Error::AlreadyExists(_) => ErrorKind::AlreadyExists,
+            Error::NotFound(_) | Error::InodeNotFound(_) | Error::NoSuchXattr { .. } => {
+                ErrorKind::NotFound
+            }
+            Error::AlreadyExists(_) | Error::XattrExists { .. } => ErrorKind::AlreadyExists,
+            Error::QuotaExceeded { .. } => ErrorKind::QuotaExceeded,
             Error::NotADirectory(_) => ErrorKind::NotADirectory,
             Error::IsADirectory(_) => ErrorKind::IsADirectory,
             Error::NotEmpty(_) => ErrorKind::NotEmpty,

@@ -5,14 +5,20 @@
 //! needs without querying the store: ids, names, full paths at commit time,
 //! the new attributes and, for updates, renames and deletes, the old ones.
 //! The schema is documented in `docs/EVENTS.md`; its version is
-//! [`EVENT_SCHEMA_VERSION`].
+//! [`EVENT_SCHEMA_VERSION`]. Records written under schema 1 decode into
+//! these types (`treelog_format::record`), with the fields schema 2 added
+//! empty: no parent times (`None`), no quotas, `change_ms = mtime_ms`; the
+//! index applies them by schema 1's rules, which those empty fields are.
 
 use serde::{Deserialize, Serialize};
 
-use crate::types::{Attrs, AttrsRef};
+use crate::types::{Attrs, AttrsRef, Bytes, Quota, Usage};
 
-/// Version of the record/event schema written by this build.
-pub const EVENT_SCHEMA_VERSION: u8 = 1;
+/// Version of the record/event schema written by this build. Schema 2
+/// added the last five [`Event`] variants and the parent times and quota
+/// fields of the others; schema 1 records keep decoding (see the module
+/// documentation).
+pub const EVENT_SCHEMA_VERSION: u8 = 2;
 
 /// One committed command: its sequence number, commit time and events.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -33,6 +39,10 @@ pub struct Update {
     pub path: String,
     pub old: Attrs,
     pub new: Attrs,
+    /// The directories with a quota whose usage the change of size moves
+    /// (by `new.size - old.size` bytes): the inode's ancestors that have
+    /// one. Empty when the size did not change.
+    pub quotas: Vec<u64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -44,6 +54,11 @@ pub enum Event {
         name: String,
         path: String,
         attrs: Attrs,
+        /// The parent's new modification and change time (the record's
+        /// time); `None` in schema-1 records, which left the parent alone.
+        parent_mtime_ms: Option<u64>,
+        /// The ancestors with a quota, whose usage grows by this inode.
+        quotas: Vec<u64>,
     },
     /// A file was completed with its final size.
     Complete(Update),
@@ -60,6 +75,13 @@ pub enum Event {
         name: String,
         path: String,
         attrs: Attrs,
+        /// The parent's new modification and change time, when the parent
+        /// stays (`None` for an inode whose parent the same record
+        /// deletes, and in schema-1 records).
+        parent_mtime_ms: Option<u64>,
+        /// The ancestors with a quota, whose usage shrinks by this inode
+        /// (those above the deleted subtree: the ones inside go with it).
+        quotas: Vec<u64>,
     },
     /// An inode moved. For a directory, every descendant's path changed too
     /// (from `old_path/...` to `new_path/...`).
@@ -71,8 +93,57 @@ pub enum Event {
         new_parent: u64,
         new_name: String,
         new_path: String,
+        /// The inode's attributes after the move (its change time is the
+        /// record's).
         attrs: Attrs,
+        /// Both parents' new modification and change time; `None` in
+        /// schema-1 records.
+        parent_mtime_ms: Option<u64>,
+        /// Quotas the moved subtree leaves (ancestors of the old place,
+        /// not of the new), whose usage shrinks by `usage`.
+        quotas_from: Vec<u64>,
+        /// Quotas it enters, whose usage grows by `usage`.
+        quotas_to: Vec<u64>,
+        /// The moved inode and everything under it; zero when both lists
+        /// are empty.
+        usage: Usage,
     },
+    /// A symbolic link was created (schema 2).
+    Symlink {
+        id: u64,
+        parent: u64,
+        name: String,
+        path: String,
+        target: String,
+        attrs: Attrs,
+        parent_mtime_ms: u64,
+        quotas: Vec<u64>,
+    },
+    /// An extended attribute was set (schema 2); the inode's change time
+    /// becomes `change_ms`.
+    SetXattr {
+        id: u64,
+        path: String,
+        name: String,
+        value: Bytes,
+        /// The value it replaced.
+        old: Option<Bytes>,
+        change_ms: u64,
+    },
+    /// An extended attribute was removed (schema 2).
+    RemoveXattr {
+        id: u64,
+        path: String,
+        name: String,
+        old: Bytes,
+        change_ms: u64,
+    },
+    /// A directory's quota was set or changed (schema 2): its limits, and
+    /// the usage of its subtree then (counted by the command, or kept from
+    /// the quota it replaces).
+    SetQuota { id: u64, path: String, quota: Quota },
+    /// A directory's quota was removed (schema 2), with what it was.
+    ClearQuota { id: u64, path: String, old: Quota },
 }
 
 /// A [`Record`] decoded without copying: its names, paths, owners and
@@ -83,7 +154,7 @@ pub enum Event {
 /// These types mirror [`Record`], [`Event`], [`Update`] and
 /// [`crate::types::Attrs`] field for field, variant for variant, so they
 /// decode the same postcard bytes; `record::tests` hold the two together.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RecordRef<'a> {
     pub seq: u64,
     pub time_ms: u64,
@@ -92,7 +163,7 @@ pub struct RecordRef<'a> {
 }
 
 /// [`Update`], borrowed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct UpdateRef<'a> {
     pub id: u64,
     pub parent: u64,
@@ -102,10 +173,11 @@ pub struct UpdateRef<'a> {
     pub old: AttrsRef<'a>,
     #[serde(borrow)]
     pub new: AttrsRef<'a>,
+    pub quotas: Vec<u64>,
 }
 
 /// [`Event`], borrowed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum EventRef<'a> {
     Create {
         id: u64,
@@ -114,6 +186,8 @@ pub enum EventRef<'a> {
         path: &'a str,
         #[serde(borrow)]
         attrs: AttrsRef<'a>,
+        parent_mtime_ms: Option<u64>,
+        quotas: Vec<u64>,
     },
     #[serde(borrow)]
     Complete(UpdateRef<'a>),
@@ -128,6 +202,8 @@ pub enum EventRef<'a> {
         path: &'a str,
         #[serde(borrow)]
         attrs: AttrsRef<'a>,
+        parent_mtime_ms: Option<u64>,
+        quotas: Vec<u64>,
     },
     Rename {
         id: u64,
@@ -139,6 +215,46 @@ pub enum EventRef<'a> {
         new_path: &'a str,
         #[serde(borrow)]
         attrs: AttrsRef<'a>,
+        parent_mtime_ms: Option<u64>,
+        quotas_from: Vec<u64>,
+        quotas_to: Vec<u64>,
+        usage: Usage,
+    },
+    Symlink {
+        id: u64,
+        parent: u64,
+        name: &'a str,
+        path: &'a str,
+        target: &'a str,
+        #[serde(borrow)]
+        attrs: AttrsRef<'a>,
+        parent_mtime_ms: u64,
+        quotas: Vec<u64>,
+    },
+    SetXattr {
+        id: u64,
+        path: &'a str,
+        name: &'a str,
+        value: &'a [u8],
+        old: Option<&'a [u8]>,
+        change_ms: u64,
+    },
+    RemoveXattr {
+        id: u64,
+        path: &'a str,
+        name: &'a str,
+        old: &'a [u8],
+        change_ms: u64,
+    },
+    SetQuota {
+        id: u64,
+        path: &'a str,
+        quota: Quota,
+    },
+    ClearQuota {
+        id: u64,
+        path: &'a str,
+        old: Quota,
     },
 }
 
@@ -151,6 +267,21 @@ impl Update {
             path: &self.path,
             old: self.old.borrowed(),
             new: self.new.borrowed(),
+            quotas: self.quotas.clone(),
+        }
+    }
+}
+
+impl UpdateRef<'_> {
+    pub fn to_owned(&self) -> Update {
+        Update {
+            id: self.id,
+            parent: self.parent,
+            name: self.name.to_owned(),
+            path: self.path.to_owned(),
+            old: self.old.to_owned(),
+            new: self.new.to_owned(),
+            quotas: self.quotas.clone(),
         }
     }
 }
@@ -165,6 +296,16 @@ impl Record {
     }
 }
 
+impl RecordRef<'_> {
+    pub fn to_owned(&self) -> Record {
+        Record {
+            seq: self.seq,
+            time_ms: self.time_ms,
+            events: self.events.iter().map(EventRef::to_owned).collect(),
+        }
+    }
+}
+
 /// The kind of an event, for filters and metrics.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum EventKind {
@@ -174,9 +315,29 @@ pub enum EventKind {
     SetAttr,
     Delete,
     Rename,
+    Symlink,
+    SetXattr,
+    RemoveXattr,
+    SetQuota,
+    ClearQuota,
 }
 
 impl EventKind {
+    /// Every kind, in order.
+    pub const ALL: [EventKind; 11] = [
+        EventKind::Create,
+        EventKind::Complete,
+        EventKind::SetSize,
+        EventKind::SetAttr,
+        EventKind::Delete,
+        EventKind::Rename,
+        EventKind::Symlink,
+        EventKind::SetXattr,
+        EventKind::RemoveXattr,
+        EventKind::SetQuota,
+        EventKind::ClearQuota,
+    ];
+
     pub fn as_str(self) -> &'static str {
         match self {
             EventKind::Create => "create",
@@ -185,7 +346,17 @@ impl EventKind {
             EventKind::SetAttr => "set_attr",
             EventKind::Delete => "delete",
             EventKind::Rename => "rename",
+            EventKind::Symlink => "symlink",
+            EventKind::SetXattr => "set_xattr",
+            EventKind::RemoveXattr => "remove_xattr",
+            EventKind::SetQuota => "set_quota",
+            EventKind::ClearQuota => "clear_quota",
         }
+    }
+
+    /// The kind named `s` (as [`EventKind::as_str`] writes it).
+    pub fn parse(s: &str) -> Option<EventKind> {
+        EventKind::ALL.into_iter().find(|k| k.as_str() == s)
     }
 }
 
@@ -198,6 +369,11 @@ impl Event {
             Event::SetAttr(_) => EventKind::SetAttr,
             Event::Delete { .. } => EventKind::Delete,
             Event::Rename { .. } => EventKind::Rename,
+            Event::Symlink { .. } => EventKind::Symlink,
+            Event::SetXattr { .. } => EventKind::SetXattr,
+            Event::RemoveXattr { .. } => EventKind::RemoveXattr,
+            Event::SetQuota { .. } => EventKind::SetQuota,
+            Event::ClearQuota { .. } => EventKind::ClearQuota,
         }
     }
 
@@ -209,12 +385,16 @@ impl Event {
                 name,
                 path,
                 attrs,
+                parent_mtime_ms,
+                quotas,
             } => EventRef::Create {
                 id: *id,
                 parent: *parent,
                 name,
                 path,
                 attrs: attrs.borrowed(),
+                parent_mtime_ms: *parent_mtime_ms,
+                quotas: quotas.clone(),
             },
             Event::Complete(u) => EventRef::Complete(u.borrowed()),
             Event::SetSize(u) => EventRef::SetSize(u.borrowed()),
@@ -225,12 +405,16 @@ impl Event {
                 name,
                 path,
                 attrs,
+                parent_mtime_ms,
+                quotas,
             } => EventRef::Delete {
                 id: *id,
                 parent: *parent,
                 name,
                 path,
                 attrs: attrs.borrowed(),
+                parent_mtime_ms: *parent_mtime_ms,
+                quotas: quotas.clone(),
             },
             Event::Rename {
                 id,
@@ -241,6 +425,10 @@ impl Event {
                 new_name,
                 new_path,
                 attrs,
+                parent_mtime_ms,
+                quotas_from,
+                quotas_to,
+                usage,
             } => EventRef::Rename {
                 id: *id,
                 old_parent: *old_parent,
@@ -250,6 +438,67 @@ impl Event {
                 new_name,
                 new_path,
                 attrs: attrs.borrowed(),
+                parent_mtime_ms: *parent_mtime_ms,
+                quotas_from: quotas_from.clone(),
+                quotas_to: quotas_to.clone(),
+                usage: *usage,
+            },
+            Event::Symlink {
+                id,
+                parent,
+                name,
+                path,
+                target,
+                attrs,
+                parent_mtime_ms,
+                quotas,
+            } => EventRef::Symlink {
+                id: *id,
+                parent: *parent,
+                name,
+                path,
+                target,
+                attrs: attrs.borrowed(),
+                parent_mtime_ms: *parent_mtime_ms,
+                quotas: quotas.clone(),
+            },
+            Event::SetXattr {
+                id,
+                path,
+                name,
+                value,
+                old,
+                change_ms,
+            } => EventRef::SetXattr {
+                id: *id,
+                path,
+                name,
+                value,
+                old: old.as_deref(),
+                change_ms: *change_ms,
+            },
+            Event::RemoveXattr {
+                id,
+                path,
+                name,
+                old,
+                change_ms,
+            } => EventRef::RemoveXattr {
+                id: *id,
+                path,
+                name,
+                old,
+                change_ms: *change_ms,
+            },
+            Event::SetQuota { id, path, quota } => EventRef::SetQuota {
+                id: *id,
+                path,
+                quota: *quota,
+            },
+            Event::ClearQuota { id, path, old } => EventRef::ClearQuota {
+                id: *id,
+                path,
+                old: *old,
             },
         }
     }
@@ -257,8 +506,159 @@ impl Event {
     /// The inode the event is about.
     pub fn id(&self) -> u64 {
         match self {
-            Event::Create { id, .. } | Event::Delete { id, .. } | Event::Rename { id, .. } => *id,
+            Event::Create { id, .. }
+            | Event::Delete { id, .. }
+            | Event::Rename { id, .. }
+            | Event::Symlink { id, .. }
+            | Event::SetXattr { id, .. }
+            | Event::RemoveXattr { id, .. }
+            | Event::SetQuota { id, .. }
+            | Event::ClearQuota { id, .. } => *id,
             Event::Complete(u) | Event::SetSize(u) | Event::SetAttr(u) => u.id,
+        }
+    }
+
+    /// The path of the inode the event is about (after a rename, the new
+    /// one).
+    pub fn path(&self) -> &str {
+        match self {
+            Event::Create { path, .. }
+            | Event::Delete { path, .. }
+            | Event::Symlink { path, .. }
+            | Event::SetXattr { path, .. }
+            | Event::RemoveXattr { path, .. }
+            | Event::SetQuota { path, .. }
+            | Event::ClearQuota { path, .. } => path,
+            Event::Complete(u) | Event::SetSize(u) | Event::SetAttr(u) => &u.path,
+            Event::Rename { new_path, .. } => new_path,
+        }
+    }
+}
+
+impl EventRef<'_> {
+    pub fn to_owned(&self) -> Event {
+        match self {
+            EventRef::Create {
+                id,
+                parent,
+                name,
+                path,
+                attrs,
+                parent_mtime_ms,
+                quotas,
+            } => Event::Create {
+                id: *id,
+                parent: *parent,
+                name: (*name).to_owned(),
+                path: (*path).to_owned(),
+                attrs: attrs.to_owned(),
+                parent_mtime_ms: *parent_mtime_ms,
+                quotas: quotas.clone(),
+            },
+            EventRef::Complete(u) => Event::Complete(u.to_owned()),
+            EventRef::SetSize(u) => Event::SetSize(u.to_owned()),
+            EventRef::SetAttr(u) => Event::SetAttr(u.to_owned()),
+            EventRef::Delete {
+                id,
+                parent,
+                name,
+                path,
+                attrs,
+                parent_mtime_ms,
+                quotas,
+            } => Event::Delete {
+                id: *id,
+                parent: *parent,
+                name: (*name).to_owned(),
+                path: (*path).to_owned(),
+                attrs: attrs.to_owned(),
+                parent_mtime_ms: *parent_mtime_ms,
+                quotas: quotas.clone(),
+            },
+            EventRef::Rename {
+                id,
+                old_parent,
+                old_name,
+                old_path,
+                new_parent,
+                new_name,
+                new_path,
+                attrs,
+                parent_mtime_ms,
+                quotas_from,
+                quotas_to,
+                usage,
+            } => Event::Rename {
+                id: *id,
+                old_parent: *old_parent,
+                old_name: (*old_name).to_owned(),
+                old_path: (*old_path).to_owned(),
+                new_parent: *new_parent,
+                new_name: (*new_name).to_owned(),
+                new_path: (*new_path).to_owned(),
+                attrs: attrs.to_owned(),
+                parent_mtime_ms: *parent_mtime_ms,
+                quotas_from: quotas_from.clone(),
+                quotas_to: quotas_to.clone(),
+                usage: *usage,
+            },
+            EventRef::Symlink {
+                id,
+                parent,
+                name,
+                path,
+                target,
+                attrs,
+                parent_mtime_ms,
+                quotas,
+            } => Event::Symlink {
+                id: *id,
+                parent: *parent,
+                name: (*name).to_owned(),
+                path: (*path).to_owned(),
+                target: (*target).to_owned(),
+                attrs: attrs.to_owned(),
+                parent_mtime_ms: *parent_mtime_ms,
+                quotas: quotas.clone(),
+            },
+            EventRef::SetXattr {
+                id,
+                path,
+                name,
+                value,
+                old,
+                change_ms,
+            } => Event::SetXattr {
+                id: *id,
+                path: (*path).to_owned(),
+                name: (*name).to_owned(),
+                value: Bytes(value.to_vec()),
+                old: old.map(|o| Bytes(o.to_vec())),
+                change_ms: *change_ms,
+            },
+            EventRef::RemoveXattr {
+                id,
+                path,
+                name,
+                old,
+                change_ms,
+            } => Event::RemoveXattr {
+                id: *id,
+                path: (*path).to_owned(),
+                name: (*name).to_owned(),
+                old: Bytes(old.to_vec()),
+                change_ms: *change_ms,
+            },
+            EventRef::SetQuota { id, path, quota } => Event::SetQuota {
+                id: *id,
+                path: (*path).to_owned(),
+                quota: *quota,
+            },
+            EventRef::ClearQuota { id, path, old } => Event::ClearQuota {
+                id: *id,
+                path: (*path).to_owned(),
+                old: *old,
+            },
         }
     }
 }

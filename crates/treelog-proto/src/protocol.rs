@@ -17,12 +17,14 @@ use crate::cursor::CursorInfo;
 use crate::error::{Error, ErrorKind, Result};
 use crate::read::ReadAt;
 use crate::stream::{StreamItem, SubscribeOptions};
-use crate::types::{Inode, ListPage};
+use crate::types::{ContentSummary, Inode, ListPage, Xattr};
 
 /// Bytes 0..4 of every `Hello`.
 pub const MAGIC: [u8; 4] = *b"TLOG";
-/// The protocol version this build speaks.
-pub const PROTOCOL_VERSION: u16 = 1;
+/// The protocol version this build speaks. 2: event schema 2 (symlinks,
+/// extended attributes, quotas, parent times; `Attrs` gained
+/// `change_ms`), whose values a version-1 peer cannot decode.
+pub const PROTOCOL_VERSION: u16 = 2;
 /// Default largest frame either side accepts.
 pub const DEFAULT_MAX_FRAME: usize = 1 << 20;
 /// The first allocation for a frame's payload; [`read_frame`] grows it as
@@ -132,6 +134,18 @@ pub enum RequestBody {
     /// The administration of a Raft cluster; answered with `Cluster` (the
     /// node's view of the cluster once the request is done).
     Cluster(ClusterRequest),
+    /// A symbolic link's target; answered with `Target`.
+    Readlink { path: String, at: ReadAt },
+    /// A path's extended attributes: the one called `name`, or with `None`
+    /// all of them; answered with `Xattrs`.
+    GetXattrs {
+        path: String,
+        name: Option<String>,
+        at: ReadAt,
+    },
+    /// The usage under a path (`count`, docs/PROTOCOL.md); answered with
+    /// `Summary`.
+    Count { path: String, at: ReadAt },
 }
 
 /// The Raft messages between nodes.
@@ -367,6 +381,21 @@ pub enum ResponseBody {
     /// A Raft response (its postcard encoding; see `RequestBody::Raft`).
     Raft(Vec<u8>),
     Cluster(ClusterStatus),
+    /// A symbolic link's target (reply to `Readlink`), read at `seq`.
+    Target {
+        target: String,
+        seq: u64,
+    },
+    /// Extended attributes in name order (reply to `GetXattrs`).
+    Xattrs {
+        xattrs: Vec<Xattr>,
+        seq: u64,
+    },
+    /// Reply to `Count`.
+    Summary {
+        summary: ContentSummary,
+        seq: u64,
+    },
 }
 
 /// Error details a client turns back into an [`Error`]; `NotLeader` and
@@ -660,6 +689,99 @@ mod tests {
                 assert_eq!(r.pos, 4 + len, "read past the frame");
                 assert!(r.largest_offer <= len.max(4), "offered past the frame");
             }
+        }
+    }
+
+    /// The frames of docs/PROTOCOL.md §11, byte for byte.
+    #[test]
+    fn the_documented_frames() {
+        use crate::stream::{Filter, StartFrom};
+        let hex = |b: Vec<u8>| {
+            b.iter()
+                .map(|x| format!("{x:02x}"))
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
+        let req = |id, body| encode(&ClientMsg::Request { id, body }).unwrap();
+        let resp = |id, body| encode(&ServerMsg::Response { id, body }).unwrap();
+        let frames: Vec<(Vec<u8>, &str)> = vec![
+            (
+                encode(&ClientMsg::Hello(Hello {
+                    magic: MAGIC,
+                    version: PROTOCOL_VERSION,
+                    token: None,
+                    client: "x".into(),
+                }))
+                .unwrap(),
+                "00 00 00 09 00 54 4c 4f 47 02 00 01 78",
+            ),
+            (
+                encode(&ServerMsg::Welcome {
+                    version: PROTOCOL_VERSION,
+                    server: "treelog 0.1.0".into(),
+                    committed_seq: 0,
+                    max_frame: DEFAULT_MAX_FRAME as u32,
+                })
+                .unwrap(),
+                "00 00 00 14 00 02 0d 74 72 65 65 6c 6f 67 20 30 2e 31 2e 30 00 80 80 40",
+            ),
+            (
+                req(1, RequestBody::Stat { path: "/a".into() }),
+                "00 00 00 06 01 01 01 02 2f 61",
+            ),
+            (req(2, RequestBody::Ping), "00 00 00 03 01 02 0a"),
+            (
+                resp(2, ResponseBody::Seq(300)),
+                "00 00 00 05 01 02 00 ac 02",
+            ),
+            (
+                req(
+                    3,
+                    RequestBody::Subscribe(SubscribeOptions {
+                        from: StartFrom::Snapshot,
+                        filter: Filter {
+                            prefix: Some("/a".into()),
+                            kinds: None,
+                        },
+                        cursor: None,
+                        resync_on_move_in: None,
+                    }),
+                ),
+                "00 00 00 0b 01 03 04 02 01 02 2f 61 00 00 00",
+            ),
+            (
+                resp(3, ResponseBody::Item(StreamItem::Progress { seq: 300 })),
+                "00 00 00 06 01 03 03 04 ac 02",
+            ),
+            (
+                req(4, RequestBody::Cancel { target: 3 }),
+                "00 00 00 04 01 04 05 03",
+            ),
+            (resp(4, ResponseBody::Done), "00 00 00 03 01 04 05"),
+            (resp(3, ResponseBody::StreamEnd), "00 00 00 03 01 03 06"),
+            (
+                req(
+                    5,
+                    RequestBody::Count {
+                        path: "/a".into(),
+                        at: ReadAt::Latest,
+                    },
+                ),
+                "00 00 00 07 01 05 19 02 2f 61 00",
+            ),
+            (
+                resp(
+                    6,
+                    ResponseBody::Error {
+                        kind: ErrorKind::QuotaExceeded,
+                        message: "q".into(),
+                    },
+                ),
+                "00 00 00 06 01 06 07 16 01 71",
+            ),
+        ];
+        for (got, want) in frames {
+            assert_eq!(hex(got), want);
         }
     }
 

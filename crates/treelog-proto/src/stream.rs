@@ -196,7 +196,7 @@ pub fn filter_events(events: &[Arc<Event>], f: &Filter) -> (Vec<ScopedEvent>, bo
                 }
             }
             (Some(p), ev) => {
-                let ep = event_path(ev);
+                let ep = ev.path();
                 if path::is_within(ep, p) {
                     Some(Scope::Inside)
                 } else if matches!(ev, Event::Delete { .. }) && path::is_within(p, ep) {
@@ -216,12 +216,4 @@ pub fn filter_events(events: &[Arc<Event>], f: &Filter) -> (Vec<ScopedEvent>, bo
         }
     }
     (out, resync)
-}
-
-fn event_path(ev: &Event) -> &str {
-    match ev {
-        Event::Create { path, .. } | Event::Delete { path, .. } => path,
-        Event::Complete(u) | Event::SetSize(u) | Event::SetAttr(u) => &u.path,
-        Event::Rename { new_path, .. } => new_path,
-    }
 }

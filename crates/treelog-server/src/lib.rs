@@ -1509,6 +1509,9 @@ fn request_name(b: &RequestBody) -> &'static str {
         RequestBody::Status => "status",
         RequestBody::Raft { .. } => "raft",
         RequestBody::Cluster(_) => "cluster",
+        RequestBody::Readlink { .. } => "readlink",
+        RequestBody::GetXattrs { .. } => "get_xattrs",
+        RequestBody::Count { .. } => "count",
     }
 }
 
@@ -1646,6 +1649,45 @@ async fn handle(
         },
         RequestBody::Cluster(req) => match ctx.cluster() {
             Ok(c) => c.admin(req).await.map(ResponseBody::Cluster),
+            Err(e) => Err(e),
+        },
+        RequestBody::Readlink { path, at } => match caught_up(ctx, at).await {
+            Ok(()) => timed_read(ctx, "readlink", || {
+                t.readlink_at(&path, at).map(|r| ResponseBody::Target {
+                    target: r.value,
+                    seq: r.seq,
+                })
+            }),
+            Err(e) => Err(e),
+        },
+        RequestBody::GetXattrs { path, name, at } => match caught_up(ctx, at).await {
+            Ok(()) => timed_read(ctx, "get_xattrs", || {
+                t.xattrs_at(&path, name.as_deref(), at)
+                    .map(|r| ResponseBody::Xattrs {
+                        xattrs: r.value,
+                        seq: r.seq,
+                    })
+            }),
+            Err(e) => Err(e),
+        },
+        RequestBody::Count { path, at } => match caught_up(ctx, at).await {
+            // A walk of up to `max_count_inodes` entries: off the workers.
+            Ok(()) => {
+                let t2 = t.clone();
+                let t0 = std::time::Instant::now();
+                let r = tokio::task::spawn_blocking(move || t2.count_at(&path, at))
+                    .await
+                    .unwrap_or_else(|_| Err(Error::corrupt("count", "the count task panicked")));
+                if let Some(m) = &ctx.metrics {
+                    m.read_seconds
+                        .with_label_values(&["count"])
+                        .observe(t0.elapsed().as_secs_f64());
+                }
+                r.map(|r| ResponseBody::Summary {
+                    summary: r.value,
+                    seq: r.seq,
+                })
+            }
             Err(e) => Err(e),
         },
         RequestBody::Replicate(from) => {
