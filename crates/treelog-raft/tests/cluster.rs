@@ -109,6 +109,9 @@ impl Cluster {
             self.node(id).rpc,
             ClientOptions {
                 follow_leader: true,
+                // An election after a restart can outlast the default on a
+                // loaded 2-core host running the whole suite.
+                leader_wait: Duration::from_secs(30),
                 ..Default::default()
             },
         )
@@ -467,6 +470,7 @@ async fn a_subscriber_resumes_on_another_node_after_a_failover_without_gap_or_du
     }
     c.stop(2).await;
     c.start(1).await;
+    c.wait_leader(&[1, 3]).await;
     // It resumes on node 3 after the last position it processed.
     let on3 = Client::connect(c.node(3).rpc, ClientOptions::default())
         .await
