@@ -34,7 +34,7 @@ mod logging;
 pub use logging::{init_logging, LogFormat};
 
 use crate::error::{Error, ErrorKind, Result};
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, READ_OPS};
 use crate::protocol::{ClientMsg, Hello, RequestBody, ResponseBody, ServerMsg};
 use treelog::ReadAt;
 use treelog::{Options, Treelog};
@@ -1231,7 +1231,9 @@ async fn read_msg(
     max: usize,
     wait: Option<Duration>,
 ) -> Result<Option<ClientMsg>> {
-    let frame = match wait {
+    // A frame already whole in the buffer is read without arming a timer
+    // (a pipelining client's frames mostly are).
+    let frame = match wait.filter(|_| !frame_buffered(rd)) {
         Some(d) => match tokio::time::timeout(d, protocol::read_frame(rd, max)).await {
             Ok(r) => r?,
             Err(_) => {
@@ -1397,6 +1399,8 @@ async fn serve_connection(
         cluster: cfg.cluster.clone(),
     });
     let mut tasks = tokio::task::JoinSet::new();
+    // A message read while gathering a batch of reads, not part of it.
+    let mut carried: Option<Result<Option<ClientMsg>>> = None;
     let result = loop {
         // Back-pressure in bytes: while the replies queued for this client
         // reach the bound, read none of its requests (TCP then holds the
@@ -1416,9 +1420,12 @@ async fn serve_connection(
         } else {
             None
         };
-        let msg = tokio::select! {
-            _ = shutdown.changed() => break Ok(()),
-            m = read_msg(rd, cfg.max_frame, wait) => m,
+        let msg = match carried.take() {
+            Some(m) => m,
+            None => tokio::select! {
+                _ = shutdown.changed() => break Ok(()),
+                m = read_msg(rd, cfg.max_frame, wait) => m,
+            },
         };
         let (id, body) = match msg {
             Ok(Some(ClientMsg::Request { id, body })) => (id, body),
@@ -1448,6 +1455,53 @@ async fn serve_connection(
                 continue;
             }
             cancel = Some(rx);
+        }
+        // Reads that need no wait go out in batches: this one and those
+        // behind it already whole in the buffer (a pipelining client's
+        // burst), answered by one task. A task per request cost more than
+        // the stat itself; answering here instead would keep a
+        // connection's reads on one core.
+        if read_ready(&ctx, &body) {
+            let mut batch = vec![(id, body)];
+            while batch.len() < READ_BATCH && frame_buffered(rd) {
+                match read_msg(rd, cfg.max_frame, None).await {
+                    Ok(Some(ClientMsg::Request { id, body })) if read_ready(&ctx, &body) => {
+                        batch.push((id, body))
+                    }
+                    other => {
+                        carried = Some(other);
+                        break;
+                    }
+                }
+            }
+            let permit = match ctx.in_flight.clone().acquire_owned().await {
+                Ok(p) => p,
+                Err(_) => break Ok(()),
+            };
+            let ctx2 = ctx.clone();
+            tasks.spawn(async move {
+                for (id, body) in batch {
+                    let name = request_name(&body);
+                    // Made only while the queue has room, as in `handle`.
+                    ctx2.out.room().await;
+                    let res = read_now(&ctx2, body).unwrap_or_else(not_a_read);
+                    count(
+                        &ctx2,
+                        name,
+                        match &res {
+                            Ok(_) => "ok",
+                            Err(e) => e.kind().as_str(),
+                        },
+                    );
+                    let reply = res.unwrap_or_else(|e| protocol::error_body(&e));
+                    if !respond(&ctx2.out, id, reply).await {
+                        break;
+                    }
+                }
+                drop(permit);
+            });
+            while tasks.try_join_next().is_some() {}
+            continue;
         }
         // Back-pressure: at most max_in_flight requests per connection; the
         // connection stops reading until one finishes.
@@ -1536,24 +1590,9 @@ async fn handle(
     }
     let res: Result<ResponseBody> = match body {
         RequestBody::Mutate(cmd) => t.submit_async(cmd).await.map(ResponseBody::Seq),
-        RequestBody::Stat { path } => {
-            timed_read(ctx, "stat", || t.stat(&path).map(ResponseBody::Inode))
-        }
-        RequestBody::StatId { id } => {
-            timed_read(ctx, "stat_id", || t.stat_id(id).map(ResponseBody::Inode))
-        }
-        RequestBody::List {
-            path,
-            start_after,
-            limit,
-        } => timed_read(ctx, "list", || {
-            t.list(
-                &path,
-                start_after.as_deref(),
-                limit.clamp(1, MAX_LIST_LIMIT) as usize,
-            )
-            .map(ResponseBody::Page)
-        }),
+        body @ (RequestBody::Stat { .. }
+        | RequestBody::StatId { .. }
+        | RequestBody::List { .. }) => read_now(ctx, body).unwrap_or_else(not_a_read),
         RequestBody::Ack { cursor, seq } => t.ack(&cursor, seq).map(|_| ResponseBody::Done),
         RequestBody::ListCursors => Ok(ResponseBody::Cursors(t.cursors())),
         RequestBody::DropCursor { cursor } => t.drop_cursor(&cursor).map(|_| ResponseBody::Done),
@@ -1582,42 +1621,10 @@ async fn handle(
                 None => Err(Error::NotFound(format!("no active request {target}"))),
             }
         }
-        RequestBody::StatAt { path, at } => match caught_up(ctx, at).await {
-            Ok(()) => timed_read(ctx, "stat", || {
-                t.stat_at(&path, at).map(|r| ResponseBody::InodeAt {
-                    inode: r.value,
-                    seq: r.seq,
-                })
-            }),
-            Err(e) => Err(e),
-        },
-        RequestBody::StatIdAt { id, at } => match caught_up(ctx, at).await {
-            Ok(()) => timed_read(ctx, "stat_id", || {
-                t.stat_id_at(id, at).map(|r| ResponseBody::InodeAt {
-                    inode: r.value,
-                    seq: r.seq,
-                })
-            }),
-            Err(e) => Err(e),
-        },
-        RequestBody::ListAt {
-            path,
-            start_after,
-            limit,
-            at,
-        } => match caught_up(ctx, at).await {
-            Ok(()) => timed_read(ctx, "list", || {
-                t.list_at(
-                    &path,
-                    start_after.as_deref(),
-                    limit.clamp(1, MAX_LIST_LIMIT) as usize,
-                    at,
-                )
-                .map(|r| ResponseBody::PageAt {
-                    page: r.value,
-                    seq: r.seq,
-                })
-            }),
+        body @ (RequestBody::StatAt { at, .. }
+        | RequestBody::StatIdAt { at, .. }
+        | RequestBody::ListAt { at, .. }) => match caught_up(ctx, at).await {
+            Ok(()) => read_now(ctx, body).unwrap_or_else(not_a_read),
             Err(e) => Err(e),
         },
         RequestBody::PinView => t.pin_view().map(ResponseBody::Seq),
@@ -1861,7 +1868,10 @@ async fn replication(
 
 fn count(ctx: &ConnCtx, name: &str, outcome: &str) {
     if let Some(m) = &ctx.metrics {
-        m.requests.with_label_values(&[name, outcome]).inc();
+        match READ_OPS.iter().position(|o| *o == name) {
+            Some(i) if outcome == "ok" => m.requests_ok_by_op[i].inc(),
+            _ => m.requests.with_label_values(&[name, outcome]).inc(),
+        }
     }
 }
 
@@ -1870,11 +1880,105 @@ fn timed_read<T>(ctx: &ConnCtx, op: &str, f: impl FnOnce() -> Result<T>) -> Resu
     let t0 = std::time::Instant::now();
     let r = f();
     if let Some(m) = &ctx.metrics {
-        m.read_seconds
-            .with_label_values(&[op])
-            .observe(t0.elapsed().as_secs_f64());
+        let secs = t0.elapsed().as_secs_f64();
+        match READ_OPS.iter().position(|o| *o == op) {
+            Some(i) => m.read_seconds_by_op[i].observe(secs),
+            None => m.read_seconds.with_label_values(&[op]).observe(secs),
+        }
     }
     r
+}
+
+/// Most reads one task answers in a row (see `serve_connection`). Smaller
+/// batches answer a burst's first reads sooner, so the client refills its
+/// pipeline while the rest are read; larger ones spawn fewer tasks. One
+/// connection × 64 stats in flight (`stat_client`): 64 → 285k/s, 32 →
+/// 312k/s, 16 → 329–335k/s, 8 → 296k/s, 1 (a task per read) → 265k/s.
+const READ_BATCH: usize = 16;
+
+/// Whether `body` is a read [`read_now`] answers without waiting.
+fn read_ready(ctx: &ConnCtx, body: &RequestBody) -> bool {
+    let at = match body {
+        RequestBody::Stat { .. } | RequestBody::StatId { .. } | RequestBody::List { .. } => {
+            return true
+        }
+        RequestBody::StatAt { at, .. }
+        | RequestBody::StatIdAt { at, .. }
+        | RequestBody::ListAt { at, .. } => at,
+        _ => return false,
+    };
+    match at {
+        ReadAt::Latest | ReadAt::Exactly(_) => true,
+        // The watermark only rises: ready now, ready when answered.
+        ReadAt::AtLeast(seq) => ctx.t.watermark().get() >= *seq,
+        ReadAt::Linearizable => false,
+    }
+}
+
+/// Whether a whole frame waits in the connection's read buffer.
+fn frame_buffered(rd: &ReadHalf) -> bool {
+    let b = rd.buffer();
+    b.len() >= 4 && b.len() - 4 >= u32::from_be_bytes([b[0], b[1], b[2], b[3]]) as usize
+}
+
+/// Answers a stat or a listing at once; anything else comes back as it
+/// was. The caller has made sure it needs no wait: [`read_ready`], or
+/// `caught_up` done.
+fn read_now(
+    ctx: &ConnCtx,
+    body: RequestBody,
+) -> std::result::Result<Result<ResponseBody>, RequestBody> {
+    let t = &ctx.t;
+    let limit = |l: u32| l.clamp(1, MAX_LIST_LIMIT) as usize;
+    Ok(match body {
+        RequestBody::Stat { path } => {
+            timed_read(ctx, "stat", || t.stat(&path).map(ResponseBody::Inode))
+        }
+        RequestBody::StatId { id } => {
+            timed_read(ctx, "stat_id", || t.stat_id(id).map(ResponseBody::Inode))
+        }
+        RequestBody::List {
+            path,
+            start_after,
+            limit: l,
+        } => timed_read(ctx, "list", || {
+            t.list(&path, start_after.as_deref(), limit(l))
+                .map(ResponseBody::Page)
+        }),
+        RequestBody::StatAt { path, at } => timed_read(ctx, "stat", || {
+            t.stat_at(&path, at).map(|r| ResponseBody::InodeAt {
+                inode: r.value,
+                seq: r.seq,
+            })
+        }),
+        RequestBody::StatIdAt { id, at } => timed_read(ctx, "stat_id", || {
+            t.stat_id_at(id, at).map(|r| ResponseBody::InodeAt {
+                inode: r.value,
+                seq: r.seq,
+            })
+        }),
+        RequestBody::ListAt {
+            path,
+            start_after,
+            limit: l,
+            at,
+        } => timed_read(ctx, "list", || {
+            t.list_at(&path, start_after.as_deref(), limit(l), at)
+                .map(|r| ResponseBody::PageAt {
+                    page: r.value,
+                    seq: r.seq,
+                })
+        }),
+        other => return Err(other),
+    })
+}
+
+/// `read_now` given a request it does not answer (a bug, not the client's).
+fn not_a_read(body: RequestBody) -> Result<ResponseBody> {
+    Err(Error::corrupt(
+        "server",
+        format!("{} was taken for a read", request_name(&body)),
+    ))
 }
 
 /// Waits until the connection's queue has room for a stream's next reply;

@@ -276,6 +276,79 @@ async fn frames_coalesced_or_split_across_segments_are_all_answered() {
     h.shutdown().await.unwrap();
 }
 
+/// Reads in a pipelined burst are answered in batches (several reads to a
+/// task) and the other requests between them on their own: every request
+/// of a burst that mixes them gets exactly its own answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_mixing_reads_and_writes_gets_every_answer_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let h = server::start(dir.path(), |_| {}).await;
+    let mut s = raw_connect(&h).await;
+    s.set_nodelay(true).unwrap();
+    wire::handshake(&mut s).await;
+    // What each id asks, in the order written (all in one write).
+    let mut asked: Vec<(u64, RequestBody)> = Vec::new();
+    for id in 1..=100u64 {
+        let body = match id % 10 {
+            // A write inside a run of reads ends the batch being gathered.
+            3 => RequestBody::Mutate(mkdir(&format!("/m{id}"))),
+            5 => RequestBody::Stat {
+                path: "/nope".into(),
+            },
+            7 => RequestBody::List {
+                path: "/".into(),
+                start_after: None,
+                limit: 1000,
+            },
+            8 => RequestBody::StatId { id: 1 },
+            9 => RequestBody::Ping,
+            _ => RequestBody::Stat { path: "/".into() },
+        };
+        asked.push((id, body));
+    }
+    let burst: Vec<u8> = asked
+        .iter()
+        .flat_map(|(id, b)| wire::request(*id, b.clone()))
+        .collect();
+    s.write_all(&burst).await.unwrap();
+    let mut answered = std::collections::BTreeMap::new();
+    for _ in 0..asked.len() {
+        match wire::recv(&mut s, 1 << 20, Duration::from_secs(30)).await {
+            ServerMsg::Response { id, body } => {
+                assert!(
+                    answered.insert(id, body).is_none(),
+                    "request {id} answered twice"
+                );
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    for (id, body) in &asked {
+        let got = &answered[id];
+        match (body, got) {
+            (RequestBody::Mutate(_), ResponseBody::Seq(_))
+            | (RequestBody::Ping, ResponseBody::Seq(_)) => {}
+            (RequestBody::Stat { path }, ResponseBody::Error { kind, .. }) if path == "/nope" => {
+                assert_eq!(*kind, ErrorKind::NotFound)
+            }
+            (RequestBody::Stat { .. } | RequestBody::StatId { .. }, ResponseBody::Inode(ino)) => {
+                assert_eq!(ino.id, 1, "request {id}: the root")
+            }
+            (RequestBody::List { .. }, ResponseBody::Page(p)) => {
+                // The mkdirs written before it in the burst may or may
+                // not have committed when it ran; each entry is one of them.
+                assert!(p.entries.iter().all(|e| e.name.starts_with('m')), "{p:?}")
+            }
+            (b, g) => panic!("request {id}: {b:?} answered with {g:?}"),
+        }
+    }
+    // Every mkdir was applied.
+    let c = client(&h).await;
+    let page = c.list("/", None, 1000).await.unwrap();
+    assert_eq!(page.entries.len(), 10);
+    h.shutdown().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_input_is_refused_and_the_server_carries_on() {
     let dir = tempfile::tempdir().unwrap();
