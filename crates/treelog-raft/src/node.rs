@@ -465,7 +465,7 @@ impl RaftNode {
 
 async fn stop(r: Running) {
     let _ = r.raft.shutdown().await;
-    r.store.release();
+    r.store.release().await;
     for t in &r.tasks {
         t.abort();
     }

@@ -150,11 +150,17 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
 
     async fn build_snapshot(&mut self) -> io::Result<Snapshot> {
         let started = Instant::now();
+        // Held, then the store taken: a node that stopped meanwhile has
+        // released it, and nothing starts writing.
+        let busy = self.t.hold().await;
         let t = self.t.get()?;
-        let served = tokio::task::spawn_blocking(move || t.serve_backup())
-            .await
-            .map_err(io::Error::other)?
-            .map_err(io_err)?;
+        let served = tokio::task::spawn_blocking(move || {
+            let _busy = busy;
+            t.serve_backup()
+        })
+        .await
+        .map_err(io::Error::other)?
+        .map_err(io_err)?;
         let served = Arc::new(served);
         let meta = snapshot_meta(&served)?;
         tracing::info!(
@@ -240,9 +246,14 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             // out as received first.
             SnapshotData::Built(b) => {
                 let to = data_dir.join(crate::snapshot::INCOMING_DIR);
-                tokio::task::spawn_blocking(move || crate::snapshot::lay_out(&b, &to).map(|()| to))
-                    .await
-                    .map_err(io::Error::other)??
+                let busy = self.t.hold().await;
+                self.t.get()?;
+                tokio::task::spawn_blocking(move || {
+                    let _busy = busy;
+                    crate::snapshot::lay_out(&b, &to).map(|()| to)
+                })
+                .await
+                .map_err(io::Error::other)??
             }
         };
         let want = meta
@@ -254,7 +265,10 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         let received = dir.clone();
         // Every file checked against the manifest and the index digest
         // against the manifest's, into a database of its own.
+        let busy = self.t.hold().await;
+        self.t.get()?;
         let restored = tokio::task::spawn_blocking(move || {
+            let _busy = busy;
             let _ = std::fs::remove_dir_all(&install_dir);
             treelog::backup::restore(&received, &install_dir, &mut |_| {}).map(|r| (r, install_dir))
         })

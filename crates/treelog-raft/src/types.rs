@@ -220,22 +220,41 @@ pub fn io_err(e: treelog::Error) -> io::Error {
 /// The store as Raft's storage holds it: released all at once when the
 /// node stops, whatever openraft's tasks still hold (they fail from then
 /// on), so that the store closes.
+///
+/// Work on blocking threads that writes into the data directory (a
+/// snapshot's checkpoint, a received snapshot laid out or restored) holds
+/// [`StoreRef::hold`]'s guard until it ends, even when the task that
+/// started it is dropped; [`StoreRef::release`] waits for it, so that a
+/// stopped node leaves nothing writing into its directory.
 #[derive(Clone)]
-pub struct StoreRef(Arc<arc_swap::ArcSwapOption<treelog::Treelog>>);
+pub struct StoreRef {
+    t: Arc<arc_swap::ArcSwapOption<treelog::Treelog>>,
+    busy: Arc<tokio::sync::RwLock<()>>,
+}
 
 impl StoreRef {
     pub fn new(t: Arc<treelog::Treelog>) -> StoreRef {
-        StoreRef(Arc::new(arc_swap::ArcSwapOption::from(Some(t))))
+        StoreRef {
+            t: Arc::new(arc_swap::ArcSwapOption::from(Some(t))),
+            busy: Default::default(),
+        }
     }
 
     pub fn get(&self) -> io::Result<Arc<treelog::Treelog>> {
-        self.0
+        self.t
             .load_full()
             .ok_or_else(|| io::Error::other("the node is stopping: its store is released"))
     }
 
-    /// Lets go of the store.
-    pub fn release(&self) {
-        self.0.store(None);
+    /// A guard for work that writes into the data directory (move it into
+    /// the blocking closure).
+    pub async fn hold(&self) -> tokio::sync::OwnedRwLockReadGuard<()> {
+        self.busy.clone().read_owned().await
+    }
+
+    /// Lets go of the store, once the work holding it has ended.
+    pub async fn release(&self) {
+        self.t.store(None);
+        let _idle = self.busy.write().await;
     }
 }
