@@ -46,6 +46,9 @@ pub struct ReplicaState {
     /// the two machines' clocks need not agree.
     source_clock: std::sync::Mutex<Option<(u64, std::time::Instant)>>,
     reconnects: AtomicU64,
+    /// Attempts to reach the source that failed (it was down, refused,
+    /// or did not answer the handshake).
+    connect_failures: AtomicU64,
     rebootstraps: AtomicU64,
     bootstrap_bytes: AtomicU64,
     bootstrap_ms: AtomicU64,
@@ -60,6 +63,7 @@ pub struct ReplicaCounters {
     pub connected: bool,
     pub applied_time_ms: u64,
     pub reconnects: u64,
+    pub connect_failures: u64,
     pub rebootstraps: u64,
     pub bootstrap_bytes: u64,
     pub bootstrap_ms: u64,
@@ -81,6 +85,7 @@ impl ReplicaState {
             applied_time_ms: AtomicU64::new(0),
             source_clock: Default::default(),
             reconnects: AtomicU64::new(0),
+            connect_failures: AtomicU64::new(0),
             rebootstraps: AtomicU64::new(0),
             bootstrap_bytes: AtomicU64::new(0),
             bootstrap_ms: AtomicU64::new(0),
@@ -140,6 +145,10 @@ impl ReplicaState {
         self.reconnects.fetch_add(1, Ordering::Relaxed);
     }
 
+    pub fn connect_failed(&self) {
+        self.connect_failures.fetch_add(1, Ordering::Relaxed);
+    }
+
     pub fn rebootstrapped(&self) {
         self.rebootstraps.fetch_add(1, Ordering::Relaxed);
     }
@@ -160,6 +169,7 @@ impl ReplicaState {
             connected: self.connected.load(Ordering::Acquire),
             applied_time_ms: self.applied_time_ms.load(Ordering::Acquire),
             reconnects: self.reconnects.load(Ordering::Relaxed),
+            connect_failures: self.connect_failures.load(Ordering::Relaxed),
             rebootstraps: self.rebootstraps.load(Ordering::Relaxed),
             bootstrap_bytes: self.bootstrap_bytes.load(Ordering::Relaxed),
             bootstrap_ms: self.bootstrap_ms.load(Ordering::Relaxed),

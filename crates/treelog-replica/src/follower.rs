@@ -91,6 +91,17 @@ pub(crate) async fn follow(
     }
 }
 
+/// A failure to reach the source: retried, like a lost connection. The
+/// client reports a refused or reset connection as an I/O error, which
+/// here would otherwise read as this store's own failure and stop the
+/// replica while its source restarts.
+fn unreachable(cfg: &ReplicaConfig, e: Error) -> Error {
+    match e.kind() {
+        ErrorKind::Io => Error::Protocol(format!("cannot reach the source {}: {e}", cfg.source)),
+        _ => e,
+    }
+}
+
 fn gone() -> Error {
     Error::ShuttingDown
 }
@@ -119,7 +130,13 @@ async fn connect(
     stop: &mut watch::Receiver<bool>,
 ) -> Result<Option<(Client, NodeStatus)>> {
     let client = tokio::select! {
-        c = Client::connect(cfg.source, cfg.client_options()) => c?,
+        c = Client::connect(cfg.source, cfg.client_options()) => match c {
+            Ok(c) => c,
+            Err(e) => {
+                state.connect_failed();
+                return Err(unreachable(cfg, e));
+            }
+        },
         _ = stop.changed() => return Ok(None),
     };
     let status = match client.call(RequestBody::Status).await? {

@@ -230,6 +230,48 @@ async fn writes_to_a_replica_get_not_leader_with_the_leaders_address() {
     l.shutdown().await.unwrap();
 }
 
+/// A source that is down (its port refuses connections) while the
+/// replica reconnects: the replica keeps serving reads and trying, and
+/// goes on when the source is back on its address.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_keeps_serving_and_retrying_while_its_source_is_down() {
+    let dir = tempfile::tempdir().unwrap();
+    let l = leader(&dir.path().join("leader")).await;
+    let addr = l.bound.rpc;
+    let c = connect(addr).await;
+    let seq = c.submit(mkdir("/a")).await.unwrap();
+    let r = replica(&dir.path().join("replica"), addr).await;
+    applied(r.bound.rpc, seq).await;
+    drop(c);
+    l.shutdown().await.unwrap();
+    // Several attempts refused (nothing listens on the source's port).
+    let failures = r.state().counters().connect_failures;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while r.state().counters().connect_failures < failures + 3 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the replica stopped trying: {:?}",
+            r.state().counters()
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let s = status(r.bound.rpc)
+        .await
+        .expect("the replica still serves while its source is down");
+    assert!(!s.connected);
+    assert_eq!(s.applied_seq, seq);
+    let rc = connect(r.bound.rpc).await;
+    assert!(rc.stat("/a").await.unwrap().attrs.kind.is_dir());
+    // The source comes back on its address; the replica follows it again.
+    let l = server::start(&dir.path().join("leader"), |cfg| cfg.listen = addr).await;
+    let c = connect(addr).await;
+    let seq = c.submit(mkdir("/b")).await.unwrap();
+    let s = applied(r.bound.rpc, seq).await;
+    assert!(s.connected);
+    r.shutdown().await.unwrap();
+    l.shutdown().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_client_writing_on_the_leader_reads_its_writes_on_the_replica() {
     let dir = tempfile::tempdir().unwrap();
