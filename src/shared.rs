@@ -179,6 +179,10 @@ impl Shared {
 
     /// Records why the writer stopped (the first reason wins).
     pub fn fail(&self, why: String) {
+        // The gauge operators alert on, set by every way the writer stops.
+        if let Some(m) = &self.metrics {
+            m.writer_failed.set(1);
+        }
         let mut f = self.failure.lock().unwrap_or_else(|p| p.into_inner());
         if f.is_none() {
             tracing::error!(

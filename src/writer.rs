@@ -542,9 +542,6 @@ impl Writer {
         drop(overlay);
         if let Some(why) = fatal {
             // Earlier groups are unaffected: the syncer still commits them.
-            if let Some(m) = &self.shared.metrics {
-                m.writer_failed.set(1);
-            }
             self.shared.fail(why.clone());
             Self::refuse_all(requests, &why, written);
             return None;
@@ -678,9 +675,6 @@ impl Writer {
         }
         let result = self.install_snapshot(dir);
         if let Err(e) = &result {
-            if let Some(m) = &self.shared.metrics {
-                m.writer_failed.set(1);
-            }
             // The index may be half replaced: nothing may be served from it
             // (an open finishes the install).
             self.shared.fail(format!("installing a snapshot: {e}"));
@@ -887,9 +881,6 @@ impl Writer {
         let writes = Arc::new(overlay.take_writes());
         drop(overlay);
         if let Some(why) = fatal {
-            if let Some(m) = &self.shared.metrics {
-                m.writer_failed.set(1);
-            }
             self.shared.fail(why.clone());
             // Nothing of the group reached the index; the entries stay in
             // the log, committed, for the next open's replay.
@@ -1294,9 +1285,6 @@ impl Committer {
         let seq = last.seq;
         let records: u64 = groups.iter().map(|g| g.records).sum();
         if let Some(why) = &self.failed {
-            if let Some(m) = &self.shared.metrics {
-                m.writer_failed.set(1);
-            }
             self.shared.fail(why.clone());
             // Their records are in the WAL, maybe synced: a restart may
             // well replay them.

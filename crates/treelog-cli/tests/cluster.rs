@@ -142,6 +142,31 @@ async fn cluster(addr: SocketAddr, req: ClusterRequest) -> treelog::Result<Clust
 }
 
 /// Waits until `addr` answers a status; the leader's id if it knows one.
+/// Waits until every node of `ids` has applied `seq` and all are at the
+/// same position.
+async fn converge(ids: &[(u64, SocketAddr)], seq: u64, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let mut at = Vec::new();
+        for (_, a) in ids {
+            at.push(
+                cluster(*a, ClusterRequest::Status)
+                    .await
+                    .ok()
+                    .and_then(|s| s.applied),
+            );
+        }
+        if at
+            .iter()
+            .all(|a| a.is_some_and(|a| a >= seq) && *a == at[0])
+        {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{what}: {at:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 async fn wait_up(addr: SocketAddr) {
     let deadline = Instant::now() + Duration::from_secs(60);
     while cluster(addr, ClusterRequest::Status).await.is_err() {
@@ -418,29 +443,7 @@ async fn failover_under_kill_9_keeps_every_acknowledged_write_and_stays_lineariz
 
     // Every node at the same sequence holds the same index.
     let committed = c.ping().await.unwrap();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let mut at = Vec::new();
-        for (_, a) in &ids {
-            at.push(
-                cluster(*a, ClusterRequest::Status)
-                    .await
-                    .ok()
-                    .and_then(|s| s.applied),
-            );
-        }
-        if at
-            .iter()
-            .all(|a| a.is_some_and(|a| a >= committed) && *a == at[0])
-        {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the nodes do not converge: {at:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    converge(&ids, committed, "the nodes do not converge").await;
     for n in &mut nodes {
         n.stop();
     }
@@ -547,26 +550,7 @@ async fn a_snapshot_install_killed_midway_is_finished_by_the_next_start() {
         nodes[2].start_with(&often, None);
         wait_up(ids[2].1).await;
         let last = c.submit(mkdir("/s/after".into())).await.unwrap();
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            let mut at = Vec::new();
-            for (_, a) in &ids {
-                at.push(
-                    cluster(*a, ClusterRequest::Status)
-                        .await
-                        .ok()
-                        .and_then(|s| s.applied),
-                );
-            }
-            if at
-                .iter()
-                .all(|a| a.is_some_and(|a| a >= last) && *a == at[0])
-            {
-                break;
-            }
-            assert!(Instant::now() < deadline, "{point}: no convergence: {at:?}");
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        converge(&ids, last, &format!("{point}: no convergence")).await;
         for n in &mut nodes {
             n.stop();
         }

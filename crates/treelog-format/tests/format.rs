@@ -3,6 +3,8 @@
 //! envelope with both event schemas: golden byte vectors, round trips, key
 //! order, and malformed input returning errors.
 
+mod common;
+use common::tiny_record;
 use proptest::prelude::*;
 use treelog_format::record::{decode_record, decode_record_ref, encode_record};
 use treelog_format::*;
@@ -397,34 +399,6 @@ fn the_borrowed_record_decodes_the_same_bytes() {
             decode_record_ref(&v, Some(rec.seq + 1)).unwrap_err().kind(),
             ErrorKind::Corruption
         );
-    }
-}
-
-/// `create /a` at time 2 on a new database, as schema 2 has it.
-fn tiny_record() -> Record {
-    Record {
-        seq: 1,
-        time_ms: 2,
-        events: vec![Event::Create {
-            id: 2,
-            parent: 1,
-            name: "a".into(),
-            path: "/a".into(),
-            attrs: Attrs {
-                kind: FileType::File,
-                size: 0,
-                block_size: 0,
-                ctime_ms: 2,
-                mtime_ms: 2,
-                change_ms: 2,
-                mode: 0o644,
-                complete: false,
-                owner: String::new(),
-                group: String::new(),
-            },
-            parent_mtime_ms: Some(2),
-            quotas: vec![],
-        }],
     }
 }
 

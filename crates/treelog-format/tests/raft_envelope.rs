@@ -1,6 +1,8 @@
 //! The log envelope's version 2 (a Raft cluster's entries): golden bytes,
 //! what each decoder makes of them, and corrupt input refused.
 
+mod common;
+use common::tiny_record;
 use treelog_format::record::{
     decode_raft_entry, decode_record, decode_record_ref, encode_raft_entry, encode_record,
     open_envelope, record_body, EntryKind, LeaderTag,
@@ -11,34 +13,6 @@ use treelog_proto::types::{Attrs, FileType};
 
 fn unhex(s: &str) -> Vec<u8> {
     hex::decode(s.replace(' ', "")).unwrap()
-}
-
-/// The tiny record of format.rs's golden test: `Create /a` at seq 1, time 2.
-fn record() -> Record {
-    Record {
-        seq: 1,
-        time_ms: 2,
-        events: vec![Event::Create {
-            id: 2,
-            parent: 1,
-            name: "a".into(),
-            path: "/a".into(),
-            attrs: Attrs {
-                kind: FileType::File,
-                size: 0,
-                block_size: 0,
-                ctime_ms: 2,
-                mtime_ms: 2,
-                change_ms: 2,
-                mode: 0o644,
-                complete: false,
-                owner: String::new(),
-                group: String::new(),
-            },
-            parent_mtime_ms: Some(2),
-            quotas: vec![],
-        }],
-    }
 }
 
 /// Its postcard bytes (seq 01, then the body).
@@ -53,7 +27,7 @@ const LEADER: LeaderTag = LeaderTag { term: 3, node: 2 };
 
 #[test]
 fn a_record_entry_holds_the_single_node_record_byte_for_byte() {
-    let rec = record();
+    let rec = tiny_record();
     let body = record_body(&rec).unwrap();
     // The body is the record without its sequence.
     assert_eq!(hex::encode(&body), hex::encode(&unhex(PAYLOAD)[1..]));
@@ -86,7 +60,7 @@ fn a_record_entry_holds_the_single_node_record_byte_for_byte() {
 
 #[test]
 fn a_single_node_record_is_a_record_entry_of_term_0() {
-    let v1 = encode_record(&record()).unwrap();
+    let v1 = encode_record(&tiny_record()).unwrap();
     let p = decode_raft_entry(&v1, Some(1)).unwrap();
     assert_eq!(
         (p.kind, p.leader, p.seq),
@@ -127,7 +101,7 @@ fn raft_s_own_entries_are_records_without_events() {
 
 #[test]
 fn corrupt_entries_are_errors_not_panics() {
-    let body = record_body(&record()).unwrap();
+    let body = record_body(&tiny_record()).unwrap();
     let values = [
         encode_raft_entry(EntryKind::Record, LEADER, 1, 2, &body, &[]),
         encode_raft_entry(EntryKind::Blank, LEADER, 1, 2, &[], &[]),
