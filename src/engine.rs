@@ -294,23 +294,42 @@ pub fn list_children(
 ) -> Result<(Vec<DirEntry>, bool)> {
     let prefix = edge_prefix(dir);
     let after = start_after.map(|s| edge_key(dir, s.as_bytes()));
+    let mut children: Vec<(String, u64)> = Vec::new();
     // One more than asked tells whether another page exists.
-    let kvs = view.scan(
+    view.scan_each(
         Cf::Edges,
         &prefix,
         after.as_deref(),
         limit.saturating_add(1),
+        &mut |k, v| {
+            let (_, name) = format::decode_edge_key(k)?;
+            let name = std::str::from_utf8(name)
+                .map_err(|_| Error::corrupt("edge key", "name is not UTF-8"))?;
+            children.push((name.to_owned(), format::decode_edge_value(v)?));
+            Ok(())
+        },
     )?;
-    let more = kvs.len() > limit;
-    let mut out = Vec::with_capacity(kvs.len().min(limit));
-    for (k, v) in kvs.into_iter().take(limit) {
-        let (_, name) = format::decode_edge_key(&k)?;
-        let name = String::from_utf8(name.to_vec())
-            .map_err(|_| Error::corrupt("edge key", "name is not UTF-8"))?;
-        let id = format::decode_edge_value(&v)?;
+    let more = children.len() > limit;
+    children.truncate(limit);
+    // The children's inodes in one call: a store reads them in id order.
+    let keys: Vec<[u8; 8]> = children.iter().map(|(_, id)| inode_key(*id)).collect();
+    let keys: Vec<&[u8]> = keys.iter().map(|k| k.as_slice()).collect();
+    let mut inodes: Vec<Option<Inode>> = vec![None; children.len()];
+    view.get_each(Cf::Inodes, &keys, &mut |i, v| {
+        let id = children[i].1;
+        inodes[i] = Some(inode_from_entry(
+            view,
+            names,
+            id,
+            &InodeEntryV2::decode_ref(v)?,
+        )?);
+        Ok(())
+    })?;
+    let mut out = Vec::with_capacity(children.len());
+    for ((name, id), inode) in children.into_iter().zip(inodes) {
         out.push(DirEntry {
             name,
-            inode: must_inode(view, names, id)?,
+            inode: inode.ok_or_else(|| missing_inode(id))?,
         });
     }
     Ok((out, more))

@@ -19,12 +19,47 @@ pub enum Cf {
 
 pub type Kv = (Vec<u8>, Vec<u8>);
 
+/// What [`IndexRead::scan_each`] lends each entry to: its key and value.
+pub type EntryFn<'a> = dyn FnMut(&[u8], &[u8]) -> Result<()> + 'a;
+
+/// What [`IndexRead::get_each`] lends each value found to, with the index
+/// of its key.
+pub type ValueFn<'a> = dyn FnMut(usize, &[u8]) -> Result<()> + 'a;
+
 /// Read access to the index.
 pub trait IndexRead {
     fn get(&self, cf: Cf, key: &[u8]) -> Result<Option<Vec<u8>>>;
     /// Up to `limit` entries whose key starts with `prefix` and is greater
     /// than `after` (when given), in key order.
     fn scan(&self, cf: Cf, prefix: &[u8], after: Option<&[u8]>, limit: usize) -> Result<Vec<Kv>>;
+
+    /// [`IndexRead::scan`] lending each entry to `f` instead of copying it
+    /// out (a listing page reads a thousand of them).
+    fn scan_each(
+        &self,
+        cf: Cf,
+        prefix: &[u8],
+        after: Option<&[u8]>,
+        limit: usize,
+        f: &mut EntryFn<'_>,
+    ) -> Result<()> {
+        for (k, v) in self.scan(cf, prefix, after, limit)? {
+            f(&k, &v)?;
+        }
+        Ok(())
+    }
+
+    /// Calls `f(i, value)` for each `keys[i]` that exists, in no particular
+    /// order: one call for many point reads, which a store can answer with
+    /// one iterator walked over the sorted keys.
+    fn get_each(&self, cf: Cf, keys: &[&[u8]], f: &mut ValueFn<'_>) -> Result<()> {
+        for (i, k) in keys.iter().enumerate() {
+            if let Some(v) = self.get(cf, k)? {
+                f(i, &v)?;
+            }
+        }
+        Ok(())
+    }
 }
 
 /// An in-memory index, for the tests that drive the engine without I/O.

@@ -45,7 +45,7 @@ use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 use smallvec::SmallVec;
 
 use crate::error::Result;
-use crate::index::{Cf, IndexRead, Kv, OverlayWrites};
+use crate::index::{Cf, EntryFn, IndexRead, Kv, OverlayWrites, ValueFn};
 
 const SHARDS: usize = 64;
 /// Generation counters; more of them than shards so that a write
@@ -378,7 +378,37 @@ impl<R: IndexRead> IndexRead for CachedReads<'_, R> {
     fn scan(&self, cf: Cf, prefix: &[u8], after: Option<&[u8]>, limit: usize) -> Result<Vec<Kv>> {
         self.base.scan(cf, prefix, after, limit)
     }
+
+    fn scan_each(
+        &self,
+        cf: Cf,
+        prefix: &[u8],
+        after: Option<&[u8]>,
+        limit: usize,
+        f: &mut EntryFn<'_>,
+    ) -> Result<()> {
+        self.base.scan_each(cf, prefix, after, limit, f)
+    }
+
+    /// Few keys go through the cache; many (a listing page's inodes) are
+    /// read by the base's one sorted walk, which beats a cache lookup per
+    /// key (each a likely CPU-cache miss) and leaves the cache to the
+    /// lookups that repeat (docs/BENCHMARKS.md, namespace workloads).
+    fn get_each(&self, cf: Cf, keys: &[&[u8]], f: &mut ValueFn<'_>) -> Result<()> {
+        if keys.len() >= GET_EACH_THROUGH_BASE {
+            return self.base.get_each(cf, keys, f);
+        }
+        for (i, k) in keys.iter().enumerate() {
+            if let Some(v) = self.get(cf, k)? {
+                f(i, &v)?;
+            }
+        }
+        Ok(())
+    }
 }
+
+/// Keys from which [`CachedReads::get_each`] reads through its base.
+pub const GET_EACH_THROUGH_BASE: usize = 64;
 
 #[cfg(test)]
 mod tests {

@@ -3,7 +3,7 @@
 //! flight each); with `--walk N`, the time and memory of a walk of an
 //! N-inode tree at one pinned state.
 //!
-//!     cargo run --release --example read_bench [-- --secs 5] [--walk 1000000]
+//!     cargo run --release --example read_bench [-- --secs 5] [--walk 1000000] [--lists-only]
 //!
 //! Apart from the walk, it uses only the API every build since the first
 //! server has, so that one build can be measured against another
@@ -106,17 +106,25 @@ fn main() {
         p.wait().unwrap();
     }
     let n = DIRS * FILES_PER_DIR;
-    let stat = rate(2, secs, |i| {
-        t.stat(&file((i as usize * 2654435761) % n)).unwrap();
-        1
-    });
-    println!("in-process stat at depth 6, 2 threads: {stat:.0}/s");
+    let lists_only = std::env::args().any(|a| a == "--lists-only");
+    if !lists_only {
+        let stat = rate(2, secs, |i| {
+            t.stat(&file((i as usize * 2654435761) % n)).unwrap();
+            1
+        });
+        println!("in-process stat at depth 6, 2 threads: {stat:.0}/s");
+    }
     let list = rate(2, secs, |i| {
         let after = format!("f{:05}", (i as usize * 1000) % BIG_DIR);
         let p = t.list("/big", Some(after.as_str()), 1000).unwrap();
         p.entries.len() as u64
     });
     println!("in-process listing (1,000-entry pages), 2 threads: {list:.0} entries/s");
+    let whole = rate(2, secs, |_| t.list_all("/big").unwrap().len() as u64);
+    println!("in-process whole listings of 10,000 entries (one pinned state), 2 threads: {whole:.0} entries/s");
+    if lists_only {
+        return;
+    }
 
     let rt = tokio::runtime::Runtime::new().unwrap();
     let t2 = t.clone();
