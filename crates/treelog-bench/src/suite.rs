@@ -552,7 +552,9 @@ pub struct Target {
 
 /// The targets this run has figures for: creates at 64 callers against the
 /// serialized seed, SQLite and the raw limit (median ratios, for each way
-/// of calling treelog), stat at depth 6, replay, and the scale checkpoints.
+/// of calling treelog), a lone caller against the serialized seed, a
+/// 10,000-entry listing against SQLite, stat at depth 6, replay, and the
+/// scale checkpoints.
 pub fn targets(r: &Report) -> Vec<Target> {
     let mut out = Vec::new();
     let mut at_least = |figure: String, target: &str, min: f64, measured: f64| {
@@ -580,7 +582,28 @@ pub fn targets(r: &Report) -> Vec<Target> {
             x.median,
         );
     }
+    // A lone caller gets at least the serialized seed's rate.
+    for x in r
+        .ratios
+        .iter()
+        .filter(|x| x.workload == "create" && x.callers == 1 && x.over == "seed-serialized")
+    {
+        at_least(
+            format!("creates, 1 caller: {} / {}", x.system, x.over),
+            "1x",
+            1.0,
+            x.median,
+        );
+    }
     let figure = |name: &str| r.figures.iter().find(|f| f.system == name);
+    if let (Some(t), Some(q)) = (figure("treelog-list-10k"), figure("sqlite-list-10k")) {
+        at_least(
+            "list a 10,000-entry directory: treelog / sqlite".into(),
+            "2x",
+            2.0,
+            t.ops_per_sec / q.ops_per_sec,
+        );
+    }
     if let Some(f) = figure("treelog-stat-depth6") {
         at_least(
             "stat by path, depth 6, 2 threads (/s)".into(),
@@ -1353,8 +1376,9 @@ mod tests {
         assert!(ns.load(&[], &["/l/d0/f0".into()], None).is_err(), "{sys}");
     }
 
-    /// The targets are judged on the figures they name, at 64 callers
-    /// only, and a missed one says so.
+    /// The targets are judged on the figures they name (creates at 64
+    /// callers, and a lone caller against the serialized seed only), and a
+    /// missed one says so.
     #[test]
     fn targets_judge_the_figures_they_name() {
         let ratio =
@@ -1373,8 +1397,12 @@ mod tests {
             figures: vec![
                 Figure::rate("treelog-stat-depth6", 2, 1_000, 0.0005),
                 Figure::rate("treelog-replay", 1, 1_000, 0.002),
+                Figure::rate("treelog-list-10k", 2, 200, 0.2),
+                Figure::rate("sqlite-list-10k", 2, 200, 0.5),
             ],
             ratios: vec![
+                ratio(1, "seed-serialized", 1.1),
+                ratio(1, "sqlite", 0.5),
                 ratio(8, "sqlite", 1.0),
                 ratio(64, "seed-serialized", 21.0),
                 ratio(64, "sqlite", 17.0),
@@ -1392,6 +1420,8 @@ mod tests {
             ("creates, 64 callers: treelog-async / seed-serialized", true),
             ("creates, 64 callers: treelog-async / sqlite", false),
             ("creates, 64 callers: treelog-async / raw-rocksdb", true),
+            ("creates, 1 caller: treelog-async / seed-serialized", true),
+            ("list a 10,000-entry directory: treelog / sqlite", true),
             ("stat by path, depth 6, 2 threads (/s)", true),
             ("replay (records/s)", false),
             ("creates at 10000000 / at 100000 inodes, as grown", false),
