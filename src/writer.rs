@@ -291,14 +291,12 @@ impl Writer {
         };
         // A change of role drained behind a group: the next group, alone.
         let mut carried: Option<Request> = None;
-        // Whether the last group was committed on this thread (see below).
-        let mut after_inline = false;
         loop {
             let first = match carried.take() {
                 Some(r) => r,
-                None => match receive(&rx, after_inline) {
-                    Some(r) => r,
-                    None => break,
+                None => match rx.recv() {
+                    Ok(r) => r,
+                    Err(_) => break,
                 },
             };
             // Sized for a typical group, not the largest: a group's vector
@@ -359,10 +357,8 @@ impl Writer {
                             m.inline_groups.inc();
                         }
                         inline.commit(vec![appended]);
-                        after_inline = true;
                     }
                     Some(tx) => {
-                        after_inline = false;
                         in_flight.fetch_add(1, Ordering::AcqRel);
                         if let Err(e) = tx.send(appended) {
                             // The syncer is gone (it only stops when this
@@ -1033,34 +1029,6 @@ fn apply_replicated(
     Ok(out)
 }
 
-/// How long the writer polls for the next command after committing a
-/// group on its own thread before it parks. Its callers have just been
-/// answered and, at low concurrency, come back within microseconds: a
-/// parked writer costs each of them a wake-up (the lone caller's queue
-/// wait, 11-23 us, in docs/BENCHMARKS.md). Only after an inline commit,
-/// when nothing is in flight: a busy pipeline never spins.
-const INLINE_SPIN: std::time::Duration = std::time::Duration::from_micros(50);
-
-/// The next request, `None` once every sender is gone; polled for up to
-/// [`INLINE_SPIN`] first when `spin`.
-fn receive<T>(rx: &Receiver<T>, spin: bool) -> Option<T> {
-    if spin {
-        let until = Instant::now() + INLINE_SPIN;
-        loop {
-            match rx.try_recv() {
-                Ok(r) => return Some(r),
-                Err(crossbeam_channel::TryRecvError::Disconnected) => return None,
-                Err(crossbeam_channel::TryRecvError::Empty) => {}
-            }
-            if Instant::now() >= until {
-                break;
-            }
-            std::hint::spin_loop();
-        }
-    }
-    rx.recv().ok()
-}
-
 /// The largest group the writer commits on its own thread (see the module
 /// docs). A bigger one holds the writer through its fsync and all its
 /// replies while the callers it answered first come back: at 64 callers,
@@ -1421,33 +1389,6 @@ mod tests {
     use crate::error::ErrorKind;
     use crate::format::meta;
     use crate::store::{Store, StoreOptions};
-
-    /// The writer's receive: polling or not, it returns what was sent
-    /// (before the poll, or long after it, when it has parked) and `None`
-    /// once the senders are gone, with or without requests queued first.
-    #[test]
-    fn receive_polls_then_parks_and_sees_the_senders_go() {
-        for spin in [false, true] {
-            let (tx, rx) = crossbeam_channel::unbounded::<u32>();
-            tx.send(1).unwrap();
-            assert_eq!(receive(&rx, spin), Some(1));
-            let (ready_tx, ready_rx) = crossbeam_channel::bounded::<()>(0);
-            let sender = std::thread::spawn(move || {
-                // Sends well after the receiver starts, so that it is
-                // likely parked by then (the assertions hold either way).
-                ready_rx.recv().unwrap();
-                std::thread::sleep(INLINE_SPIN * 20);
-                tx.send(2).unwrap();
-                tx.send(3).unwrap();
-            });
-            ready_tx.send(()).unwrap();
-            assert_eq!(receive(&rx, spin), Some(2));
-            sender.join().unwrap();
-            // The sender is gone; what it queued is still received.
-            assert_eq!(receive(&rx, spin), Some(3));
-            assert_eq!(receive(&rx, spin), None);
-        }
-    }
 
     fn mkdir(path: &str) -> Command {
         Command::Mkdir {
