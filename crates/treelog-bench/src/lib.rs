@@ -100,6 +100,11 @@ pub enum BenchCmd {
         /// 100k, 1M and 10M (long; not run in CI).
         #[arg(long)]
         scale: Option<u64>,
+        /// Creates per run of the network comparison (as `bench network
+        /// --ops`: the server over loopback against in-process, and Redis
+        /// when it is on PATH); 0 leaves it out.
+        #[arg(long, default_value_t = 60_000)]
+        network_ops: usize,
         /// Also write the figures, ratios, scale points and targets as
         /// JSON to this file.
         #[arg(long)]
@@ -736,6 +741,7 @@ pub fn run(args: &BenchArgs) -> Result<u8> {
             replay_records,
             stream_ops,
             catchup_records,
+            network_ops,
             scale,
             json_out,
             dir,
@@ -744,6 +750,9 @@ pub fn run(args: &BenchArgs) -> Result<u8> {
             let mut report = suite::Report::default();
             suite::run(&base, *ops, callers, *replay_records, *repeat, &mut report)?;
             suite::workloads(&base, *ops, &mut report)?;
+            if *network_ops > 0 {
+                report.figures.extend(network::run(&base, *network_ops)?);
+            }
             if *stream_ops > 0 {
                 report.figures.extend(streams::run(
                     &base,
@@ -777,7 +786,11 @@ pub fn run(args: &BenchArgs) -> Result<u8> {
         }
         BenchCmd::Network { ops, dir } => {
             let base = scratch(dir)?;
-            network::run(&base, *ops)?;
+            let figures = network::run(&base, *ops)?;
+            suite::print_targets(&suite::targets(&suite::Report {
+                figures,
+                ..Default::default()
+            }));
             if dir.is_none() {
                 let _ = std::fs::remove_dir_all(&base);
             }

@@ -604,6 +604,33 @@ pub fn targets(r: &Report) -> Vec<Target> {
             t.ops_per_sec / q.ops_per_sec,
         );
     }
+    // The server against in-process creates, and its stats against
+    // Redis's pipelined GET (`network`).
+    let ratio = |a: &str, b: &str| Some(figure(a)?.ops_per_sec / figure(b)?.ops_per_sec);
+    for (what, num, den, min) in [
+        (
+            "creates over 1 connection x 64 / in-process",
+            "network-creates-1x64",
+            "inproc-creates-64",
+            0.8,
+        ),
+        (
+            "creates over 16 connections x 4 / in-process",
+            "network-creates-16x4",
+            "inproc-creates-64",
+            0.7,
+        ),
+        (
+            "stats over 1 connection x 64 / redis-benchmark GET -P 64",
+            "network-stats-1x64",
+            "redis-benchmark-get-p64",
+            0.7,
+        ),
+    ] {
+        if let Some(x) = ratio(num, den) {
+            at_least(what.into(), &format!("{min}x"), min, x);
+        }
+    }
     if let Some(f) = figure("treelog-stat-depth6") {
         at_least(
             "stat by path, depth 6, 2 threads (/s)".into(),
@@ -1399,6 +1426,11 @@ mod tests {
                 Figure::rate("treelog-replay", 1, 1_000, 0.002),
                 Figure::rate("treelog-list-10k", 2, 200, 0.2),
                 Figure::rate("sqlite-list-10k", 2, 200, 0.5),
+                Figure::rate("network-creates-1x64", 64, 50, 1.0),
+                Figure::rate("network-creates-16x4", 64, 80, 1.0),
+                Figure::rate("inproc-creates-64", 64, 100, 1.0),
+                Figure::rate("network-stats-1x64", 64, 400, 1.0),
+                Figure::rate("redis-benchmark-get-p64", 1, 500, 1.0),
             ],
             ratios: vec![
                 ratio(1, "seed-serialized", 1.1),
@@ -1422,6 +1454,12 @@ mod tests {
             ("creates, 64 callers: treelog-async / raw-rocksdb", true),
             ("creates, 1 caller: treelog-async / seed-serialized", true),
             ("list a 10,000-entry directory: treelog / sqlite", true),
+            ("creates over 1 connection x 64 / in-process", false),
+            ("creates over 16 connections x 4 / in-process", true),
+            (
+                "stats over 1 connection x 64 / redis-benchmark GET -P 64",
+                true,
+            ),
             ("stat by path, depth 6, 2 threads (/s)", true),
             ("replay (records/s)", false),
             ("creates at 10000000 / at 100000 inodes, as grown", false),
