@@ -9,7 +9,9 @@
 //!         --addr 127.0.0.1:7411 [--conns 1] [--inflight 64] [--secs 5] [--files 10000]
 //!
 //! It creates `/sc/d<k>/f<i>` (`--files`, in 100 directories) first, unless
-//! they exist, then stats them in a shuffled order.
+//! they exist, then stats them in a shuffled order. With `--list N` it
+//! creates `/sl` with N files instead and lists it whole (pages of 10,000,
+//! entries with attributes), `--inflight` listings at a time per connection.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -55,6 +57,11 @@ async fn main() {
     let setup = Client::connect(addr, ClientOptions::default())
         .await
         .expect("connect");
+    let list = num("--list", 0);
+    if list > 0 {
+        lists(addr, &setup, list, conns, inflight, secs).await;
+        return;
+    }
     if setup.stat(&path(files - 1)).await.is_err() {
         for d in 0..100 {
             let _ = setup
@@ -70,17 +77,7 @@ async fn main() {
         let mut pending = Vec::new();
         for i in 0..files {
             let c = setup.clone();
-            pending.push(tokio::spawn(async move {
-                c.submit(Command::Create {
-                    path: path(i),
-                    parents: false,
-                    mode: 0o644,
-                    owner: String::new(),
-                    group: String::new(),
-                    block_size: 4096,
-                })
-                .await
-            }));
+            pending.push(tokio::spawn(async move { c.submit(create(path(i))).await }));
             if pending.len() >= 256 {
                 for p in pending.drain(..) {
                     p.await.expect("task").expect("create");
@@ -93,6 +90,107 @@ async fn main() {
     }
     drop(setup);
 
+    run(
+        addr,
+        conns,
+        inflight,
+        secs,
+        "stats",
+        move |client, i| async move {
+            client
+                .stat(&path(i.wrapping_mul(2_654_435_761) % files))
+                .await
+                .expect("stat");
+        },
+    )
+    .await;
+}
+
+fn create(path: String) -> Command {
+    Command::Create {
+        path,
+        parents: false,
+        mode: 0o644,
+        owner: String::new(),
+        group: String::new(),
+        block_size: 4096,
+    }
+}
+
+/// Whole listings of `/sl` (made with `n` files unless it has them).
+async fn lists(
+    addr: std::net::SocketAddr,
+    setup: &Client,
+    n: u64,
+    conns: u64,
+    inflight: u64,
+    secs: u64,
+) {
+    if setup.stat(&format!("/sl/f{:08}", n - 1)).await.is_err() {
+        let _ = setup
+            .submit(Command::Mkdir {
+                path: "/sl".into(),
+                parents: false,
+                mode: 0o755,
+                owner: String::new(),
+                group: String::new(),
+            })
+            .await;
+        let mut pending = Vec::new();
+        for i in 0..n {
+            let c = setup.clone();
+            pending.push(tokio::spawn(async move {
+                c.submit(create(format!("/sl/f{i:08}"))).await
+            }));
+            if pending.len() >= 256 {
+                for p in pending.drain(..) {
+                    let _ = p.await.expect("task");
+                }
+            }
+        }
+        for p in pending {
+            let _ = p.await.expect("task");
+        }
+    }
+    run(
+        addr,
+        conns,
+        inflight,
+        secs,
+        "listings",
+        move |client, _| async move {
+            let mut after: Option<String> = None;
+            let mut seen = 0;
+            loop {
+                let page = client
+                    .list("/sl", after.as_deref(), 10_000)
+                    .await
+                    .expect("list");
+                seen += page.entries.len() as u64;
+                match page.next_start_after {
+                    Some(a) => after = Some(a),
+                    None => break,
+                }
+            }
+            assert_eq!(seen, n, "a whole listing");
+        },
+    )
+    .await;
+}
+
+/// Runs `op` from `inflight` tasks on each of `conns` connections for
+/// `secs`, and prints the rate and this process's CPU.
+async fn run<F, Fut>(
+    addr: std::net::SocketAddr,
+    conns: u64,
+    inflight: u64,
+    secs: u64,
+    what: &str,
+    op: F,
+) where
+    F: Fn(Client, u64) -> Fut + Clone + Send + 'static,
+    Fut: std::future::Future<Output = ()> + Send,
+{
     let total = std::sync::Arc::new(AtomicU64::new(0));
     let mut tasks = Vec::new();
     let cpu0 = cpu_seconds();
@@ -102,14 +200,11 @@ async fn main() {
             .await
             .expect("connect");
         for k in 0..inflight {
-            let (client, total) = (client.clone(), total.clone());
+            let (client, total, op) = (client.clone(), total.clone(), op.clone());
             tasks.push(tokio::spawn(async move {
                 let mut i = c * inflight + k;
                 while t0.elapsed() < Duration::from_secs(secs) {
-                    client
-                        .stat(&path(i.wrapping_mul(2_654_435_761) % files))
-                        .await
-                        .expect("stat");
+                    op(client.clone(), i).await;
                     total.fetch_add(1, Ordering::Relaxed);
                     i += conns * inflight;
                 }
@@ -122,7 +217,7 @@ async fn main() {
     let wall = t0.elapsed().as_secs_f64();
     let cpu = cpu_seconds() - cpu0;
     println!(
-        "stats over {conns} connection(s) x {inflight} in flight: {:.0}/s; this client used {:.2} CPU s in {:.2} s ({:.2} cores)",
+        "{what} over {conns} connection(s) x {inflight} in flight: {:.0}/s; this client used {:.2} CPU s in {:.2} s ({:.2} cores)",
         total.load(Ordering::Relaxed) as f64 / wall,
         cpu,
         wall,
