@@ -45,7 +45,7 @@ use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 use smallvec::SmallVec;
 
 use crate::error::Result;
-use crate::index::{Cf, EntryFn, IndexRead, Kv, OverlayWrites, ValueFn};
+use crate::index::{Cf, EntryFn, IndexRead, Kv, OverlayWrites};
 
 const SHARDS: usize = 64;
 /// Generation counters; more of them than shards so that a write
@@ -390,25 +390,11 @@ impl<R: IndexRead> IndexRead for CachedReads<'_, R> {
         self.base.scan_each(cf, prefix, after, limit, f)
     }
 
-    /// Few keys go through the cache; many (a listing page's inodes) are
-    /// read by the base's one sorted walk, which beats a cache lookup per
-    /// key (each a likely CPU-cache miss) and leaves the cache to the
-    /// lookups that repeat (docs/BENCHMARKS.md, namespace workloads).
-    fn get_each(&self, cf: Cf, keys: &[&[u8]], f: &mut ValueFn<'_>) -> Result<()> {
-        if keys.len() >= GET_EACH_THROUGH_BASE {
-            return self.base.get_each(cf, keys, f);
-        }
-        for (i, k) in keys.iter().enumerate() {
-            if let Some(v) = self.get(cf, k)? {
-                f(i, &v)?;
-            }
-        }
-        Ok(())
-    }
+    // `get_each` stays the default, a cache lookup per key: at the newest
+    // state a listing's inodes are mostly cached, and a lookup each costs
+    // no more than one iterator walked over them (BENCHMARKS, namespace
+    // workloads); reads at a pinned state, which have no cache, walk.
 }
-
-/// Keys from which [`CachedReads::get_each`] reads through its base.
-pub const GET_EACH_THROUGH_BASE: usize = 64;
 
 #[cfg(test)]
 mod tests {

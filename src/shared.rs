@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::error::Result;
-use crate::index::{Cf, EntryFn, IndexRead, Kv, ValueFn};
+use crate::index::{Cf, EntryFn, IndexRead, Kv};
 use crate::names::Names;
 use crate::store::Store;
 use crate::watermark::Watermark;
@@ -232,12 +232,5 @@ impl IndexRead for PublishedIndex<'_> {
             .store
             .index_at(&self.0.view.load().snap)
             .scan_each(cf, prefix, after, limit, f)
-    }
-
-    fn get_each(&self, cf: Cf, keys: &[&[u8]], f: &mut ValueFn<'_>) -> Result<()> {
-        self.0
-            .store
-            .index_at(&self.0.view.load().snap)
-            .get_each(cf, keys, f)
     }
 }

@@ -1167,7 +1167,8 @@ impl Store {
             }
             return Ok(());
         }
-        seek_each(self.db.raw_iterator_cf_opt(h, ro), keys, f)
+        let order = sorted_order(keys);
+        seek_each(self.db.raw_iterator_cf_opt(h, ro), keys, &order, f)
     }
 
     /// A read view of the live index: everything written to it, including
@@ -1838,6 +1839,32 @@ fn scan_iter(
     Ok(())
 }
 
+/// The indexes of `keys` in key order. Ordered by each key's first 8
+/// bytes as an integer, then whole: the keys are inode ids, which the
+/// integer orders without a `memcmp` call per comparison (a tenth of a
+/// listing's time before). Children made in name order come sorted.
+fn sorted_order(keys: &[&[u8]]) -> Vec<u32> {
+    let mut order: Vec<u32> = (0..keys.len() as u32).collect();
+    let heads: Vec<u64> = keys.iter().map(|k| key_head(k)).collect();
+    let cmp = |a: &u32, b: &u32| {
+        let (a, b) = (*a as usize, *b as usize);
+        heads[a].cmp(&heads[b]).then_with(|| keys[a].cmp(keys[b]))
+    };
+    if !order.is_sorted_by(|a, b| cmp(a, b) != std::cmp::Ordering::Greater) {
+        order.sort_unstable_by(cmp);
+    }
+    order
+}
+
+/// A key's first 8 bytes as a big-endian integer (zero-padded): ordered
+/// as the bytes are.
+fn key_head(k: &[u8]) -> u64 {
+    let mut b = [0u8; 8];
+    let n = k.len().min(8);
+    b[..n].copy_from_slice(&k[..n]);
+    u64::from_be_bytes(b)
+}
+
 /// Keys from which [`Store::index_get_each`] reads through one iterator.
 const SEEK_EACH_MIN_KEYS: usize = 32;
 
@@ -1854,12 +1881,11 @@ const SEEK_EACH_STEPS: usize = 8;
 fn seek_each(
     mut it: rocksdb::DBRawIteratorWithThreadMode<'_, DB>,
     keys: &[&[u8]],
+    order: &[u32],
     f: &mut ValueFn<'_>,
 ) -> Result<()> {
-    let mut order: Vec<u32> = (0..keys.len() as u32).collect();
-    order.sort_unstable_by(|a, b| keys[*a as usize].cmp(keys[*b as usize]));
     let mut positioned = false;
-    for i in order {
+    for &i in order {
         let want = keys[i as usize];
         // Invariant: when positioned, the iterator is at the first key at
         // or after an earlier (smaller or equal) wanted key, or invalid.
@@ -1903,6 +1929,27 @@ mod tests {
         let mut b = store.index_batch();
         store.add_index_writes(&mut b, &w).unwrap();
         store.write_index_batch(b, seq, None).unwrap();
+    }
+
+    /// Ordering by the integer head, then the bytes, is byte order, for
+    /// keys shorter than, as long as and longer than the head.
+    #[test]
+    fn key_heads_order_as_bytes() {
+        let mut keys: Vec<Vec<u8>> = vec![vec![], vec![0], vec![0, 0], vec![0xff; 9]];
+        for len in 1..=10u8 {
+            for first in [0u8, 1, 0x61, 0xff] {
+                keys.push(
+                    (0..len)
+                        .map(|i| first.wrapping_add(i.wrapping_mul(37)))
+                        .collect(),
+                );
+                keys.push(vec![first; len as usize]);
+            }
+        }
+        let mut by_head = keys.clone();
+        by_head.sort_by(|a, b| key_head(a).cmp(&key_head(b)).then_with(|| a.cmp(b)));
+        keys.sort();
+        assert_eq!(by_head, keys);
     }
 
     /// `get_each` answers exactly what a point read of each key answers,
