@@ -292,9 +292,61 @@ pub fn list_children(
     start_after: Option<&str>,
     limit: usize,
 ) -> Result<(Vec<DirEntry>, bool)> {
+    let mut out = Vec::new();
+    let mut entry = blank_entry();
+    let more = visit_children(view, names, dir, start_after, limit, &mut entry, &mut |e| {
+        out.push(e.clone());
+        Ok(())
+    })?;
+    Ok((out, more))
+}
+
+/// An entry for [`visit_children`] to fill.
+pub fn blank_entry() -> DirEntry {
+    DirEntry {
+        name: String::new(),
+        inode: Inode {
+            id: 0,
+            parent: 0,
+            name: String::new(),
+            attrs: Attrs {
+                kind: FileType::File,
+                size: 0,
+                block_size: 0,
+                ctime_ms: 0,
+                mtime_ms: 0,
+                change_ms: 0,
+                mode: 0,
+                complete: false,
+                owner: String::new(),
+                group: String::new(),
+            },
+        },
+    }
+}
+
+/// Lends one page of a directory's children, in name byte order, to `f`,
+/// each decoded into `entry` in turn (its strings' room reused, so that a
+/// caller that keeps nothing allocates nothing per entry). Returns whether
+/// another page exists.
+///
+/// The page's names and inode values are gathered into two buffers first:
+/// the edges come in name order, and the inodes are read in one call
+/// ([`IndexRead::get_each`]), which a store answers in id order.
+pub fn visit_children(
+    view: &(impl IndexRead + ?Sized),
+    names: &Names,
+    dir: u64,
+    start_after: Option<&str>,
+    limit: usize,
+    entry: &mut DirEntry,
+    f: &mut dyn FnMut(&DirEntry) -> Result<()>,
+) -> Result<bool> {
     let prefix = edge_prefix(dir);
     let after = start_after.map(|s| edge_key(dir, s.as_bytes()));
-    let mut children: Vec<(String, u64)> = Vec::new();
+    let mut name_bytes = String::new();
+    // Per child, in name order: its name's end in `name_bytes`, its id.
+    let mut children: Vec<(usize, u64)> = Vec::new();
     // One more than asked tells whether another page exists.
     view.scan_each(
         Cf::Edges,
@@ -305,34 +357,81 @@ pub fn list_children(
             let (_, name) = format::decode_edge_key(k)?;
             let name = std::str::from_utf8(name)
                 .map_err(|_| Error::corrupt("edge key", "name is not UTF-8"))?;
-            children.push((name.to_owned(), format::decode_edge_value(v)?));
+            name_bytes.push_str(name);
+            children.push((name_bytes.len(), format::decode_edge_value(v)?));
             Ok(())
         },
     )?;
     let more = children.len() > limit;
     children.truncate(limit);
-    // The children's inodes in one call: a store reads them in id order.
     let keys: Vec<[u8; 8]> = children.iter().map(|(_, id)| inode_key(*id)).collect();
     let keys: Vec<&[u8]> = keys.iter().map(|k| k.as_slice()).collect();
-    let mut inodes: Vec<Option<Inode>> = vec![None; children.len()];
+    let mut values: Vec<u8> = Vec::new();
+    // Per child: where its inode's value lies in `values`, if it exists.
+    let mut spans: Vec<Option<(usize, usize)>> = vec![None; children.len()];
     view.get_each(Cf::Inodes, &keys, &mut |i, v| {
-        let id = children[i].1;
-        inodes[i] = Some(inode_from_entry(
-            view,
-            names,
-            id,
-            &InodeEntryV2::decode_ref(v)?,
-        )?);
+        spans[i] = Some((values.len(), v.len()));
+        values.extend_from_slice(v);
         Ok(())
     })?;
-    let mut out = Vec::with_capacity(children.len());
-    for ((name, id), inode) in children.into_iter().zip(inodes) {
-        out.push(DirEntry {
-            name,
-            inode: inode.ok_or_else(|| missing_inode(id))?,
-        });
+    let mut start = 0;
+    for ((end, id), span) in children.iter().zip(&spans) {
+        let (at, len) = span.ok_or_else(|| missing_inode(*id))?;
+        let e = InodeEntryV2::decode_ref(&values[at..at + len])?;
+        fill_entry(view, names, *id, &name_bytes[start..*end], &e, entry)?;
+        start = *end;
+        f(entry)?;
     }
-    Ok((out, more))
+    Ok(more)
+}
+
+/// Decodes a child's stored entry into `out`, reusing its strings' room.
+fn fill_entry(
+    view: &(impl IndexRead + ?Sized),
+    names: &Names,
+    id: u64,
+    name: &str,
+    e: &InodeEntryV2<&[u8]>,
+    out: &mut DirEntry,
+) -> Result<()> {
+    let stored = std::str::from_utf8(e.name)
+        .map_err(|_| Error::corrupt("inode entry", format!("name of inode {id} is not UTF-8")))?;
+    out.name.clear();
+    out.name.push_str(name);
+    let ino = &mut out.inode;
+    ino.id = id;
+    ino.parent = e.parent_id;
+    ino.name.clear();
+    ino.name.push_str(stored);
+    let a = &mut ino.attrs;
+    a.kind = file_type(e.kind);
+    a.size = e.size;
+    a.block_size = e.block_size;
+    a.ctime_ms = e.ctime_ms;
+    a.mtime_ms = e.mtime_ms;
+    a.change_ms = e.change_ms;
+    a.mode = e.mode;
+    a.complete = e.flags & FLAG_COMPLETE_V2 != 0;
+    set_name(&mut a.owner, names, view, DictKind::Owner, e.owner_id)?;
+    set_name(&mut a.group, names, view, DictKind::Group, e.group_id)?;
+    Ok(())
+}
+
+/// Sets `out` to an owner's or group's name, reusing its room when the
+/// name is the default (id 0, the empty name).
+fn set_name(
+    out: &mut String,
+    names: &Names,
+    view: &(impl IndexRead + ?Sized),
+    kind: DictKind,
+    id: u32,
+) -> Result<()> {
+    if id == 0 {
+        out.clear();
+    } else {
+        *out = names.name(view, kind, id)?;
+    }
+    Ok(())
 }
 
 /// Calls `f` with every entry of `cf` under `prefix`, in key order, a

@@ -811,18 +811,37 @@ impl Treelog {
 
     /// Every entry of a directory (all pages), at one committed state.
     pub fn list_all(&self, dir: &str) -> Result<Vec<crate::types::DirEntry>> {
-        let view = self.shared.view.load_full();
         let mut out = Vec::new();
+        self.list_each(dir, |e| {
+            out.push(e.clone());
+            Ok(())
+        })?;
+        Ok(out)
+    }
+
+    /// Lends every entry of a directory to `f`, in name order, at one
+    /// committed state (whose sequence it returns): each entry is decoded
+    /// into the same `DirEntry`, so that a caller that keeps nothing
+    /// allocates nothing per entry, and a directory of any size is listed
+    /// in the memory of a page. An error from `f` stops the listing.
+    pub fn list_each(
+        &self,
+        dir: &str,
+        mut f: impl FnMut(&crate::types::DirEntry) -> Result<()>,
+    ) -> Result<u64> {
+        let view = self.shared.view.load_full();
+        let mut entry = engine::blank_entry();
         let mut after: Option<String> = None;
         loop {
-            let page = self.shared.read_at(&view, |idx, dicts| {
-                list_page(idx, dicts, dir, after.as_deref(), 1024)
+            // At a pinned state the read runs once: `f` sees each entry once.
+            let more = self.shared.read_at(&view, |idx, dicts| {
+                let id = resolve_dir(idx, dicts, dir)?;
+                engine::visit_children(idx, dicts, id, after.as_deref(), 1024, &mut entry, &mut f)
             })?;
-            out.extend(page.entries);
-            match page.next_start_after {
-                Some(n) => after = Some(n),
-                None => return Ok(out),
+            if !more {
+                return Ok(view.seq);
             }
+            after = Some(entry.name.clone());
         }
     }
 
@@ -1072,6 +1091,15 @@ fn in_background<T: Send>(name: &str, work: impl FnOnce() -> Result<T> + Send) -
     })
 }
 
+/// The id of the directory at `dir` (`NotADirectory` for another kind).
+fn resolve_dir(idx: &dyn IndexRead, dicts: &Names, dir: &str) -> Result<u64> {
+    let ino = engine::resolve(idx, dicts, dir)?;
+    if !ino.attrs.kind.is_dir() {
+        return Err(Error::NotADirectory(path::canonical(dir)?));
+    }
+    Ok(ino.id)
+}
+
 /// One listing page of `dir` read through `idx`.
 fn list_page(
     idx: &dyn IndexRead,
@@ -1080,14 +1108,11 @@ fn list_page(
     start_after: Option<&str>,
     limit: usize,
 ) -> Result<ListPage> {
-    let ino = engine::resolve(idx, dicts, dir)?;
-    if !ino.attrs.kind.is_dir() {
-        return Err(Error::NotADirectory(path::canonical(dir)?));
-    }
+    let id = resolve_dir(idx, dicts, dir)?;
     if let Some(s) = start_after {
         path::validate_name(s)?;
     }
-    let (entries, more) = engine::list_children(idx, dicts, ino.id, start_after, limit)?;
+    let (entries, more) = engine::list_children(idx, dicts, id, start_after, limit)?;
     let next_start_after = if more {
         entries.last().map(|e| e.name.clone())
     } else {
@@ -1102,5 +1127,82 @@ fn list_page(
 impl Drop for Treelog {
     fn drop(&mut self) {
         self.shutdown();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `list_each` lends exactly the entries the paged listing returns, in
+    /// order, across pages, with owners set on some entries and not on
+    /// their neighbours (the reused entry must not carry one over), with
+    /// ids out of name order (renames); an error from the callback stops
+    /// it and is returned.
+    #[test]
+    fn list_each_lends_what_the_pages_return() {
+        let dir = tempfile::tempdir().unwrap();
+        let t = Treelog::open(dir.path(), Options::default().durability(Durability::None)).unwrap();
+        t.mkdir_p("/d").unwrap();
+        let n = 2_500;
+        for i in 0..n {
+            let owner = if i % 3 == 0 {
+                format!("u{}", i % 7)
+            } else {
+                String::new()
+            };
+            t.create(
+                &format!("/d/f{i:05}"),
+                CreateOptions {
+                    owner,
+                    ..Default::default()
+                },
+            )
+            .unwrap();
+        }
+        // Later names for early ids: name order is no longer id order.
+        for i in (0..n).step_by(5) {
+            t.rename(&format!("/d/f{i:05}"), &format!("/d/z{i:05}"), false)
+                .unwrap();
+        }
+        let mut paged = Vec::new();
+        let mut after: Option<String> = None;
+        loop {
+            let page = t.list("/d", after.as_deref(), 700).unwrap();
+            paged.extend(page.entries);
+            match page.next_start_after {
+                Some(a) => after = Some(a),
+                None => break,
+            }
+        }
+        assert_eq!(paged.len(), n);
+        let mut lent = Vec::new();
+        let seq = t
+            .list_each("/d", |e| {
+                lent.push(e.clone());
+                Ok(())
+            })
+            .unwrap();
+        assert_eq!(seq, t.committed_seq());
+        assert_eq!(lent, paged);
+        assert_eq!(t.list_all("/d").unwrap(), paged);
+
+        let mut seen = 0;
+        let e = t
+            .list_each("/d", |_| {
+                seen += 1;
+                if seen == 1_500 {
+                    Err(Error::InvalidArgument("enough".into()))
+                } else {
+                    Ok(())
+                }
+            })
+            .unwrap_err();
+        assert!(matches!(e, Error::InvalidArgument(_)), "{e}");
+        assert_eq!(seen, 1_500);
+        assert!(matches!(
+            t.list_each("/d/f00001", |_| Ok(())),
+            Err(Error::NotADirectory(_))
+        ));
     }
 }

@@ -122,6 +122,19 @@ fn main() {
     println!("in-process listing (1,000-entry pages), 2 threads: {list:.0} entries/s");
     let whole = rate(2, secs, |_| t.list_all("/big").unwrap().len() as u64);
     println!("in-process whole listings of 10,000 entries (one pinned state), 2 threads: {whole:.0} entries/s");
+    let lent = rate(2, secs, |_| {
+        let mut n = 0;
+        t.list_each("/big", |e| {
+            std::hint::black_box(e);
+            n += 1;
+            Ok(())
+        })
+        .unwrap();
+        n
+    });
+    println!(
+        "in-process lent listings of 10,000 entries (list_each), 2 threads: {lent:.0} entries/s"
+    );
     if lists_only {
         return;
     }
