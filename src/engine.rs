@@ -412,25 +412,8 @@ fn fill_entry(
     a.change_ms = e.change_ms;
     a.mode = e.mode;
     a.complete = e.flags & FLAG_COMPLETE_V2 != 0;
-    set_name(&mut a.owner, names, view, DictKind::Owner, e.owner_id)?;
-    set_name(&mut a.group, names, view, DictKind::Group, e.group_id)?;
-    Ok(())
-}
-
-/// Sets `out` to an owner's or group's name, reusing its room when the
-/// name is the default (id 0, the empty name).
-fn set_name(
-    out: &mut String,
-    names: &Names,
-    view: &(impl IndexRead + ?Sized),
-    kind: DictKind,
-    id: u32,
-) -> Result<()> {
-    if id == 0 {
-        out.clear();
-    } else {
-        *out = names.name(view, kind, id)?;
-    }
+    names.name_into(view, DictKind::Owner, e.owner_id, &mut a.owner)?;
+    names.name_into(view, DictKind::Group, e.group_id, &mut a.group)?;
     Ok(())
 }
 

@@ -64,26 +64,41 @@ impl Names {
         kind: DictKind,
         id: u32,
     ) -> Result<String> {
+        let mut out = String::new();
+        self.name_into(view, kind, id, &mut out)?;
+        Ok(out)
+    }
+
+    /// [`Names::name`] written into `out` (cleared first), reusing its room:
+    /// a listing decodes every entry's owner and group into one buffer.
+    pub fn name_into(
+        &self,
+        view: &(impl IndexRead + ?Sized),
+        kind: DictKind,
+        id: u32,
+        out: &mut String,
+    ) -> Result<()> {
+        out.clear();
         if id == 0 {
-            return Ok(String::new());
+            return Ok(());
         }
         let owner = kind == DictKind::Owner;
         let slot =
             (crc32c::crc32c_append(self.instance as u32 ^ u32::from(owner), &id.to_le_bytes())
                 as usize)
                 % SLOTS;
-        let hit = CACHE.with(|c| {
-            c.borrow().get(slot).and_then(|s| match s {
-                Some(s) if s.names == self.instance && s.owner == owner && s.id == id => {
-                    Some(String::from(&*s.name))
-                }
-                _ => None,
-            })
+        let hit = CACHE.with(|c| match c.borrow().get(slot) {
+            Some(Some(s)) if s.names == self.instance && s.owner == owner && s.id == id => {
+                out.push_str(&s.name);
+                true
+            }
+            _ => false,
         });
-        if let Some(n) = hit {
-            return Ok(n);
+        if hit {
+            return Ok(());
         }
         let name = lookup(view, kind, id)?;
+        out.push_str(&name);
         CACHE.with(|c| {
             let mut c = c.borrow_mut();
             if c.is_empty() {
@@ -96,7 +111,7 @@ impl Names {
                 name: Arc::from(name.as_str()),
             });
         });
-        Ok(name)
+        Ok(())
     }
 }
 
