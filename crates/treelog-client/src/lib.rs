@@ -90,6 +90,31 @@ impl Default for ClientOptions {
 enum Waiter {
     One(oneshot::Sender<Result<ResponseBody>>),
     Many(mpsc::Sender<Result<ResponseBody>>),
+    /// Reply `.1` of a batch sent in one write ([`Client::stat_many`]).
+    Batch(Arc<Batch>, usize),
+}
+
+/// The replies of a batch of requests, filled in by the reader task; its
+/// caller is woken once, when the last one is in.
+struct Batch {
+    replies: Mutex<Vec<Option<Result<ResponseBody>>>>,
+    remaining: std::sync::atomic::AtomicUsize,
+    done: tokio::sync::Notify,
+}
+
+impl Batch {
+    fn answer(&self, i: usize, r: Result<ResponseBody>) {
+        if let Ok(mut v) = self.replies.lock() {
+            if let Some(slot) = v.get_mut(i) {
+                if slot.is_none() {
+                    *slot = Some(r);
+                    if self.remaining.fetch_sub(1, Ordering::AcqRel) == 1 {
+                        self.done.notify_one();
+                    }
+                }
+            }
+        }
+    }
 }
 
 /// Hashes the client's own request ids (sequential u64s, never chosen by
@@ -188,6 +213,7 @@ fn fail_all(inner: &Inner, e: &Error) {
             Waiter::Many(tx) => {
                 let _ = tx.try_send(Err(err));
             }
+            Waiter::Batch(b, i) => b.answer(i, Err(err)),
         }
     }
 }
@@ -302,6 +328,7 @@ impl Client {
                             Some(Waiter::Many(tx)) => {
                                 let _ = tx.send(Ok(body)).await;
                             }
+                            Some(Waiter::Batch(b, i)) => b.answer(i, Ok(body)),
                             None => {}
                         }
                     }
@@ -386,6 +413,104 @@ impl Client {
             0 => ReadAt::Latest,
             s => ReadAt::AtLeast(s),
         }
+    }
+
+    /// Sends read requests in one write and waits for all their replies
+    /// with one wake-up: what a pipelining client does, without a task
+    /// and a channel per request. Each reply is checked as [`Client::call`]
+    /// checks one. Reads only: a lost batch of mutations could not say
+    /// which of them committed.
+    async fn call_batch(&self, bodies: Vec<RequestBody>) -> Result<Vec<Result<ResponseBody>>> {
+        let n = bodies.len();
+        if n == 0 {
+            return Ok(Vec::new());
+        }
+        debug_assert!(bodies.iter().all(|b| !matches!(b, RequestBody::Mutate(_))));
+        let batch = Arc::new(Batch {
+            replies: Mutex::new((0..n).map(|_| None).collect()),
+            remaining: std::sync::atomic::AtomicUsize::new(n),
+            done: tokio::sync::Notify::new(),
+        });
+        let first = self.inner.next_id.fetch_add(n as u64, Ordering::Relaxed);
+        let mut frames = Vec::new();
+        for (i, body) in bodies.into_iter().enumerate() {
+            let id = first + i as u64;
+            frames.extend_from_slice(&protocol::encode(&ClientMsg::Request { id, body })?);
+        }
+        let unregister = || {
+            if let Ok(mut p) = self.inner.pending.lock() {
+                if let Some(p) = p.as_mut() {
+                    for i in 0..n as u64 {
+                        p.remove(&(first + i));
+                    }
+                }
+            }
+        };
+        {
+            let mut p = self
+                .inner
+                .pending
+                .lock()
+                .map_err(|_| Error::Protocol("client state poisoned".into()))?;
+            match p.as_mut() {
+                Some(p) => {
+                    for i in 0..n {
+                        p.insert(first + i as u64, Waiter::Batch(batch.clone(), i));
+                    }
+                }
+                None => return Err(lost("the connection is closed")),
+            }
+        }
+        if self.inner.out.send(frames).await.is_err() {
+            unregister();
+            return Err(lost("writer stopped"));
+        }
+        while batch.remaining.load(Ordering::Acquire) > 0 {
+            batch.done.notified().await;
+        }
+        let replies = std::mem::take(
+            &mut *batch
+                .replies
+                .lock()
+                .map_err(|_| Error::Protocol("client state poisoned".into()))?,
+        );
+        Ok(replies
+            .into_iter()
+            .map(|r| {
+                let reply = r.unwrap_or_else(|| Err(lost("no reply")))?;
+                if let Some(e) = protocol::response_error(&reply) {
+                    return Err(e);
+                }
+                if let ResponseBody::InodeAt { seq, .. } = &reply {
+                    self.saw(*seq);
+                }
+                Ok(reply)
+            })
+            .collect())
+    }
+
+    /// Stats of many paths, sent in one write and answered together, each
+    /// read-your-writes as [`Client::stat`]: a pipelined batch from one
+    /// caller. The outer error is the connection's; each path has its own
+    /// result.
+    pub async fn stat_many(&self, paths: &[&str]) -> Result<Vec<Result<Inode>>> {
+        let at = self.read_at();
+        let bodies = paths
+            .iter()
+            .map(|p| RequestBody::StatAt {
+                path: (*p).to_owned(),
+                at,
+            })
+            .collect();
+        Ok(self
+            .call_batch(bodies)
+            .await?
+            .into_iter()
+            .map(|r| match r? {
+                ResponseBody::InodeAt { inode, .. } => Ok(inode),
+                other => Err(unexpected(other)),
+            })
+            .collect())
     }
 
     /// Sends one request and waits for its reply.

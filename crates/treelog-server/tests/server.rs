@@ -276,6 +276,53 @@ async fn frames_coalesced_or_split_across_segments_are_all_answered() {
     h.shutdown().await.unwrap();
 }
 
+/// `stat_many` sends a batch in one write and gets each path its own
+/// answer, in order, errors included, read-your-writes; a batch larger
+/// than the server's read batches and in-flight window is answered whole;
+/// a batch on a connection the server has closed fails instead of waiting.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stat_many_answers_each_path_of_a_pipelined_batch() {
+    let dir = tempfile::tempdir().unwrap();
+    let h = server::start(dir.path(), |_| {}).await;
+    let c = client(&h).await;
+    c.submit(mkdir("/p")).await.unwrap();
+    for i in 0..300 {
+        c.submit(create(&format!("/p/f{i}"))).await.unwrap();
+    }
+    let paths: Vec<String> = (0..1_000)
+        .map(|i| match i % 4 {
+            3 => format!("/p/missing{i}"),
+            _ => format!("/p/f{}", (i * 7) % 300),
+        })
+        .collect();
+    let refs: Vec<&str> = paths.iter().map(String::as_str).collect();
+    let got = c.stat_many(&refs).await.unwrap();
+    assert_eq!(got.len(), paths.len());
+    for (p, r) in paths.iter().zip(&got) {
+        match r {
+            Ok(ino) => assert_eq!(format!("/p/{}", ino.name), *p),
+            Err(e) => {
+                assert!(p.contains("missing"), "{p}: {e}");
+                assert_eq!(e.kind(), ErrorKind::NotFound);
+            }
+        }
+    }
+    assert_eq!(got.iter().filter(|r| r.is_err()).count(), 250);
+    // A write, then a batch: the batch reads at least that state.
+    c.submit(create("/p/new")).await.unwrap();
+    let got = c.stat_many(&["/p/new", "/p/f0"]).await.unwrap();
+    assert!(got.iter().all(|r| r.is_ok()));
+    assert!(c.stat_many(&[]).await.unwrap().is_empty());
+    h.shutdown().await.unwrap();
+    let after = tokio::time::timeout(Duration::from_secs(30), c.stat_many(&refs[..10]))
+        .await
+        .expect("a batch on a closed connection does not hang");
+    match after {
+        Err(_) => {}
+        Ok(rs) => assert!(rs.iter().all(|r| r.is_err()), "{rs:?}"),
+    }
+}
+
 /// Reads in a pipelined burst are answered in batches (several reads to a
 /// task) and the other requests between them on their own: every request
 /// of a burst that mixes them gets exactly its own answer.
