@@ -91,6 +91,8 @@ async fn list_all(c: &Client, path: &str) -> Result<usize> {
 /// Listing rounds of the 10,000-entry directory.
 const LIST_ROUNDS: usize = 50;
 const LIST_ENTRIES: usize = 10_000;
+/// Stats per pipelined batch, as `redis-benchmark -P 64`.
+const PIPELINE: usize = 64;
 
 /// A rate as a [`Figure`] named `system`.
 fn figure(system: &str, callers: usize, ops: usize, rate: f64) -> Figure {
@@ -157,6 +159,28 @@ pub fn run(base: &std::path::Path, ops: usize) -> Result<Vec<Figure>> {
         })
         .await?;
         println!("  stats/s,   1 connection x 64 in flight:   {stats_net:>10.0}");
+        // The same stats as a pipelining client sends them (as
+        // `redis-benchmark -P 64` does): 64 in one write, answered together.
+        let c5 = c.clone();
+        let batches = drive(1, ops * 4 / PIPELINE, move |_, b| {
+            let c = c5.clone();
+            async move {
+                let paths: Vec<String> = (0..PIPELINE as u64)
+                    .map(|k| {
+                        let i = b * PIPELINE as u64 + k;
+                        format!("/n1/d{}/f{}", i % 1000, i % ops as u64)
+                    })
+                    .collect();
+                let refs: Vec<&str> = paths.iter().map(String::as_str).collect();
+                for r in c.stat_many(&refs).await? {
+                    r?;
+                }
+                Ok(())
+            }
+        })
+        .await?;
+        let stats_piped = batches * PIPELINE as f64;
+        println!("  stats/s,   1 connection, batches of {PIPELINE}:    {stats_piped:>10.0}");
         c.submit(mkdir_cmd("/lone".into())).await?;
         let c3 = c.clone();
         let lone = drive(1, ops / 8, move |_, i| {
@@ -232,6 +256,7 @@ pub fn run(base: &std::path::Path, ops: usize) -> Result<Vec<Figure>> {
             figure("network-creates-1x64", 64, ops, one),
             figure("network-creates-16x4", 64, ops, sixteen),
             figure("network-stats-1x64", 64, ops * 4, stats_net),
+            figure("network-stats-pipelined-64", 1, ops * 4, stats_piped),
             figure("network-creates-lone", 1, ops / 8, lone),
             figure("network-lists-10k", 1, LIST_ROUNDS, lists),
             figure("inproc-creates-64", 64, ops, inproc),
@@ -257,6 +282,7 @@ pub fn run(base: &std::path::Path, ops: usize) -> Result<Vec<Figure>> {
                     Some(rb) => {
                         figures.push(figure("redis-benchmark-get-p64", 1, 2_000_000, rb));
                         row("stats/s by path, 1 connection x 64", stats_net, rb, "redis-benchmark GET -P 64");
+                        row("stats/s by path, pipelined batches of 64", stats_piped, rb, "redis-benchmark GET -P 64");
                     }
                     None => println!("  redis-benchmark not found: no pipelined-GET floor"),
                 }

@@ -626,6 +626,12 @@ pub fn targets(r: &Report) -> Vec<Target> {
             "redis-benchmark-get-p64",
             0.7,
         ),
+        (
+            "stats pipelined by 64 / redis-benchmark GET -P 64",
+            "network-stats-pipelined-64",
+            "redis-benchmark-get-p64",
+            0.7,
+        ),
     ] {
         if let Some(x) = ratio(num, den) {
             at_least(what.into(), &format!("{min}x"), min, x);
