@@ -293,36 +293,12 @@ pub fn list_children(
     limit: usize,
 ) -> Result<(Vec<DirEntry>, bool)> {
     let mut out = Vec::new();
-    let mut entry = blank_entry();
+    let mut entry = DirEntry::default();
     let more = visit_children(view, names, dir, start_after, limit, &mut entry, &mut |e| {
         out.push(e.clone());
         Ok(())
     })?;
     Ok((out, more))
-}
-
-/// An entry for [`visit_children`] to fill.
-pub fn blank_entry() -> DirEntry {
-    DirEntry {
-        name: String::new(),
-        inode: Inode {
-            id: 0,
-            parent: 0,
-            name: String::new(),
-            attrs: Attrs {
-                kind: FileType::File,
-                size: 0,
-                block_size: 0,
-                ctime_ms: 0,
-                mtime_ms: 0,
-                change_ms: 0,
-                mode: 0,
-                complete: false,
-                owner: String::new(),
-                group: String::new(),
-            },
-        },
-    }
 }
 
 /// Lends one page of a directory's children, in name byte order, to `f`,

@@ -830,7 +830,7 @@ impl Treelog {
         mut f: impl FnMut(&crate::types::DirEntry) -> Result<()>,
     ) -> Result<u64> {
         let view = self.shared.view.load_full();
-        let mut entry = engine::blank_entry();
+        let mut entry = crate::types::DirEntry::default();
         let mut after: Option<String> = None;
         loop {
             // At a pinned state the read runs once: `f` sees each entry once.

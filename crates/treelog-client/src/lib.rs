@@ -366,6 +366,20 @@ impl Client {
     async fn send_request(&self, body: RequestBody, waiter: Waiter) -> Result<u64> {
         let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
         let frame = protocol::encode(&ClientMsg::Request { id, body })?;
+        self.send_frames(frame, id, std::iter::once(waiter)).await?;
+        Ok(id)
+    }
+
+    /// Registers the waiters of the requests in `frames` (ids `first`,
+    /// `first + 1`, ... in order), then hands the frames to the writer in
+    /// one piece; unregisters them if the writer is gone.
+    async fn send_frames(
+        &self,
+        frames: Vec<u8>,
+        first: u64,
+        waiters: impl Iterator<Item = Waiter>,
+    ) -> Result<()> {
+        let mut n = 0u64;
         {
             let mut p = self
                 .inner
@@ -374,20 +388,25 @@ impl Client {
                 .map_err(|_| Error::Protocol("client state poisoned".into()))?;
             match p.as_mut() {
                 Some(p) => {
-                    p.insert(id, waiter);
+                    for w in waiters {
+                        p.insert(first + n, w);
+                        n += 1;
+                    }
                 }
                 None => return Err(lost("the connection is closed")),
             }
         }
-        if self.inner.out.send(frame).await.is_err() {
+        if self.inner.out.send(frames).await.is_err() {
             if let Ok(mut p) = self.inner.pending.lock() {
                 if let Some(p) = p.as_mut() {
-                    p.remove(&id);
+                    for id in first..first + n {
+                        p.remove(&id);
+                    }
                 }
             }
             return Err(lost("writer stopped"));
         }
-        Ok(id)
+        Ok(())
     }
 
     /// The highest sequence this client has seen in a reply (a token to
@@ -437,34 +456,8 @@ impl Client {
             let id = first + i as u64;
             frames.extend_from_slice(&protocol::encode(&ClientMsg::Request { id, body })?);
         }
-        let unregister = || {
-            if let Ok(mut p) = self.inner.pending.lock() {
-                if let Some(p) = p.as_mut() {
-                    for i in 0..n as u64 {
-                        p.remove(&(first + i));
-                    }
-                }
-            }
-        };
-        {
-            let mut p = self
-                .inner
-                .pending
-                .lock()
-                .map_err(|_| Error::Protocol("client state poisoned".into()))?;
-            match p.as_mut() {
-                Some(p) => {
-                    for i in 0..n {
-                        p.insert(first + i as u64, Waiter::Batch(batch.clone(), i));
-                    }
-                }
-                None => return Err(lost("the connection is closed")),
-            }
-        }
-        if self.inner.out.send(frames).await.is_err() {
-            unregister();
-            return Err(lost("writer stopped"));
-        }
+        let waiters = (0..n).map(|i| Waiter::Batch(batch.clone(), i));
+        self.send_frames(frames, first, waiters).await?;
         while batch.remaining.load(Ordering::Acquire) > 0 {
             batch.done.notified().await;
         }

@@ -1359,18 +1359,8 @@ fn a_huge_sequence_length_in_a_small_record_is_refused_cheaply() {
 /// memory per input byte is highest) stay within the per-byte bound.
 #[test]
 fn full_frames_of_tiny_elements_stay_within_the_message_bound() {
-    let tiny_attrs = || Attrs {
-        kind: FileType::File,
-        size: 0,
-        block_size: 0,
-        ctime_ms: 0,
-        mtime_ms: 0,
-        change_ms: 0,
-        mode: 0,
-        complete: false,
-        owner: String::new(),
-        group: String::new(),
-    };
+    // The default: no size, times or mode, empty owner and group.
+    let tiny_attrs = Attrs::default;
     let tiny_event = || Event::Create {
         id: 0,
         parent: 0,

@@ -3,8 +3,9 @@
 use serde::{Deserialize, Serialize};
 
 /// File, directory or symbolic link.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum FileType {
+    #[default]
     File,
     Directory,
     /// A symbolic link (event schema 2): its target is read with
@@ -31,8 +32,9 @@ impl FileType {
     }
 }
 
-/// The attributes of an inode, with owner and group as strings.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// The attributes of an inode, with owner and group as strings (the
+/// default: an empty file, mode 0, the default owner and group).
+#[derive(Debug, Default, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Attrs {
     pub kind: FileType,
     pub size: u64,
@@ -118,7 +120,7 @@ impl AttrsRef<'_> {
 }
 
 /// An inode as a caller sees it (`stat`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Default, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Inode {
     pub id: u64,
     /// 0 for the root.
@@ -129,7 +131,7 @@ pub struct Inode {
 }
 
 /// One entry of a directory listing.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Default, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DirEntry {
     pub name: String,
     pub inode: Inode,
