@@ -294,17 +294,20 @@ pub fn list_children(
 ) -> Result<(Vec<DirEntry>, bool)> {
     let mut out = Vec::new();
     let mut entry = DirEntry::default();
-    let more = visit_children(view, names, dir, start_after, limit, &mut entry, &mut |e| {
-        out.push(e.clone());
+    // Each entry moved out, not cloned: the next one is decoded into a
+    // fresh one, as many allocations as a clone's and no copy.
+    let next = visit_children(view, names, dir, start_after, limit, &mut entry, &mut |e| {
+        out.push(std::mem::take(e));
         Ok(())
     })?;
-    Ok((out, more))
+    Ok((out, next.is_some()))
 }
 
 /// Lends one page of a directory's children, in name byte order, to `f`,
 /// each decoded into `entry` in turn (its strings' room reused, so that a
-/// caller that keeps nothing allocates nothing per entry). Returns whether
-/// another page exists.
+/// caller that keeps nothing allocates nothing per entry; one that keeps
+/// them takes each). Returns, when another page exists, the name to
+/// start it after (the page's last).
 ///
 /// The page's names and inode values are gathered into two buffers first:
 /// the edges come in name order, and the inodes are read in one call
@@ -316,8 +319,8 @@ pub fn visit_children(
     start_after: Option<&str>,
     limit: usize,
     entry: &mut DirEntry,
-    f: &mut dyn FnMut(&DirEntry) -> Result<()>,
-) -> Result<bool> {
+    f: &mut dyn FnMut(&mut DirEntry) -> Result<()>,
+) -> Result<Option<String>> {
     let prefix = edge_prefix(dir);
     let after = start_after.map(|s| edge_key(dir, s.as_bytes()));
     let mut name_bytes = String::new();
@@ -358,7 +361,11 @@ pub fn visit_children(
         start = *end;
         f(entry)?;
     }
-    Ok(more)
+    // The last name runs from the end of the one before it to its own.
+    let n = children.len();
+    let from = n.checked_sub(2).map_or(0, |i| children[i].0);
+    let to = n.checked_sub(1).map_or(0, |i| children[i].0);
+    Ok(more.then(|| name_bytes[from..to].to_owned()))
 }
 
 /// Decodes a child's stored entry into `out`, reusing its strings' room.

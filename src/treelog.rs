@@ -812,8 +812,8 @@ impl Treelog {
     /// Every entry of a directory (all pages), at one committed state.
     pub fn list_all(&self, dir: &str) -> Result<Vec<crate::types::DirEntry>> {
         let mut out = Vec::new();
-        self.list_each(dir, |e| {
-            out.push(e.clone());
+        self.visit_all(dir, &mut |e| {
+            out.push(std::mem::take(e));
             Ok(())
         })?;
         Ok(out)
@@ -829,19 +829,28 @@ impl Treelog {
         dir: &str,
         mut f: impl FnMut(&crate::types::DirEntry) -> Result<()>,
     ) -> Result<u64> {
+        self.visit_all(dir, &mut |e| f(e))
+    }
+
+    /// Every page of `dir` at one state, each entry lent to `f` mutably
+    /// (`list_all` takes them, `list_each` only looks).
+    fn visit_all(
+        &self,
+        dir: &str,
+        f: &mut dyn FnMut(&mut crate::types::DirEntry) -> Result<()>,
+    ) -> Result<u64> {
         let view = self.shared.view.load_full();
         let mut entry = crate::types::DirEntry::default();
         let mut after: Option<String> = None;
         loop {
             // At a pinned state the read runs once: `f` sees each entry once.
-            let more = self.shared.read_at(&view, |idx, dicts| {
+            after = self.shared.read_at(&view, |idx, dicts| {
                 let id = resolve_dir(idx, dicts, dir)?;
-                engine::visit_children(idx, dicts, id, after.as_deref(), 1024, &mut entry, &mut f)
+                engine::visit_children(idx, dicts, id, after.as_deref(), 1024, &mut entry, f)
             })?;
-            if !more {
+            if after.is_none() {
                 return Ok(view.seq);
             }
-            after = Some(entry.name.clone());
         }
     }
 
