@@ -6,52 +6,59 @@
 //! index is a view of the log: recovery replays the log from the index's
 //! `applied_seq`, and `admin rebuild`/`verify` replay it from the start.
 //!
-//! Start with [`Treelog`].
+//! Start with [`Treelog`]. The modules, top to bottom (docs/ARCHITECTURE.md;
+//! a module uses only those below it):
+//!
+//! | layer | modules |
+//! |---|---|
+//! | the API | [`Treelog`] (`treelog.rs`), its options |
+//! | edges | `replication` (the port replicas and consensus use), `stream` (subscriptions), `ops` (backup, recovery, admin), `migrate` (`migrations/`) |
+//! | the write path | `commit` (the writer, its roles, the group-commit pipeline) |
+//! | the log's bounds | `retention` (log start and bytes, durable cursors) |
+//! | what readers see | `read` (the publication of committed states: views, caches, watermark) |
+//! | the pure engine | `engine` (commands to events, events to index writes, queries) |
+//! | storage | `store` (RocksDB), `index` (the index as the engine reads and writes it) |
+//! | beside them | `metrics`, `sys` (threads, scheduling, failpoints) |
 
 // The vocabulary shared with the server and clients (crate
 // `treelog-proto`), under the names the library has always used.
-pub use treelog_proto::{command, cursor, error, event, path, read, types};
+pub use treelog_proto::{command, cursor, error, event, path, types};
 
 /// The on-disk format's codecs (crate `treelog-format`, docs/FORMAT.md).
 pub use treelog_format as format;
 
-// The API: the namespace ([`Treelog`]), change streams, retention and
-// cursors, metrics, offline administration (verify, rebuild, dump, backup
-// and restore), and the
-// on-disk format's codecs (docs/FORMAT.md).
-pub mod admin;
-pub mod backup;
+mod commit;
+mod engine;
+mod index;
+mod ops;
+mod read;
+mod sys;
+mod treelog;
+
 pub mod metrics;
+pub mod replication;
 pub mod retention;
 pub mod store;
 pub mod stream;
 
-// The machinery behind it.
-mod clock;
-mod engine;
-mod index;
+/// Format migrations: the steps live in the top-level `migrations/`
+/// folder, beside the version list and the golden fixtures of each older
+/// format.
+#[path = "../migrations/mod.rs"]
 pub mod migrate;
-mod names;
-pub mod raft;
-mod reader_cache;
-mod readview;
-pub mod recovery;
-mod replay_progress;
-pub mod replica;
-mod shared;
-mod supervisor;
-mod treelog;
-mod watermark;
-mod writer;
 
-/// Thread scheduling classes, shared with the server's request workers.
-#[doc(hidden)]
-pub mod sched;
+// Offline administration, backups and replay, under the names the
+// library has always used.
+pub use ops::{admin, backup, catch_up, recovery};
 
 /// Crash points and injected failures of the reliability tests (also the
 /// CLI's own, with its `failpoints` feature).
 #[doc(hidden)]
-pub mod failpoint;
+pub use sys::failpoint;
+
+/// Thread scheduling classes, shared with the server's request workers.
+#[doc(hidden)]
+pub use sys::sched;
 
 pub use crate::treelog::{
     CreateOptions, MkdirOptions, OpenReport, Options, PendingCommit, SetAttrs, Treelog,
@@ -59,11 +66,13 @@ pub use crate::treelog::{
 };
 pub use clock::now_ms;
 pub use command::Command;
+pub use commit::{Durability, WriterConfig, WriterStatsSnapshot};
 pub use engine::{DEFAULT_MAX_DELETE_INODES, DEFAULT_MAX_RECORD_BYTES};
 pub use error::{Error, ErrorKind, Result};
 pub use event::{Event, EventKind, Record};
-pub use readview::{Read, ReadAt};
+pub use read::{Read, ReadAt};
 pub use types::{
     Attrs, ContentSummary, DirEntry, FileType, Inode, ListPage, Quota, Usage, Xattr, XattrFlag,
 };
-pub use writer::{Durability, WriterConfig, WriterStatsSnapshot};
+
+mod clock;

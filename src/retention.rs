@@ -28,8 +28,8 @@ use serde::{Deserialize, Serialize};
 use crate::clock::now_ms;
 use crate::error::{Error, Result};
 use crate::metrics::Metrics;
+use crate::read::tail_cache::TailCache;
 use crate::store::Store;
-use crate::stream::tail_cache::TailCache;
 
 pub use treelog_proto::cursor::{validate_cursor_name, CursorInfo, CursorState};
 
@@ -95,7 +95,7 @@ impl LogRetention {
     /// Holds off retention passes while the guard lives: a backup takes
     /// its checkpoint under it, so that no pass moves the log's start
     /// between the checkpoint's flush and its copy of the write-ahead log
-    /// (see `crate::backup`).
+    /// (see `crate::ops::backup`).
     pub(crate) fn hold_passes(&self) -> std::sync::MutexGuard<'_, ()> {
         self.pass.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -115,8 +115,8 @@ impl LogRetention {
         self.start.load(Ordering::Acquire)
     }
 
-    /// The log's start moved to `start` outside a pass (a Raft node's
-    /// purge or snapshot install, already persisted).
+    /// The log's start moved to `start` outside a pass (a checkpoint
+    /// installed in place, already persisted).
     pub(crate) fn moved_start(&self, start: u64) {
         self.start.fetch_max(start, Ordering::AcqRel);
     }
@@ -221,18 +221,20 @@ impl LogRetention {
             .collect()
     }
 
-    /// Raft purged its log up to `id`: the log goes too, as far as the
-    /// live cursors and the index on disk allow (the rest goes in later
-    /// passes). Returns the log's new start.
-    pub(crate) fn raft_purge(
+    /// The log's writer (a consensus protocol) will read nothing up to
+    /// `upto` again, as `position` (meta written first, synced) records:
+    /// the log goes too, as far as the live cursors and the index on disk
+    /// allow (the rest goes in later passes). Returns the log's new start.
+    pub(crate) fn purge_upto(
         &self,
         store: &Store,
         tail: &TailCache,
-        id: &crate::format::meta::RaftLogId,
+        upto: u64,
+        position: &[(&[u8], &[u8])],
     ) -> Result<u64> {
         let _pass = self.pass.lock().unwrap_or_else(|p| p.into_inner());
         let start = self.log_start();
-        let mut target = id.index.saturating_add(1);
+        let mut target = upto.saturating_add(1);
         for st in self.cursors().values() {
             if st.expired.is_none() {
                 target = target.min(st.acked + 1);
@@ -253,7 +255,7 @@ impl LogRetention {
                 removed_bytes += len as u64;
             }
         }
-        store.raft_purge(id, target)?;
+        store.purge_log(position, target)?;
         if target > start {
             self.start.store(target, Ordering::Release);
             tail.truncate_below(target);
@@ -267,24 +269,17 @@ impl LogRetention {
     }
 
     /// One retention pass over a log that ends at `last`; `tail` drops what
-    /// the pass removed. On a Raft node, nothing Raft has not purged goes
-    /// (`ceiling`: the first entry Raft may still read).
-    pub fn run(
+    /// the pass removed. Nothing from `ceiling` on goes (the first entry the
+    /// log's writer may still read, when a consensus protocol writes it).
+    pub(crate) fn run(
         &self,
         store: &Store,
         last: u64,
+        ceiling: Option<u64>,
         tail: &TailCache,
         metrics: Option<&Metrics>,
         policy: &RetentionPolicy,
     ) -> Result<RetentionReport> {
-        let ceiling = store
-            .raft_node_id()?
-            .map(|_| -> Result<u64> {
-                Ok(store
-                    .raft_log_id(crate::format::meta::RAFT_PURGED_KEY)?
-                    .map_or(0, |p| p.index + 1))
-            })
-            .transpose()?;
         let _pass = self.pass.lock().unwrap_or_else(|p| p.into_inner());
         let start = self.log_start();
         let mut report = RetentionReport {
@@ -371,7 +366,8 @@ impl LogRetention {
         target = target.max(start);
         report.new_start = target;
         if let Some(m) = metrics {
-            m.cursors_expired
+            m.log
+                .cursors_expired
                 .inc_by(report.expired_cursors.len() as u64);
         }
         if target == start {
@@ -394,11 +390,11 @@ impl LogRetention {
             }
             removed_bytes += len as u64;
         }
-        crate::failpoint::crash_point("retention::before_start");
+        crate::sys::failpoint::crash_point("retention::before_start");
         // 1. Persist the new start (synced, which also syncs earlier cursor
         //    acks) with the expired cursors.
         store.retire_log_below(Some(target), &expired)?;
-        crate::failpoint::crash_point("retention::after_start");
+        crate::sys::failpoint::crash_point("retention::after_start");
         // 2. From now on readers below `target` get Compacted.
         self.start.store(target, Ordering::Release);
         tail.truncate_below(target);
@@ -411,7 +407,7 @@ impl LogRetention {
             });
         report.removed_records = target - start;
         if let Some(m) = metrics {
-            m.retention_removed.inc_by(report.removed_records);
+            m.log.retention_removed.inc_by(report.removed_records);
         }
         report.removed_bytes = removed_bytes;
         tracing::info!(
@@ -427,7 +423,7 @@ impl LogRetention {
     }
 }
 
-/// The time of record `seq`. A Raft node's own entries (a new leader's
+/// The time of record `seq`. A consensus protocol's own entries (a new leader's
 /// blank, a membership change) have none: theirs is the next record's
 /// (none after them: the newest possible), so that times stay
 /// non-decreasing for the search.

@@ -27,16 +27,13 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::commit::shared::Shared;
 use crate::engine;
 use crate::error::{Error, ErrorKind, Result};
-use crate::format::{self, record};
-use crate::shared::Shared;
-use crate::store::CF_LOG;
+use crate::read::publication::PublishedView;
+use crate::read::walk::TreeWalk;
 
-pub(crate) mod memo;
-pub mod tail_cache;
-
-pub use memo::SharedRecord;
+pub use crate::read::memo::SharedRecord;
 pub use treelog_proto::stream::*;
 
 /// Records read per batch: bounds per-subscription memory.
@@ -60,7 +57,7 @@ pub struct Subscription {
     delivered: u64,
     buf: VecDeque<StreamItem>,
     /// Reused for reads from the tail cache.
-    slice: crate::stream::tail_cache::Slice,
+    slice: crate::read::tail_cache::Slice,
     snapshot: Option<Box<SnapshotWalk>>,
     cursor: Option<String>,
 }
@@ -74,8 +71,8 @@ impl Subscription {
         cursor: Option<String>,
     ) -> Result<Subscription> {
         let filter = Arc::new(filter.canonical()?);
-        let committed = shared.committed.get();
-        let log_start = shared.retention.log_start();
+        let committed = shared.committed();
+        let log_start = shared.retention().log_start();
         let mut s = Subscription {
             shared,
             filter,
@@ -138,7 +135,7 @@ impl Subscription {
         self.snapshot = Some(Box::new(SnapshotWalk {
             // The committed index (RocksDB's latest state may hold a round
             // whose fsync has not finished).
-            snap: self.shared.view.load_full(),
+            snap: self.shared.publication().view(),
             prefix,
             resync,
             seq: 0,
@@ -198,7 +195,8 @@ impl Subscription {
                 return Ok(None);
             }
             self.shared
-                .committed
+                .publication()
+                .watermark()
                 .wait_for(self.next_seq, deadline - now);
         }
     }
@@ -209,32 +207,37 @@ impl Subscription {
             if let Some(item) = self.try_next()? {
                 return Ok(item);
             }
-            self.shared.committed.wait_for_async(self.next_seq).await;
+            self.shared
+                .publication()
+                .watermark()
+                .wait_for_async(self.next_seq)
+                .await;
         }
     }
 
     fn compacted(&self) -> Error {
         Error::Compacted {
             requested: self.next_seq,
-            first_available: self.shared.retention.log_start(),
+            first_available: self.shared.retention().log_start(),
         }
     }
 
     /// Reads one batch of committed records. Returns whether anything was
     /// read (items may or may not have been produced).
     fn fill_from_log(&mut self) -> Result<bool> {
-        let committed = self.shared.committed.get();
+        let committed = self.shared.committed();
         if self.next_seq > committed {
             return Ok(false);
         }
-        if self.next_seq < self.shared.retention.log_start() {
+        if self.next_seq < self.shared.retention().log_start() {
             return Err(self.compacted());
         }
         let end = committed.min(self.next_seq + BATCH - 1);
         let mut slice = std::mem::take(&mut self.slice);
         if self
             .shared
-            .tail
+            .publication()
+            .tail()
             .get(self.next_seq, end, BATCH as usize, &mut slice)
         {
             let mut resync = false;
@@ -252,37 +255,31 @@ impl Subscription {
             return Ok(true);
         }
         self.slice = slice;
+        // Past the tail: read through the store's log iterator, which
+        // checks every record's sequence (a gap is corruption).
         let shared = self.shared.clone();
-        let store = &shared.store;
-        let mut it = store.db().raw_iterator_cf(store.cf(CF_LOG)?);
-        it.seek(format::log_key(self.next_seq));
+        let mut it = shared.store().log_window(self.next_seq, end)?;
         while self.next_seq <= end {
             let seq = self.next_seq;
-            let (k, v) = match (it.key(), it.value()) {
-                (Some(k), Some(v)) => (k, v),
-                _ => {
-                    it.status()?;
+            let rec = match it.next() {
+                Some(Ok(rec)) => SharedRecord::from(rec),
+                Some(Err(e)) => {
                     // Retention may have removed what we were about to read.
-                    if seq < self.shared.retention.log_start() {
+                    if seq < shared.retention().log_start() {
+                        return Err(self.compacted());
+                    }
+                    return Err(e);
+                }
+                None => {
+                    if seq < shared.retention().log_start() {
                         return Err(self.compacted());
                     }
                     return Err(Error::corrupt("log", format!("record {seq} is missing")));
                 }
             };
-            if format::decode_log_key(k)? != seq {
-                if seq < self.shared.retention.log_start() {
-                    return Err(self.compacted());
-                }
-                return Err(Error::corrupt(
-                    "log",
-                    format!("expected record {seq}, found another key"),
-                ));
-            }
-            let rec = SharedRecord::from(record::decode_record(v, Some(seq))?);
             if self.take_record(&rec) {
                 return Ok(true);
             }
-            it.next();
         }
         self.report_progress(committed);
         Ok(true)
@@ -341,19 +338,20 @@ enum WalkStep {
 /// snapshot and one page per directory level, no thread.
 struct SnapshotWalk {
     /// The committed state walked (its snapshot and sequence).
-    snap: Arc<crate::readview::PublishedView>,
+    snap: Arc<PublishedView>,
     prefix: String,
     resync: bool,
     /// The sequence of the state walked.
     seq: u64,
     step: WalkStep,
     /// Set at `Root` when the root is a directory.
-    walk: Option<crate::readview::TreeWalk>,
+    walk: Option<TreeWalk>,
 }
 
 impl SnapshotWalk {
     fn next(&mut self, shared: &Shared) -> Result<StreamItem> {
-        let view = shared.store.index_at(&self.snap.snap);
+        let view = shared.store().index_at(&self.snap.snap);
+        let names = shared.publication().names();
         loop {
             match self.step {
                 WalkStep::Start => {
@@ -369,7 +367,7 @@ impl SnapshotWalk {
                     self.step = WalkStep::End;
                     // Entries in the snapshot only use dictionary ids that
                     // existed then; the current dictionaries are a superset.
-                    let root = match engine::resolve(&view, &shared.names, &self.prefix) {
+                    let root = match engine::resolve(&view, names, &self.prefix) {
                         Ok(r) => r,
                         Err(e)
                             if matches!(
@@ -383,11 +381,8 @@ impl SnapshotWalk {
                     };
                     if root.attrs.kind.is_dir() {
                         self.step = WalkStep::Walk;
-                        self.walk = Some(crate::readview::TreeWalk::new(
-                            root.id,
-                            self.prefix.clone(),
-                            SNAPSHOT_PAGE,
-                        ));
+                        self.walk =
+                            Some(TreeWalk::new(root.id, self.prefix.clone(), SNAPSHOT_PAGE));
                     }
                     if self.prefix != "/" {
                         return Ok(StreamItem::SnapshotEntry {
@@ -398,7 +393,7 @@ impl SnapshotWalk {
                 }
                 WalkStep::Walk => {
                     let next = match self.walk.as_mut() {
-                        Some(w) => w.next(&view, &shared.names)?,
+                        Some(w) => w.next(&view, names)?,
                         None => None,
                     };
                     match next {
@@ -508,8 +503,8 @@ impl Drop for DeliveryRuntime {
 fn lower_thread_priority(priority: DeliveryPriority) {
     #[cfg(target_os = "linux")]
     match priority {
-        DeliveryPriority::Idle => crate::sched::set_policy(libc::SCHED_IDLE),
-        DeliveryPriority::Nice(n) => crate::sched::set_niceness(n),
+        DeliveryPriority::Idle => crate::sys::sched::set_policy(libc::SCHED_IDLE),
+        DeliveryPriority::Nice(n) => crate::sys::sched::set_niceness(n),
     }
     #[cfg(not(target_os = "linux"))]
     let _ = priority;
@@ -547,7 +542,7 @@ mod priority_tests {
             let rt = DeliveryRuntime::new(p).expect("runtime");
             let (got_policy, got_nice) = rt
                 .handle()
-                .block_on(async { tokio::spawn(async { crate::sched::current() }).await })
+                .block_on(async { tokio::spawn(async { crate::sys::sched::current() }).await })
                 .expect("task");
             assert_eq!(got_policy, policy, "{p}");
             if let Some(n) = nice {

@@ -1,5 +1,5 @@
-//! Golden fixtures of old formats (tests/fixtures/, made by
-//! tests/fixtures/make-v1.sh with the code that wrote them): each holds
+//! Golden fixtures of old formats (migrations/fixtures/, made by
+//! migrations/fixtures/make-v1.sh with the code that wrote them): each holds
 //! exactly what its files say, byte for byte; this build refuses to open
 //! it until it is migrated; and a migrated copy holds every inode, edge
 //! and dictionary entry it held, its log byte for byte, replays into the
@@ -22,7 +22,7 @@ const BIN: &str = env!("CARGO_BIN_EXE_treelog");
 
 fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../tests/fixtures")
+        .join("../../migrations/fixtures")
         .join(name)
 }
 
@@ -75,7 +75,7 @@ fn the_v1_fixture_holds_what_format_1_wrote_and_is_refused_unmigrated() {
     assert_eq!(
         raw_listing(&db),
         want_raw,
-        "the stored bytes differ from tests/fixtures/v1/raw.txt"
+        "the stored bytes differ from migrations/fixtures/v1/raw.txt"
     );
     let want_dump = std::fs::read_to_string(fixture("v1/dump.jsonl")).unwrap();
     // What the dump holds: every event kind, both dictionaries.
@@ -341,7 +341,7 @@ fn the_v1_fixture_migrates_entry_by_entry_and_its_log_replays() {
 /// Not a test: the fixture script's tool (ignored, and a no-op without
 /// `TREELOG_BLESS_FIXTURES=1`).
 #[test]
-#[ignore = "writes tests/fixtures/v1/raw.txt: run by tests/fixtures/make-v1.sh"]
+#[ignore = "writes migrations/fixtures/v1/raw.txt: run by migrations/fixtures/make-v1.sh"]
 fn bless_v1_raw_listing() {
     if std::env::var("TREELOG_BLESS_FIXTURES").as_deref() != Ok("1") {
         return;

@@ -1,0 +1,639 @@
+//! Recovery: the index rebuilt from the log. [`replay`] brings an index up
+//! to the log's end at open (from its `applied_seq`); [`rebuild`] drops the
+//! index and replays the whole log (crash-safe, see `Store::reset_index`);
+//! `admin verify` replays into a scratch store with [`apply_records`].
+//!
+//! It sits above the store (which only stores) and the engine (whose
+//! `apply_events` is the one definition of what an event does to the
+//! index): the writer applies new records with the same function.
+
+use std::path::Path;
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+
+use crate::engine::{self, EngineState};
+use crate::error::{Error, Result};
+use crate::index::{Cf, IndexRead, IndexWrite, Kv};
+use crate::replication::consensus;
+use crate::store::{DbIndex, IndexBatch, LogIter, Store, StoreOptions};
+
+/// Replays the log from `applied_seq + 1` into the index. Returns the
+/// number of records replayed. A consensus node's log is replayed up to the
+/// committed index the protocol saved, no further (see
+/// [`crate::replication::consensus`]).
+pub fn replay(store: &Store, progress: impl FnMut(u64, u64)) -> Result<u64> {
+    match consensus::replay_limit(store)? {
+        None => replay_upto(store, store.last_log_seq()?, progress),
+        Some(last) => {
+            let before = store.applied_seq()?;
+            let n = replay_upto(store, last, progress)?;
+            if last > before {
+                consensus::after_replay(store, before, last)?;
+            }
+            Ok(n)
+        }
+    }
+}
+
+/// [`replay`] up to record `last` of the log (which may grow meanwhile:
+/// a replica's catch-up appends while it replays).
+pub fn replay_upto(store: &Store, last: u64, mut progress: impl FnMut(u64, u64)) -> Result<u64> {
+    let applied = store.applied_seq()?;
+    let start = store.log_start()?;
+    if applied > last {
+        return Err(Error::corrupt(
+            "database",
+            format!("index is at sequence {applied} but the log ends at {last}"),
+        ));
+    }
+    if applied + 1 < start {
+        return Err(Error::corrupt(
+            "database",
+            format!("index is at sequence {applied} but the log starts at {start}"),
+        ));
+    }
+    let mut n = 0;
+    if applied < last {
+        let mut events = crate::ops::replay_progress::ReplayProgress::start(applied, last);
+        let end;
+        (n, end) = apply_records(
+            store,
+            &mut store.log_iter_upto(applied + 1, last)?,
+            applied,
+            last,
+            |seq, last| {
+                events.at(seq);
+                progress(seq, last)
+            },
+        )?;
+        if end != last {
+            return Err(Error::corrupt(
+                "log",
+                format!("replay stopped at {end}, but the log ends at {last}"),
+            ));
+        }
+        events.end(n);
+    }
+    if store.rebuild_pending() {
+        store.finish_rebuild()?;
+    }
+    Ok(n)
+}
+
+/// Applies `records` (which must continue from `applied`) to this
+/// store's index, writing `applied_seq` along. Returns (records applied,
+/// last sequence applied).
+///
+/// This thread reads, decodes and applies the records into an overlay;
+/// every ~20,000 keys the overlay becomes one write batch that a second
+/// thread inserts into the memtables (a third of replay's time) while this
+/// one goes on. Applying reads single `inodes` keys (a parent whose times
+/// move, a dictionary name, the entry an update rewrites): [`ReplayIndex`]
+/// answers them from the keys the replay wrote or read, or else from the
+/// index, which holds every batch older than those.
+///
+/// A long replay (at least `StoreOptions::long_replay_min` records)
+/// tunes the index CFs for bulk loading while it runs ([`ReplayTuning`]):
+/// - memtables without bloom filters: replay never reads the index, and
+///   setting a filter bit is a cache miss per key, about a tenth of
+///   replay's CPU. The option applies to new memtables, so a flush after
+///   the first batch switches to one without a filter;
+/// - a new memtable every `StoreOptions::replay_memtable_bytes` (16 MiB):
+///   the flushes run beside the replay, and the last one, which the
+///   caller waits for, is ~40 ms instead of ~140 ms for a full 64 MiB
+///   memtable (atomic flush builds the CFs' files one after another);
+/// - L0 compactions wait for 16 files instead of 4.
+///
+/// At the end (also on failure) the serving options come back, with a
+/// flush to a filtered memtable; L0's files are compacted in the
+/// background from then on.
+pub fn apply_records(
+    store: &Store,
+    records: &mut LogIter<'_>,
+    applied: u64,
+    last_hint: u64,
+    mut progress: impl FnMut(u64, u64),
+) -> Result<(u64, u64)> {
+    let mut state = EngineState::load(&store.index())?;
+    let bytes_before = store.log_bytes()?;
+    let base_bytes = records.bytes;
+    let mut ov = ReplayIndex {
+        writes: SortedWrites::default(),
+        known: RefCell::default(),
+        known_bytes: std::cell::Cell::new(0),
+        base: store.index(),
+    };
+    let mut n = 0u64;
+    let mut pending_seq = applied;
+    let long = last_hint.saturating_sub(applied) >= store.long_replay_min();
+    let _tuning = if long {
+        Some(ReplayTuning::new(store)?)
+    } else {
+        None
+    };
+    std::thread::scope(|s| -> Result<()> {
+        let (tx, rx) = crossbeam_channel::bounded::<(IndexBatch, u64, u64)>(2);
+        // One message per batch written: the reading thread waits for
+        // them all before it forgets what it wrote (see `ReplayIndex`).
+        let (written_tx, written_rx) = crossbeam_channel::unbounded::<()>();
+        let writer = s.spawn(move || -> Result<()> {
+            // The first batch went into a memtable with filters.
+            let mut first = long;
+            let mut since_switch = 0usize;
+            for (b, seq, bytes) in rx {
+                since_switch += b.size_in_bytes();
+                store.write_index_batch(b, seq, Some(bytes))?;
+                let _ = written_tx.send(());
+                crate::sys::failpoint::crash_point("replay::batch");
+                if std::mem::take(&mut first)
+                    || (long && since_switch >= store.replay_memtable_bytes())
+                {
+                    since_switch = 0;
+                    store.switch_memtables()?;
+                }
+            }
+            Ok(())
+        });
+        let mut sent = 0usize;
+        let mut send = |ov: &mut ReplayIndex<'_>, seq: u64, bytes: u64| {
+            let b = ov.writes.take_batch(store)?;
+            // Fails only when the writer stopped on an error, which
+            // its join reports.
+            if tx.send((b, seq, bytes)).is_ok() {
+                sent += 1;
+            }
+            let l = limits();
+            if ov.known.get_mut().len() >= l.known_keys || ov.known_bytes.get() >= l.known_bytes {
+                // Every batch in the index: what the replay forgets, the
+                // index answers from now on.
+                while sent > 0 && written_rx.recv().is_ok() {
+                    sent -= 1;
+                }
+                ov.known.get_mut().clear();
+                ov.known_bytes.set(0);
+            }
+            Ok::<(), Error>(())
+        };
+        let mut result = Ok(());
+        while let Some(item) = records.next_borrowed() {
+            let rec = match item {
+                Ok(r) => r,
+                Err(e) => {
+                    result = Err(e);
+                    break;
+                }
+            };
+            if rec.seq != pending_seq + 1 {
+                result = Err(Error::corrupt(
+                    "log",
+                    format!("expected sequence {}, found {}", pending_seq + 1, rec.seq),
+                ));
+                break;
+            }
+            if let Err(e) = engine::apply_events(rec.events, &mut ov, &mut state) {
+                result = Err(e);
+                break;
+            }
+            pending_seq = rec.seq;
+            n += 1;
+            let l = limits();
+            if ov.writes.len() >= l.batch_keys || ov.writes.data.len() >= l.batch_bytes {
+                let bytes = bytes_before + (records.bytes - base_bytes);
+                send(&mut ov, pending_seq, bytes)?;
+                progress(pending_seq, last_hint);
+            }
+        }
+        if result.is_ok() {
+            let bytes = bytes_before + (records.bytes - base_bytes);
+            send(&mut ov, pending_seq, bytes)?;
+        }
+        drop(tx);
+        let written = writer
+            .join()
+            .unwrap_or_else(|_| Err(Error::corrupt("replay", "index writer panicked")));
+        result.and(written)?;
+        progress(pending_seq, last_hint);
+        Ok(())
+    })?;
+    Ok((n, pending_seq))
+}
+
+/// Drops and recreates the index column families and replays the whole
+/// log into them. The log must start at sequence 1. Crash-safe: the
+/// rebuild is marked in `meta` first, and an open that finds the mark
+/// starts it over (see [`Store::open`]), and its replay here finishes it.
+pub fn rebuild(path: &Path, so: &StoreOptions) -> Result<u64> {
+    let mut store = Store::open(path, so)?;
+    if !store.rebuild_pending() {
+        store.reset_index()?;
+    }
+    replay(&store, |_, _| {})
+}
+
+/// The index CFs tuned for a long replay while it lives (see
+/// [`apply_records`]); dropping it restores the serving options and
+/// switches to a memtable with a filter.
+struct ReplayTuning<'a>(&'a Store);
+
+impl<'a> ReplayTuning<'a> {
+    fn new(store: &'a Store) -> Result<Self> {
+        store.set_replay_tuning(true)?;
+        Ok(ReplayTuning(store))
+    }
+}
+
+impl Drop for ReplayTuning<'_> {
+    fn drop(&mut self) {
+        // Best effort: on failure the memtables go without filters until
+        // the next flush and L0 compacts later than usual, which is slower
+        // for lookups but still correct; the next open restores both.
+        if self.0.set_replay_tuning(false).is_ok() {
+            let _ = self.0.switch_memtables();
+        }
+    }
+}
+
+/// Replay's view of the index while it applies: its writes go to a
+/// [`SortedWrites`]; the `inodes` keys it writes or reads are remembered
+/// (their newest values), and a read of any other key goes to the index.
+/// That is exact because the batches go to the index in order and the
+/// replay forgets only once every batch it sent is there (at most every
+/// [`REPLAY_KNOWN_KEYS`] keys, a pause of a batch or two). Applying never
+/// reads an edge or a range.
+struct ReplayIndex<'s> {
+    writes: SortedWrites,
+    known: RefCell<HashMap<Vec<u8>, Option<Vec<u8>>, ahash::RandomState>>,
+    /// Bytes of keys and values put into `known` since it was last
+    /// emptied (values replaced still count: a bound, not a size).
+    known_bytes: std::cell::Cell<usize>,
+    base: DbIndex<'s>,
+}
+
+/// How many `inodes` keys, and bytes of them and their values, a replay
+/// remembers before it waits for its batches and forgets them (entries are
+/// ~100 bytes; an inode's extended attributes up to 256 KiB).
+const REPLAY_KNOWN_KEYS: usize = 1 << 18;
+const REPLAY_KNOWN_BYTES: usize = 64 << 20;
+
+/// When a replay cuts a batch and when it forgets what it wrote.
+#[derive(Clone, Copy, Debug)]
+struct Limits {
+    batch_keys: usize,
+    batch_bytes: usize,
+    known_keys: usize,
+    known_bytes: usize,
+}
+
+const LIMITS: Limits = Limits {
+    batch_keys: REPLAY_BATCH_KEYS,
+    batch_bytes: REPLAY_BATCH_BYTES,
+    known_keys: REPLAY_KNOWN_KEYS,
+    known_bytes: REPLAY_KNOWN_BYTES,
+};
+
+#[cfg(not(test))]
+fn limits() -> Limits {
+    LIMITS
+}
+
+#[cfg(test)]
+thread_local! {
+    /// The unit tests' smaller limits, to make a short replay cut batches
+    /// and forget often.
+    static TEST_LIMITS: std::cell::Cell<Limits> = const { std::cell::Cell::new(LIMITS) };
+}
+
+#[cfg(test)]
+fn limits() -> Limits {
+    TEST_LIMITS.with(|l| l.get())
+}
+
+impl ReplayIndex<'_> {
+    fn remember(&self, key: &[u8], value: Option<&[u8]>) {
+        let n = key.len() + value.map_or(0, <[u8]>::len);
+        self.known_bytes.set(self.known_bytes.get() + n);
+        self.known
+            .borrow_mut()
+            .insert(key.to_vec(), value.map(<[u8]>::to_vec));
+    }
+}
+
+impl IndexWrite for ReplayIndex<'_> {
+    fn put(&mut self, cf: Cf, key: &[u8], value: &[u8]) {
+        self.writes.put(cf, key, value);
+        if cf == Cf::Inodes {
+            self.remember(key, Some(value));
+        }
+    }
+
+    fn delete(&mut self, cf: Cf, key: &[u8]) {
+        self.writes.delete(cf, key);
+        if cf == Cf::Inodes {
+            self.remember(key, None);
+        }
+    }
+}
+
+fn replay_reads_no(what: &str) -> Error {
+    Error::corrupt(
+        "replay",
+        format!("applying an event asked for {what}, which a replay does not read"),
+    )
+}
+
+impl IndexRead for ReplayIndex<'_> {
+    fn get(&self, cf: Cf, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        if cf != Cf::Inodes {
+            debug_assert!(false, "replay reads an edge");
+            return Err(replay_reads_no("an edge"));
+        }
+        if let Some(v) = self.known.borrow().get(key) {
+            return Ok(v.clone());
+        }
+        let v = self.base.get(cf, key)?;
+        self.remember(key, v.as_deref());
+        Ok(v)
+    }
+
+    fn scan(&self, _: Cf, _: &[u8], _: Option<&[u8]>, _: usize) -> Result<Vec<Kv>> {
+        debug_assert!(false, "replay scans");
+        Err(replay_reads_no("a range"))
+    }
+}
+
+/// Replay's index writes, collected then sorted: the replay reads them
+/// back through [`ReplayIndex`], not from here, and sorted keys make the
+/// memtable inserts cheaper (a skiplist insert next
+/// to the previous one); a key written twice is written once, the last value.
+///
+/// Keys and values are copied into one arena (`data`) rather than kept as
+/// two vectors per write: no allocation per write, and the sort reads keys
+/// that lie together.
+#[derive(Default)]
+struct SortedWrites {
+    /// The writes, in event order.
+    writes: Vec<ArenaWrite>,
+    /// Every write's key, then its value (if any), one after another.
+    data: Vec<u8>,
+}
+
+/// One write of a [`SortedWrites`]: its key is `data[at..key_end]`, and
+/// its value, unless it is a delete, `data[key_end..end]`.
+#[derive(Clone, Copy)]
+struct ArenaWrite {
+    cf: Cf,
+    delete: bool,
+    at: usize,
+    key_end: usize,
+    end: usize,
+}
+
+/// Index keys, and bytes of keys and values, a replay batch collects
+/// before it goes to the memtables.
+const REPLAY_BATCH_KEYS: usize = 20_000;
+const REPLAY_BATCH_BYTES: usize = 8 << 20;
+
+/// Where a write goes in a replay batch's order: its column family and
+/// key's first 16 bytes as integers (zero-padded big-endian, so that they
+/// order as the bytes do), then the rest of the key and its length, then
+/// its position.
+#[derive(Clone, Copy)]
+struct SortKey {
+    cf: Cf,
+    head: u128,
+    pos: usize,
+}
+
+impl SortedWrites {
+    fn len(&self) -> usize {
+        self.writes.len()
+    }
+
+    fn key(&self, w: &ArenaWrite) -> &[u8] {
+        &self.data[w.at..w.key_end]
+    }
+
+    fn value(&self, w: &ArenaWrite) -> Option<&[u8]> {
+        (!w.delete).then(|| &self.data[w.key_end..w.end])
+    }
+
+    fn push(&mut self, cf: Cf, key: &[u8], value: Option<&[u8]>) {
+        let at = self.data.len();
+        self.data.extend_from_slice(key);
+        let key_end = self.data.len();
+        self.data.extend_from_slice(value.unwrap_or_default());
+        self.writes.push(ArenaWrite {
+            cf,
+            delete: value.is_none(),
+            at,
+            key_end,
+            end: self.data.len(),
+        });
+    }
+
+    /// The writes as one sorted write batch; leaves this empty (keeping
+    /// its buffers for the next batch).
+    fn take_batch(&mut self, store: &Store) -> Result<IndexBatch> {
+        let w = &self.writes;
+        // Sorts positions, not the writes, by integers first: a key's
+        // 16-byte head is all of an inode key and most edge keys (8-byte
+        // parent, then the name), so whole keys are compared only past it.
+        // The sort was a third of this thread's time when it compared whole
+        // keys. The position breaks ties, so of equal keys the last written
+        // comes last.
+        let mut order: Vec<SortKey> = w
+            .iter()
+            .enumerate()
+            .map(|(i, a)| SortKey {
+                cf: a.cf,
+                head: key_head(self.key(a)),
+                pos: i,
+            })
+            .collect();
+        // Past equal heads: the rest of the keys, then their lengths (keys
+        // within 16 bytes whose heads are equal differ in trailing zeros
+        // only, and the shorter comes first).
+        let key = |o: &SortKey| self.key(&w[o.pos]);
+        let tail = |o: &SortKey| key(o).get(16..).unwrap_or_default();
+        order.sort_unstable_by(|a, b| {
+            (a.cf, a.head)
+                .cmp(&(b.cf, b.head))
+                .then_with(|| tail(a).cmp(tail(b)).then(key(a).len().cmp(&key(b).len())))
+                .then(a.pos.cmp(&b.pos))
+        });
+        let same_key =
+            |a: &SortKey, b: &SortKey| (a.cf, a.head) == (b.cf, b.head) && key(a) == key(b);
+        let (inodes, edges) = (store.index_cf(Cf::Inodes)?, store.index_cf(Cf::Edges)?);
+        // Sized up front: growing a 2 MB batch copies it again and again.
+        // Each entry adds a tag, a column family id and two lengths.
+        let mut b = IndexBatch::with_capacity(self.data.len() + 16 * w.len() + 256);
+        for (j, o) in order.iter().enumerate() {
+            if order.get(j + 1).is_some_and(|n| same_key(o, n)) {
+                continue;
+            }
+            let a = &w[o.pos];
+            let h = match a.cf {
+                Cf::Inodes => inodes,
+                Cf::Edges => edges,
+            };
+            b.put_in(h, self.key(a), self.value(a));
+        }
+        self.writes.clear();
+        self.data.clear();
+        Ok(b)
+    }
+}
+
+/// A key's first 16 bytes as a big-endian integer, zero-padded: keys with
+/// different heads order as their heads do.
+fn key_head(k: &[u8]) -> u128 {
+    let mut b = [0u8; 16];
+    let n = k.len().min(16);
+    b[..n].copy_from_slice(&k[..n]);
+    u128::from_be_bytes(b)
+}
+
+impl IndexWrite for SortedWrites {
+    fn put(&mut self, cf: Cf, key: &[u8], value: &[u8]) {
+        self.push(cf, key, Some(value));
+    }
+
+    fn delete(&mut self, cf: Cf, key: &[u8]) {
+        self.push(cf, key, None);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use std::collections::BTreeMap;
+
+    /// Keys from a small alphabet with zeros, up to 24 bytes: equal heads,
+    /// keys that are prefixes of others and keys that differ only in
+    /// trailing zeros all come up.
+    fn key() -> impl Strategy<Value = Vec<u8>> {
+        prop::collection::vec(prop_oneof![Just(0u8), Just(1u8), Just(0xff)], 0..24)
+    }
+
+    /// A replay that forgets what it wrote every few keys (waiting for its
+    /// batches first) builds the index the writer built: applying reads
+    /// parents, quotas, dictionary names and entries it rewrites, written
+    /// by earlier records of the same replay, batches still in flight or
+    /// the index.
+    #[test]
+    fn a_replay_that_forgets_often_builds_the_same_index() {
+        let dir = tempfile::tempdir().unwrap();
+        let o = || crate::Options::default().durability(crate::Durability::None);
+        let t = crate::Treelog::open(dir.path(), o()).unwrap();
+        t.mkdir_p("/q/a").unwrap();
+        t.set_quota("/q", None, Some(1 << 40)).unwrap();
+        for i in 0..3000 {
+            let p = format!("/q/a/d{}/f{i}", i % 30);
+            let opts = crate::CreateOptions {
+                parents: true,
+                owner: format!("u{}", i % 7),
+                ..Default::default()
+            };
+            t.create(&p, opts).unwrap();
+            if i % 3 == 0 {
+                t.complete(&p, i).unwrap();
+            }
+            if i % 11 == 0 {
+                t.set_xattr(&p, "user.i", &i.to_le_bytes(), crate::XattrFlag::Either)
+                    .unwrap();
+            }
+            if i % 13 == 0 {
+                t.rename(&p, &format!("/q/m{i}"), false).unwrap();
+            }
+            if i % 17 == 0 {
+                t.symlink("x", &format!("/q/a/l{i}"), Default::default())
+                    .unwrap();
+            }
+        }
+        t.delete("/q/a/d5", true).unwrap();
+        let live = crate::ops::admin::index_digest(t.store()).unwrap();
+        t.close().unwrap();
+        for (known_keys, known_bytes) in [(50, usize::MAX), (usize::MAX, 4096)] {
+            let limits = Limits {
+                batch_keys: 30,
+                batch_bytes: 2048,
+                known_keys,
+                known_bytes,
+            };
+            TEST_LIMITS.with(|l| l.set(limits));
+            let so = StoreOptions {
+                long_replay_min: 0,
+                ..Default::default()
+            };
+            rebuild(dir.path(), &so).unwrap();
+            TEST_LIMITS.with(|l| l.set(LIMITS));
+            let store = Store::open(dir.path(), &so).unwrap();
+            assert_eq!(
+                crate::ops::admin::index_digest(&store).unwrap(),
+                live,
+                "{limits:?}"
+            );
+            assert!(crate::ops::admin::check_structure(&store)
+                .unwrap()
+                .is_empty());
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig {
+            cases: 64,
+            // Beside this file, as tests/model.rs keeps its own.
+            failure_persistence: Some(Box::new(
+                prop::test_runner::FileFailurePersistence::WithSource("proptest-regressions"),
+            )),
+            ..ProptestConfig::default()
+        })]
+        /// A replay batch holds each key once, with its last write, in key
+        /// order within each column family.
+        #[test]
+        fn replay_batches_are_sorted_and_keep_the_last_write(
+            writes in prop::collection::vec(
+                (any::<bool>(), key(), prop::option::of(prop::collection::vec(any::<u8>(), 0..4))),
+                0..300,
+            )
+        ) {
+            let dir = tempfile::tempdir().unwrap();
+            let store = Store::open(dir.path(), &StoreOptions::default()).unwrap();
+            let mut sw = SortedWrites::default();
+            // Twice, the second time with every write in the other column
+            // family: a write left over from the first batch would show up
+            // in the second in its old one.
+            for flip in [false, true] {
+                let mut model = BTreeMap::new();
+                for (edges, k, v) in &writes {
+                    let edges = *edges != flip;
+                    let cf = if edges { Cf::Edges } else { Cf::Inodes };
+                    match v {
+                        Some(v) => sw.put(cf, k, v),
+                        None => sw.delete(cf, k),
+                    }
+                    model.insert((edges, k.clone()), v.clone());
+                }
+                let b = sw.take_batch(&store).unwrap();
+                prop_assert_eq!(sw.len(), 0);
+                prop_assert!(sw.data.is_empty());
+                let entries = b.entries(&store);
+                // Inodes first, then edges; strictly increasing keys in each.
+                for pair in entries.windows(2) {
+                    let (a, b) = (&pair[0], &pair[1]);
+                    prop_assert!(
+                        (a.0 as usize, &a.1) < (b.0 as usize, &b.1),
+                        "{:?} before {:?}", a, b
+                    );
+                }
+                let got: BTreeMap<_, _> = entries
+                    .into_iter()
+                    .map(|(cf, k, v)| ((cf == Cf::Edges, k), v))
+                    .collect();
+                prop_assert_eq!(got, model);
+            }
+        }
+    }
+}

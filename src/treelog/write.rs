@@ -1,0 +1,148 @@
+//! [`Treelog`]'s mutations: each a command for the single writer, answered
+//! with the sequence of its log record once it is durable and applied.
+
+use crate::command::Command;
+use crate::commit::request::Work;
+use crate::error::Result;
+use crate::treelog::{CreateOptions, MkdirOptions, PendingCommit, SetAttrs, Treelog};
+use crate::types::XattrFlag;
+
+impl Treelog {
+    /// Submits a command and blocks until it is committed or refused.
+    /// Returns the sequence number of its record (for a no-op, the committed
+    /// sequence it was decided against).
+    pub fn submit(&self, cmd: Command) -> Result<u64> {
+        self.check_leader()?;
+        self.writer.send(Work::Command(cmd))
+    }
+
+    /// Queues a command without waiting for it (pipelining); commands from
+    /// one thread are executed in the order they were queued. Blocks only
+    /// while the queue is full.
+    pub fn submit_pipelined(&self, cmd: Command) -> Result<PendingCommit> {
+        self.check_leader()?;
+        let rx = self.writer.queue(Work::Command(cmd))?;
+        Ok(PendingCommit { rx })
+    }
+
+    /// Submits a command from async code without blocking the runtime.
+    pub async fn submit_async(&self, cmd: Command) -> Result<u64> {
+        self.check_leader()?;
+        self.writer.send_async(Work::Command(cmd)).await
+    }
+
+    pub fn mkdir(&self, path: &str, o: MkdirOptions) -> Result<u64> {
+        self.submit(Command::Mkdir {
+            path: path.to_owned(),
+            parents: o.parents,
+            mode: o.mode,
+            owner: o.owner,
+            group: o.group,
+        })
+    }
+
+    /// `mkdir -p` with default attributes.
+    pub fn mkdir_p(&self, path: &str) -> Result<u64> {
+        self.mkdir(
+            path,
+            MkdirOptions {
+                parents: true,
+                ..Default::default()
+            },
+        )
+    }
+
+    pub fn create(&self, path: &str, o: CreateOptions) -> Result<u64> {
+        self.submit(Command::Create {
+            path: path.to_owned(),
+            parents: o.parents,
+            mode: o.mode,
+            owner: o.owner,
+            group: o.group,
+            block_size: o.block_size,
+        })
+    }
+
+    pub fn complete(&self, path: &str, size: u64) -> Result<u64> {
+        self.submit(Command::Complete {
+            path: path.to_owned(),
+            size,
+        })
+    }
+
+    pub fn set_size(&self, path: &str, size: u64) -> Result<u64> {
+        self.submit(Command::SetSize {
+            path: path.to_owned(),
+            size,
+        })
+    }
+
+    pub fn set_attrs(&self, path: &str, a: SetAttrs) -> Result<u64> {
+        self.submit(Command::SetAttr {
+            path: path.to_owned(),
+            mode: a.mode,
+            owner: a.owner,
+            group: a.group,
+            mtime_ms: a.mtime_ms,
+        })
+    }
+
+    pub fn delete(&self, path: &str, recursive: bool) -> Result<u64> {
+        self.submit(Command::Delete {
+            path: path.to_owned(),
+            recursive,
+        })
+    }
+
+    pub fn rename(&self, src: &str, dst: &str, overwrite: bool) -> Result<u64> {
+        self.submit(Command::Rename {
+            src: src.to_owned(),
+            dst: dst.to_owned(),
+            overwrite,
+        })
+    }
+
+    /// `ln -s TARGET PATH`: a symbolic link (see [`Command::Symlink`]).
+    pub fn symlink(&self, target: &str, path: &str, o: MkdirOptions) -> Result<u64> {
+        self.submit(Command::Symlink {
+            target: target.to_owned(),
+            path: path.to_owned(),
+            parents: o.parents,
+            owner: o.owner,
+            group: o.group,
+        })
+    }
+
+    /// Sets an extended attribute (see [`Command::SetXattr`]).
+    pub fn set_xattr(&self, path: &str, name: &str, value: &[u8], flag: XattrFlag) -> Result<u64> {
+        self.submit(Command::SetXattr {
+            path: path.to_owned(),
+            name: name.to_owned(),
+            value: value.to_vec().into(),
+            flag,
+        })
+    }
+
+    pub fn remove_xattr(&self, path: &str, name: &str) -> Result<u64> {
+        self.submit(Command::RemoveXattr {
+            path: path.to_owned(),
+            name: name.to_owned(),
+        })
+    }
+
+    /// Gives the directory `path` a quota, or changes its limits (see
+    /// [`Command::SetQuota`]).
+    pub fn set_quota(&self, path: &str, inodes: Option<u64>, bytes: Option<u64>) -> Result<u64> {
+        self.submit(Command::SetQuota {
+            path: path.to_owned(),
+            inodes,
+            bytes,
+        })
+    }
+
+    pub fn clear_quota(&self, path: &str) -> Result<u64> {
+        self.submit(Command::ClearQuota {
+            path: path.to_owned(),
+        })
+    }
+}
