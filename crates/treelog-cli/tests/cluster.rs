@@ -452,7 +452,9 @@ async fn failover_under_kill_9_keeps_every_acknowledged_write_and_stays_lineariz
         let t = treelog::Treelog::open(
             &n.data,
             treelog::Options {
-                raft: Some(treelog::raft::RaftOptions { node_id: n.id }),
+                role: treelog::replication::NodeRole::Consensus(
+                    treelog::replication::ConsensusNode { node_id: n.id },
+                ),
                 ..Default::default()
             },
         )
@@ -559,7 +561,9 @@ async fn a_snapshot_install_killed_midway_is_finished_by_the_next_start() {
             let t = treelog::Treelog::open(
                 &n.data,
                 treelog::Options {
-                    raft: Some(treelog::raft::RaftOptions { node_id: n.id }),
+                    role: treelog::replication::NodeRole::Consensus(
+                    treelog::replication::ConsensusNode { node_id: n.id },
+                ),
                     ..Default::default()
                 },
             )

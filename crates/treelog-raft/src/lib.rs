@@ -34,7 +34,7 @@ pub mod types;
 
 use std::sync::Arc;
 
-use treelog::raft::RaftOptions;
+use treelog::replication::{ConsensusNode, NodeRole};
 use treelog::Result;
 use treelog_server::{ServerConfig, ServerHandle};
 
@@ -82,7 +82,7 @@ impl ClusterHandle {
 /// (a follower receives every record in a message).
 pub fn node_server_config(cfg: &ClusterConfig) -> (ServerConfig, treelog_server::ClusterSlot) {
     let mut server = cfg.server.clone();
-    server.store.raft = Some(RaftOptions {
+    server.store.role = NodeRole::Consensus(ConsensusNode {
         node_id: cfg.node.id,
     });
     server.store.writer.durability = cfg.node.durability;

@@ -16,7 +16,8 @@ use std::sync::Arc;
 
 use openraft::storage::{IOFlushed, LogState, RaftLogReader, RaftLogStorage};
 use openraft::OptionalSend;
-use treelog::format::meta::RaftLogId;
+use treelog::format::meta::{self, RaftLogId, RaftVote};
+use treelog::Treelog;
 use treelog::Durability;
 
 use crate::metrics::RaftMetrics;
@@ -24,6 +25,100 @@ use crate::types::{
     decode_entry, encode_entry, entry_log_id, from_meta_id, from_meta_vote, io_err, to_meta_id,
     to_meta_vote, Entry, LogId, StoreRef, TypeConfig, Vote,
 };
+
+/// Raft's log on the store, through its replication port: the entries
+/// (an entry's index is its sequence) and Raft's own `meta` values (the
+/// vote, the committed and purged log ids).
+pub struct RaftLog<'a> {
+    t: &'a Treelog,
+}
+
+impl<'a> RaftLog<'a> {
+    pub fn new(t: &'a Treelog) -> RaftLog<'a> {
+        RaftLog { t }
+    }
+
+    /// Appends entries (log values at their sequences), not synced:
+    /// [`RaftLog::sync`] makes them durable. Returns their bytes.
+    pub fn append(&self, entries: &[(u64, Vec<u8>)]) -> treelog::Result<u64> {
+        self.t.replication().append(entries)
+    }
+
+    /// Makes every entry appended so far durable (one fsync).
+    pub fn sync(&self) -> treelog::Result<()> {
+        self.t.replication().sync()
+    }
+
+    /// Removes every entry after `seq` (synced; `None`: every entry).
+    pub fn truncate_after(&self, seq: Option<u64>) -> treelog::Result<()> {
+        self.t.replication().truncate_after(seq)
+    }
+
+    /// The entries with sequences in `from..to` that the log holds.
+    pub fn entries(&self, from: u64, to: u64) -> treelog::Result<Vec<(u64, Vec<u8>)>> {
+        self.t.replication().entries(from, to)
+    }
+
+    /// The last entry, if the log holds any.
+    pub fn last(&self) -> treelog::Result<Option<(u64, Vec<u8>)>> {
+        self.t.replication().last()
+    }
+
+    fn log_id(&self, key: &[u8]) -> treelog::Result<Option<RaftLogId>> {
+        match self.t.replication().meta(key)? {
+            Some(v) => Ok(Some(RaftLogId::decode("raft log id", &v)?)),
+            None => Ok(None),
+        }
+    }
+
+    pub fn vote(&self) -> treelog::Result<Option<RaftVote>> {
+        match self.t.replication().meta(meta::RAFT_VOTE_KEY)? {
+            Some(v) => Ok(Some(RaftVote::decode(&v)?)),
+            None => Ok(None),
+        }
+    }
+
+    /// Saves a vote, synced: Raft acts on it once this returns.
+    pub fn save_vote(&self, v: &RaftVote) -> treelog::Result<()> {
+        self.t
+            .replication()
+            .put_meta(meta::RAFT_VOTE_KEY, &v.encode(), true)
+    }
+
+    pub fn committed(&self) -> treelog::Result<Option<RaftLogId>> {
+        self.log_id(meta::RAFT_COMMITTED_KEY)
+    }
+
+    /// Saves the committed log id through the WAL (made durable by the
+    /// next sync): an open replays up to it.
+    pub fn save_committed(&self, id: Option<&RaftLogId>) -> treelog::Result<()> {
+        let r = self.t.replication();
+        match id {
+            Some(id) => r.put_meta(meta::RAFT_COMMITTED_KEY, &id.encode(), false),
+            None => r.delete_meta(meta::RAFT_COMMITTED_KEY),
+        }
+    }
+
+    pub fn purged(&self) -> treelog::Result<Option<RaftLogId>> {
+        self.log_id(meta::RAFT_PURGED_KEY)
+    }
+
+    /// A store that becomes a cluster's first node: Raft reads nothing up
+    /// to `upto`, its last record, and the index is at it (synced).
+    pub fn init_purged(&self, upto: &RaftLogId) -> treelog::Result<()> {
+        let r = self.t.replication();
+        r.put_meta(meta::RAFT_PURGED_KEY, &upto.encode(), true)?;
+        r.put_meta(meta::RAFT_APPLIED_KEY, &upto.encode(), true)
+    }
+
+    /// Raft reads nothing up to `id` any more: the log goes too, as far as
+    /// durable cursors allow. Returns the log's new start.
+    pub fn purge(&self, id: &RaftLogId) -> treelog::Result<u64> {
+        self.t
+            .replication()
+            .purge(id.index, &[(meta::RAFT_PURGED_KEY, &id.encode())])
+    }
+}
 
 /// The log storage of one node (cheap to clone: the log reader is a clone).
 #[derive(Clone)]
@@ -67,7 +162,7 @@ impl RaftLogReader<TypeConfig> for LogStore {
         // What Raft purged is not Raft's any more, though durable cursors
         // may keep it in the log for their subscribers.
         let t = self.t.get()?;
-        let log = t.raft_log();
+        let log = RaftLog::new(&t);
         let from = match log.purged().map_err(io_err)? {
             Some(p) => from.max(p.index + 1),
             None => from,
@@ -80,10 +175,8 @@ impl RaftLogReader<TypeConfig> for LogStore {
     }
 
     async fn read_vote(&mut self) -> io::Result<Option<Vote>> {
-        Ok(self
-            .t
-            .get()?
-            .raft_log()
+        let t = self.t.get()?;
+        Ok(RaftLog::new(&t)
             .vote()
             .map_err(io_err)?
             .map(|v| from_meta_vote(&v)))
@@ -95,7 +188,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 
     async fn get_log_state(&mut self) -> io::Result<LogState<TypeConfig>> {
         let t = self.t.get()?;
-        let log = t.raft_log();
+        let log = RaftLog::new(&t);
         let purged = log.purged().map_err(io_err)?.map(|p| from_meta_id(&p));
         let last = match log.last().map_err(io_err)? {
             Some((seq, v)) => Some(entry_log_id(seq, &v)?),
@@ -121,7 +214,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     async fn save_vote(&mut self, vote: &Vote) -> io::Result<()> {
         let t = self.t.get()?;
         let v = to_meta_vote(vote);
-        tokio::task::spawn_blocking(move || t.raft_log().save_vote(&v))
+        tokio::task::spawn_blocking(move || RaftLog::new(&t).save_vote(&v))
             .await
             .map_err(io::Error::other)?
             .map_err(io_err)
@@ -129,18 +222,14 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 
     async fn save_committed(&mut self, committed: Option<LogId>) -> io::Result<()> {
         let c = committed.map(|c| to_meta_id(&c));
-        self.t
-            .get()?
-            .raft_log()
-            .save_committed(c.as_ref())
+        let t = self.t.get()?;
+        RaftLog::new(&t).save_committed(c.as_ref())
             .map_err(io_err)
     }
 
     async fn read_committed(&mut self) -> io::Result<Option<LogId>> {
-        Ok(self
-            .t
-            .get()?
-            .raft_log()
+        let t = self.t.get()?;
+        Ok(RaftLog::new(&t)
             .committed()
             .map_err(io_err)?
             .map(|c| from_meta_id(&c)))
@@ -156,7 +245,8 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             .map(|e| Ok((e.log_id.index, encode_entry(&e)?)))
             .collect::<io::Result<Vec<_>>>()?;
         let n = values.len() as u64;
-        let bytes = self.t.get()?.raft_log().append(&values).map_err(io_err)?;
+        let t = self.t.get()?;
+        let bytes = RaftLog::new(&t).append(&values).map_err(io_err)?;
         if let Some(m) = &self.metrics {
             m.appended(n, bytes);
         }
@@ -169,7 +259,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         let after = last.map(|l| l.index);
         let t = self.t.get()?;
         tracing::info!(after, "truncating the log's uncommitted tail");
-        tokio::task::spawn_blocking(move || t.raft_log().truncate_after(after))
+        tokio::task::spawn_blocking(move || RaftLog::new(&t).truncate_after(after))
             .await
             .map_err(io::Error::other)?
             .map_err(io_err)
@@ -178,7 +268,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     async fn purge(&mut self, id: LogId) -> io::Result<()> {
         let t = self.t.get()?;
         let id: RaftLogId = to_meta_id(&id);
-        tokio::task::spawn_blocking(move || t.raft_purge(&id))
+        tokio::task::spawn_blocking(move || RaftLog::new(&t).purge(&id))
             .await
             .map_err(io::Error::other)?
             .map_err(io_err)?;
@@ -214,7 +304,7 @@ impl LogSyncer {
                         match t
                             .get()
                             .map_err(treelog::Error::Io)
-                            .and_then(|t| t.raft_log().sync())
+                            .and_then(|t| RaftLog::new(&t).sync())
                         {
                             Ok(()) => {
                                 if let Some(m) = &metrics {

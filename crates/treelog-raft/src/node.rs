@@ -16,7 +16,7 @@ use treelog_proto::protocol::{ClusterMember, ClusterStatus};
 use crate::log_store::LogStore;
 use crate::metrics::RaftMetrics;
 use crate::network::{Faults, Network};
-use crate::proposer::{RaftProposer, OUTCOME_WAIT};
+use crate::proposer::{LeaderProposer, RaftProposer, OUTCOME_WAIT};
 use crate::snapshot::Receiver;
 use crate::state_machine::{Snapshots, StateMachine};
 use crate::types::{
@@ -213,7 +213,7 @@ impl RaftNode {
     /// only voter. Raft restarts on it and elects this node.
     pub async fn init(self: &Arc<Self>) -> Result<()> {
         let mut running = self.running.write().await;
-        let log = self.t.raft_log();
+        let log = crate::log_store::RaftLog::new(&self.t);
         if log.vote()?.is_some() {
             return Err(Error::AlreadyExists(format!(
                 "node {} is already a member of a cluster",
@@ -244,7 +244,7 @@ impl RaftNode {
         // a snapshot (and with it the namespace), never the records of a
         // single node's history. (A single node's records are term 0; a
         // restored backup of a cluster's node keeps its entries' terms.)
-        let upto = treelog::raft::applied_log_id(self.t.store())?.unwrap_or(RaftLogId {
+        let upto = self.t.replication().applied()?.applied.unwrap_or(RaftLogId {
             term: 0,
             node: 0,
             index: 0,
@@ -398,7 +398,7 @@ impl RaftNode {
             .await
             .is_err()
         {
-            return Err(self.t.not_caught_up(seq, wait));
+            return Err(self.t.replication().not_caught_up(seq, wait));
         }
         Ok(seq)
     }
@@ -538,7 +538,11 @@ async fn watch_leadership(
                 .await;
                 match barrier {
                     Ok(Ok(_)) => {
-                        if node.t.raft_lead(tag, proposer.clone()).await.is_ok() {
+                        let lead = Arc::new(LeaderProposer {
+                            tag,
+                            proposer: proposer.clone(),
+                        });
+                        if node.t.replication().lead(lead).await.is_ok() {
                             leading = Some(tag);
                             following = None;
                             lost_at = None;
@@ -558,7 +562,7 @@ async fn watch_leadership(
                     .map(|n| n.addr.clone())
             });
             if (leading.is_some() || following.as_ref() != Some(&addr))
-                && node.t.raft_follow(addr.clone()).await.is_ok()
+                && node.t.replication().follow(addr.clone()).await.is_ok()
             {
                 if leading.take().is_some() {
                     lost_at = Some(Instant::now());

@@ -1,5 +1,5 @@
 //! The leader's writer hands its records to Raft here (the store's
-//! `treelog::raft::Proposer`). Each record becomes one Raft entry, written
+//! `treelog::replication::Proposer`). Each record becomes one Raft entry, written
 //! under the leader that validated it (`with_leader`: after a change of
 //! leader it is refused, never appended), and its caller is answered once
 //! the entry is applied on this node, or with what became of it:
@@ -23,7 +23,7 @@ use openraft::errors::ClientWriteError;
 use openraft::raft::ClientWriteResult;
 use openraft::vote::RaftLeaderId;
 use treelog::format::record::LeaderTag;
-use treelog::raft::{Proposal, Proposer, ReplyTx};
+use treelog::replication::{Proposal, Proposer, ReplyTx};
 use treelog::Error;
 
 use crate::metrics::RaftMetrics;
@@ -75,7 +75,7 @@ struct SlotState {
     /// against it): their reply and their own refusal.
     waiters: Vec<(ReplyTx, Option<Error>)>,
     /// The entry's own caller, until it is answered.
-    caller: Option<treelog::raft::ProposalReply>,
+    caller: Option<treelog::replication::ProposalReply>,
 }
 
 fn answer(tx: ReplyTx, refusal: Option<Error>, outcome: &Outcome) {
@@ -143,8 +143,23 @@ pub struct RaftProposer {
     unsettled: Unsettled,
 }
 
-impl Proposer for RaftProposer {
-    fn propose(&self, tag: LeaderTag, proposals: Vec<Proposal>) {
+/// The proposer of one leadership: what the store's writer proposes while
+/// this node leads under `tag` goes to Raft under that leader (after a
+/// change of leader it is refused, never appended).
+pub struct LeaderProposer {
+    pub tag: LeaderTag,
+    pub proposer: Arc<RaftProposer>,
+}
+
+impl Proposer for LeaderProposer {
+    fn propose(&self, proposals: Vec<Proposal>) {
+        self.proposer.propose_as(self.tag, proposals);
+    }
+}
+
+impl RaftProposer {
+    /// Queues the writer's `proposals` for Raft, under the leader `tag`.
+    fn propose_as(&self, tag: LeaderTag, proposals: Vec<Proposal>) {
         if let Err(e) = self.tx.send((tag, proposals)) {
             // The node is stopping: nothing of these reached Raft.
             for p in e.0 .1 {

@@ -5,7 +5,7 @@
 //! receiver lays them out as a backup (`db/` and the manifest), and Raft
 //! installs it: every file checked against the manifest, the index digest
 //! against the manifest's (`backup::restore`), then the index replaced in
-//! place (`Treelog::raft_install`).
+//! place (`Replication::install`).
 
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;

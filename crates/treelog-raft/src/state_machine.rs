@@ -1,8 +1,8 @@
 //! Raft's state machine: the store's index. Committed entries are applied
 //! by the store's writer with the function replay uses
-//! (`Treelog::raft_apply`); snapshots are the store's checkpoints
+//! (`Replication::apply`); snapshots are the store's checkpoints
 //! (`Treelog::serve_backup`), and installing one replaces the index in
-//! place (`Treelog::raft_install`, crash-safe).
+//! place (`Replication::install`, crash-safe).
 
 use std::io;
 use std::path::PathBuf;
@@ -187,11 +187,8 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
 
     async fn applied_state(&mut self) -> io::Result<(Option<LogId>, StoredMembership)> {
         let t = self.t.get()?;
-        let store = t.store();
-        let applied = treelog::raft::applied_log_id(store)
-            .map_err(io_err)?
-            .map(|a| from_meta_id(&a));
-        let st = t.raft_applied().map_err(io_err)?;
+        let st = t.replication().applied().map_err(io_err)?;
+        let applied = st.applied.map(|a| from_meta_id(&a));
         Ok((applied, stored_membership(st.membership)?))
     }
 
@@ -214,7 +211,8 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             return Ok(());
         }
         let n = values.len() as u64;
-        self.t.get()?.raft_apply(values).await.map_err(io_err)?;
+        let t = self.t.get()?;
+        t.replication().apply(values).await.map_err(io_err)?;
         if let Some(m) = &self.metrics {
             m.applied(n);
         }
@@ -282,7 +280,11 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                 report.seq
             )));
         }
-        let seq = t.raft_install(install_dir).await.map_err(io_err)?;
+        let seq = t
+            .replication()
+            .install(install_dir)
+            .await
+            .map_err(io_err)?;
         // Kept as this node's current snapshot (Raft may send it on).
         let kept = data_dir.join(crate::snapshot::CURRENT_DIR);
         if kept != dir {

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use openraft::testing::log::{StoreBuilder, Suite};
 use openraft::StorageError;
-use treelog::raft::RaftOptions;
+use treelog::replication::{ConsensusNode, NodeRole};
 use treelog::{Durability, Options, Treelog};
 use treelog_raft::log_store::LogStore;
 use treelog_raft::state_machine::{Snapshots, StateMachine};
@@ -24,7 +24,7 @@ impl StoreBuilder<TypeConfig, LogStore, StateMachine, Guard> for Builder {
     async fn build(&self) -> Result<(Guard, LogStore, StateMachine), StorageError<TypeConfig>> {
         let dir = tempfile::tempdir().expect("a temporary directory");
         let opts = Options {
-            raft: Some(RaftOptions { node_id: 1 }),
+            role: NodeRole::Consensus(ConsensusNode { node_id: 1 }),
             metrics: false,
             ..Options::default().durability(Durability::None)
         };
