@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
 use treelog::error::{Error, Result};
-use treelog::replica::ReplicaState;
+use treelog::replication::ReplicaState;
 
 use crate::ReplicaConfig;
 

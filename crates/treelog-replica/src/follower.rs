@@ -14,7 +14,9 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
 use treelog::error::{Error, ErrorKind, Result};
-use treelog::replica::{record_crc, CatchUp, ReplicaState};
+use treelog::catch_up::CatchUp;
+use treelog::replication::replica::record_crc;
+use treelog::replication::ReplicaState;
 use treelog::store::Store;
 use treelog::Treelog;
 use treelog_client::{Client, ReplyStream};
@@ -201,7 +203,7 @@ async fn next_batch(
 /// Before the replica serves: when its closed database is at least
 /// `cfg.catch_up_min` records behind the source, appends the source's records
 /// up to the source's committed sequence of now to the log and applies
-/// them with the replay (`treelog::replica::CatchUp`, rather than one
+/// them with the replay (`treelog::catch_up::CatchUp`, rather than one
 /// group commit per batch as when serving).
 /// Returns the records applied. `Compacted` when the position is gone
 /// from the source.
@@ -290,7 +292,7 @@ async fn stream(
         };
         let n = records.len() as u64;
         let t = store.upgrade().ok_or_else(gone)?;
-        match t.replicate(records).await {
+        match t.replication().replicate(records).await {
             Ok(_) => {
                 next += n;
                 *progressed = true;

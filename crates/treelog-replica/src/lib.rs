@@ -25,6 +25,7 @@
 pub mod bootstrap;
 pub mod fetch;
 mod follower;
+pub mod metrics;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -32,7 +33,7 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 use treelog::error::{Error, ErrorKind, Result};
-use treelog::replica::ReplicaState;
+use treelog::replication::{NodeRole, ReplicaState};
 use treelog_server::{Bound, Listeners, ServerConfig};
 
 /// How to run a replica.
@@ -155,7 +156,7 @@ pub async fn start(mut cfg: ReplicaConfig) -> Result<ReplicaHandle> {
     // A replica never creates a database: it restores its source's.
     cfg.server.store.store.create_if_missing = false;
     let state = Arc::new(ReplicaState::new(cfg.source.to_string()));
-    cfg.server.store.replica = Some(state.clone());
+    cfg.server.store.role = NodeRole::Replica(state.clone());
     let (stop, stop_rx) = watch::channel(false);
     let done = tokio::spawn(supervise(cfg, listeners, state.clone(), stop_rx));
     Ok(ReplicaHandle {
@@ -234,6 +235,11 @@ async fn supervise(
         }
         let mut handle =
             treelog_server::start_on(cfg.server.clone(), listeners.try_clone()?).await?;
+        if let Some(t) = handle.store() {
+            metrics::ReplicaMetrics::register(&state, &t).map_err(|e| {
+                Error::InvalidArgument(format!("cannot register the replica's metrics: {e}"))
+            })?;
+        }
         let store = handle.store_weak();
         let end = tokio::select! {
             end = follower::follow(store, &cfg, &state, stop.clone()) => end,
