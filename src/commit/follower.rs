@@ -141,6 +141,10 @@ impl Core {
         self.pending.push(seq, writes.clone());
         self.last_seq = seq;
         self.last_time_ms = time_ms;
+        if let Some(m) = shared.metrics() {
+            m.write.group_commands.observe(requests.len() as f64);
+            m.write.group_bytes.observe(bytes as f64);
+        }
         Some(Appended {
             requests,
             results,
