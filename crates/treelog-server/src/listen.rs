@@ -15,6 +15,7 @@ use treelog::{Error, ErrorKind, Result};
 use treelog_proto::protocol::{self, ServerMsg};
 
 use crate::config::{ServerConfig, FD_RESERVE, MIN_FITTED_CONNECTIONS};
+use crate::connection;
 use crate::state::State;
 
 /// Addresses the server bound (useful with port 0).
@@ -301,7 +302,7 @@ fn take(sock: TcpStream, peer: SocketAddr, state: &Arc<State>, conns: &mut JoinS
                 if let Some(m) = st.metrics() {
                     m.connections.inc();
                 }
-                let _ = crate::connection(sock, peer, admission, st.clone()).await;
+                let _ = connection::serve(sock, peer, admission, st.clone()).await;
                 if let Some(m) = st.metrics() {
                     m.connections.dec();
                 }

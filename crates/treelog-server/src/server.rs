@@ -10,6 +10,7 @@ use treelog::metrics::Metrics;
 use treelog::{Error, Result, Treelog};
 
 use crate::config::ServerConfig;
+use crate::http;
 use crate::listen::{accept_loop, fit_fd_limit, signal_handlers, Bound, Listeners};
 use crate::logging::{init_logging, LogFormat};
 use crate::state::State;
@@ -93,7 +94,7 @@ pub async fn start_on(mut cfg: ServerConfig, listeners: Listeners) -> Result<Ser
     let stop = Arc::new(watch::channel(false).0);
     let state = Arc::new(State::new(cfg, stop.clone())?);
     tokio::spawn(state.backups.clone().run_expiry(state.shutdown.clone()));
-    let http = tokio::spawn(crate::http::serve(http_listener, state.clone()));
+    let http = tokio::spawn(http::serve(http_listener, state.clone()));
     let store = open_store(&state).await?;
     log_serving(&state, &bound);
     let config = state.cfg.clone();
