@@ -6,7 +6,8 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::sync::{oneshot, OwnedSemaphorePermit, Semaphore};
-use treelog::metrics::Metrics;
+
+use crate::metrics::ServerMetrics;
 
 /// The RPC port's connection slots.
 pub(crate) struct Slots {
@@ -33,7 +34,10 @@ struct Handshakes {
 impl Handshakes {
     /// Closes the oldest connection waiting for its handshake; returns its
     /// slot.
-    fn evict_oldest(&mut self, metrics: Option<&Arc<Metrics>>) -> Option<OwnedSemaphorePermit> {
+    fn evict_oldest(
+        &mut self,
+        metrics: Option<&Arc<ServerMetrics>>,
+    ) -> Option<OwnedSemaphorePermit> {
         let (_, w) = self.waiting.pop_first()?;
         let _ = w.evict.send(());
         if let Some(m) = metrics {
@@ -42,7 +46,7 @@ impl Handshakes {
         Some(w.permit)
     }
 
-    fn set_gauge(&self, metrics: Option<&Arc<Metrics>>) {
+    fn set_gauge(&self, metrics: Option<&Arc<ServerMetrics>>) {
         if let Some(m) = metrics {
             m.handshaking.set(self.waiting.len() as i64);
         }
@@ -68,7 +72,10 @@ impl Slots {
     /// to admit a newer one), so the rest of the slots stay with clients
     /// that completed the handshake. `None`: every slot belongs to a
     /// handshaken client.
-    pub(crate) fn admit(self: &Arc<Slots>, metrics: Option<&Arc<Metrics>>) -> Option<Admission> {
+    pub(crate) fn admit(
+        self: &Arc<Slots>,
+        metrics: Option<&Arc<ServerMetrics>>,
+    ) -> Option<Admission> {
         let mut hs = self.handshakes();
         let permit = match self.free.clone().try_acquire_owned() {
             Ok(p) => p,
@@ -96,7 +103,7 @@ impl Slots {
 /// [`Slots`]' handshakes, where a newer connection may reclaim it.
 pub(crate) struct Admission {
     slots: Arc<Slots>,
-    metrics: Option<Arc<Metrics>>,
+    metrics: Option<Arc<ServerMetrics>>,
     id: u64,
     /// Fires when the slot is reclaimed for a newer connection.
     pub(crate) evicted: oneshot::Receiver<()>,

@@ -8,8 +8,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use subtle::ConstantTimeEq;
-use treelog::metrics::Metrics;
 use treelog::{Error, Result};
+
+use crate::metrics::ServerMetrics;
 
 /// The token clients must present (if any), and the failed checks of each
 /// address.
@@ -37,7 +38,7 @@ impl Auth {
         &self,
         peer: IpAddr,
         given: &Option<String>,
-        metrics: Option<&Arc<Metrics>>,
+        metrics: Option<&Arc<ServerMetrics>>,
     ) -> Result<bool> {
         if self.token.is_none() {
             return Ok(true);

@@ -6,7 +6,9 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::{watch, Semaphore};
-use treelog::metrics::{Metrics, READ_OPS};
+use treelog::metrics::READ_OPS;
+
+use crate::metrics::ServerMetrics;
 use treelog::{Error, Result, Treelog};
 
 use crate::backups::Backups;
@@ -22,7 +24,7 @@ pub(crate) struct ConnCtx {
     /// The connection's live streams (subscriptions, replication), by
     /// request id: each one's cancel signal.
     subs: Mutex<HashMap<u64, watch::Sender<bool>>>,
-    pub(crate) metrics: Option<Arc<Metrics>>,
+    pub(crate) metrics: Option<Arc<ServerMetrics>>,
     pub(crate) shutdown: watch::Receiver<bool>,
     max_subscriptions: usize,
     /// Where streams run (see [`State::delivery`]).

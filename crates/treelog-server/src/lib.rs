@@ -15,7 +15,8 @@
 //! and the time they take to send their headers.
 
 //! The modules, from the bottom up (each uses only modules listed before it):
-//! `config` (settings and limits), `logging`, `backups` (backups fetched
+//! `config` (settings and limits), `logging`, `metrics` (the server's
+//! series, on the store's registry), `backups` (backups fetched
 //! over the RPC port), `auth` (the token and its throttle), `admission`
 //! (connection slots and the handshake share), `state` (what the ports and
 //! connections share), `out` and `incoming` (a connection's frames),
@@ -37,6 +38,7 @@ mod http;
 mod incoming;
 mod listen;
 mod logging;
+mod metrics;
 mod out;
 mod reads;
 mod replication;
@@ -50,4 +52,5 @@ pub use config::{
 };
 pub use listen::{signal_handlers, Bound, Listeners};
 pub use logging::{init_logging, LogFormat};
+pub use metrics::ServerMetrics;
 pub use server::{run, start, start_on, ServerHandle};

@@ -9,8 +9,9 @@ use std::sync::Arc;
 
 use tokio::net::tcp::OwnedWriteHalf;
 use tokio::sync::{mpsc, Notify};
-use treelog::metrics::Metrics;
 use treelog_proto::protocol::{self, ResponseBody, ServerMsg};
+
+use crate::metrics::ServerMetrics;
 
 /// Bytes queued for one connection: counted when a frame is encoded,
 /// uncounted when the frame is dropped (written to the socket, or thrown
@@ -21,7 +22,7 @@ struct OutCount {
     /// Woken when `queued` falls below `bound`, or the writer stops.
     drained: Notify,
     closed: AtomicBool,
-    metrics: Option<Arc<Metrics>>,
+    metrics: Option<Arc<ServerMetrics>>,
 }
 
 impl OutCount {
@@ -123,7 +124,7 @@ impl Out {
     pub(crate) fn spawn_writer(
         wr: OwnedWriteHalf,
         bound: usize,
-        metrics: Option<Arc<Metrics>>,
+        metrics: Option<Arc<ServerMetrics>>,
     ) -> (Out, tokio::task::JoinHandle<()>) {
         let (tx, rx) = mpsc::channel::<Frame>(1024);
         let count = Arc::new(OutCount {

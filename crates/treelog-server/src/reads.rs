@@ -142,7 +142,8 @@ pub(crate) async fn summary(ctx: &ConnCtx, path: String, at: ReadAt) -> Result<R
         .await
         .unwrap_or_else(|_| Err(Error::corrupt("count", "the count task panicked")));
     if let Some(m) = &ctx.metrics {
-        m.read_seconds
+        m.store
+            .read_seconds
             .with_label_values(&["count"])
             .observe(t0.elapsed().as_secs_f64());
     }
@@ -191,8 +192,8 @@ fn timed_read<T>(ctx: &ConnCtx, op: &str, f: impl FnOnce() -> Result<T>) -> Resu
     if let Some(m) = &ctx.metrics {
         let secs = t0.elapsed().as_secs_f64();
         match READ_OPS.iter().position(|o| *o == op) {
-            Some(i) => m.read_seconds_by_op[i].observe(secs),
-            None => m.read_seconds.with_label_values(&[op]).observe(secs),
+            Some(i) => m.store.read_seconds_by_op[i].observe(secs),
+            None => m.store.read_seconds.with_label_values(&[op]).observe(secs),
         }
     }
     r

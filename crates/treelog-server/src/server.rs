@@ -13,6 +13,7 @@ use crate::config::ServerConfig;
 use crate::http;
 use crate::listen::{accept_loop, fit_fd_limit, signal_handlers, Bound, Listeners};
 use crate::logging::{init_logging, LogFormat};
+use crate::metrics::ServerMetrics;
 use crate::state::State;
 
 /// A running server, for tests and embedding: `shutdown()` stops it.
@@ -21,7 +22,7 @@ pub struct ServerHandle {
     /// The limits in force (`max_connections` may have been lowered to
     /// fit the open-file limit).
     pub config: ServerConfig,
-    metrics: Option<Arc<Metrics>>,
+    metrics: Option<Arc<ServerMetrics>>,
     stop: Arc<watch::Sender<bool>>,
     done: tokio::task::JoinHandle<Result<()>>,
     store: std::sync::Weak<Treelog>,
@@ -39,8 +40,15 @@ impl ServerHandle {
         self.store.clone()
     }
 
-    /// The server's metrics (`None` when the store runs without them).
+    /// The store's metrics, on whose registry the server's are (`None`
+    /// when the store runs without them).
     pub fn metrics(&self) -> Option<&Arc<Metrics>> {
+        self.metrics.as_ref().map(|m| &m.store)
+    }
+
+    /// The server's own metrics (`treelog_server_*`, `treelog_http_*`;
+    /// `None` when the store runs without metrics).
+    pub fn server_metrics(&self) -> Option<&Arc<ServerMetrics>> {
         self.metrics.as_ref()
     }
 
@@ -120,8 +128,11 @@ async fn open_store(state: &State) -> Result<std::sync::Weak<Treelog>> {
     let t = Arc::new(t);
     let weak = Arc::downgrade(&t);
     if let Some(m) = t.metrics() {
+        let m = ServerMetrics::register(m.clone()).map_err(|e| {
+            Error::InvalidArgument(format!("cannot register the server's metrics: {e}"))
+        })?;
         m.connection_limit.set(state.cfg.max_connections as i64);
-        let _ = state.metrics.set(m.clone());
+        let _ = state.metrics.set(Arc::new(m));
     }
     let _ = state.store.set(t);
     state.ready.store(true, Ordering::Release);

@@ -5,7 +5,6 @@ use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, OnceLock};
 
 use tokio::sync::watch;
-use treelog::metrics::Metrics;
 use treelog::stream::DeliveryRuntime;
 use treelog::{Result, Treelog};
 
@@ -14,13 +13,15 @@ use crate::auth::Auth;
 use crate::backups::Backups;
 use crate::config::ServerConfig;
 use crate::logging::Refusals;
+use crate::metrics::ServerMetrics;
 
 pub(crate) struct State {
     pub(crate) cfg: ServerConfig,
     pub(crate) store: OnceLock<Arc<Treelog>>,
     pub(crate) ready: AtomicBool,
-    /// The store's metrics, once it is open.
-    pub(crate) metrics: OnceLock<Arc<Metrics>>,
+    /// The server's metrics (on the store's registry), once the store is
+    /// open.
+    pub(crate) metrics: OnceLock<Arc<ServerMetrics>>,
     /// The RPC port's connection slots.
     pub(crate) slots: Arc<Slots>,
     /// The token and the delays of addresses that keep failing it.
@@ -57,7 +58,7 @@ impl State {
         })
     }
 
-    pub(crate) fn metrics(&self) -> Option<&Arc<Metrics>> {
+    pub(crate) fn metrics(&self) -> Option<&Arc<ServerMetrics>> {
         self.metrics.get()
     }
 }

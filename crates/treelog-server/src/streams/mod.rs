@@ -56,7 +56,7 @@ pub(crate) async fn subscription(
         }
     };
     if let Some(m) = &ctx.metrics {
-        m.subscribers.inc();
+        m.store.subscribers.inc();
     }
     let mut shutdown = ctx.shutdown.clone();
     let outcome = loop {
@@ -88,12 +88,12 @@ pub(crate) async fn subscription(
             break "disconnected";
         }
         if let Some(m) = &ctx.metrics {
-            m.delivered.inc();
+            m.store.delivered.inc();
         }
     };
     ctx.unregister(id);
     if let Some(m) = &ctx.metrics {
-        m.subscribers.dec();
+        m.store.subscribers.dec();
     }
     outcome
 }
