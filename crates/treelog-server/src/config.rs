@@ -10,6 +10,8 @@ use std::time::Duration;
 use treelog::{Error, Options, Result};
 use treelog_proto::protocol;
 
+use crate::streams::delivery::DeliveryPriority;
+
 /// Server settings.
 #[derive(Debug, Clone)]
 pub struct ServerConfig {
@@ -57,7 +59,7 @@ pub struct ServerConfig {
     /// Serve the RPC port on a non-loopback address without a token.
     pub allow_insecure_listen: bool,
     /// The scheduling priority of the thread that delivers change streams.
-    pub stream_priority: treelog::stream::DeliveryPriority,
+    pub stream_priority: DeliveryPriority,
     pub store: Options,
     /// Set on a node of a Raft cluster: its Raft messages, the cluster's
     /// administration and linearizable reads go to the service put here

@@ -15,7 +15,8 @@
 //! and the time they take to send their headers.
 
 //! The modules, from the bottom up (each uses only modules listed before it):
-//! `config` (settings and limits), `logging`, `metrics` (the server's
+//! `streams::delivery` (the delivery runtime), `config` (settings and
+//! limits), `logging`, `metrics` (the server's
 //! series, on the store's registry), `backups` (backups fetched
 //! over the RPC port), `auth` (the token and its throttle), `admission`
 //! (connection slots and the handshake share), `state` (what the ports and
@@ -54,3 +55,4 @@ pub use listen::{signal_handlers, Bound, Listeners};
 pub use logging::{init_logging, LogFormat};
 pub use metrics::ServerMetrics;
 pub use server::{run, start, start_on, ServerHandle};
+pub use streams::{DeliveryPriority, DeliveryRuntime};

@@ -5,7 +5,6 @@ use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, OnceLock};
 
 use tokio::sync::watch;
-use treelog::stream::DeliveryRuntime;
 use treelog::{Result, Treelog};
 
 use crate::admission::Slots;
@@ -14,6 +13,7 @@ use crate::backups::Backups;
 use crate::config::ServerConfig;
 use crate::logging::Refusals;
 use crate::metrics::ServerMetrics;
+use crate::streams::delivery::DeliveryRuntime;
 
 pub(crate) struct State {
     pub(crate) cfg: ServerConfig,

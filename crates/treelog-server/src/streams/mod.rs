@@ -3,6 +3,8 @@
 //! and the wait for room in the connection's queue that every stream makes
 //! before its next reply.
 
+pub(crate) mod delivery;
+
 use std::sync::Arc;
 
 use tokio::sync::watch;
@@ -12,6 +14,8 @@ use treelog_proto::protocol::{self, ResponseBody};
 use crate::context::ConnCtx;
 use crate::out::respond;
 use crate::reads::caught_up;
+
+pub use delivery::{DeliveryPriority, DeliveryRuntime};
 
 /// Waits until the connection's queue has room for a stream's next reply;
 /// true, with `StreamEnd` sent, when the stream was cancelled or the
