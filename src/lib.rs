@@ -38,15 +38,12 @@ mod readview;
 pub mod recovery;
 mod replay_progress;
 pub mod replica;
+mod sched;
 mod shared;
 mod supervisor;
 mod treelog;
 mod watermark;
 mod writer;
-
-/// Thread scheduling classes, shared with the server's request workers.
-#[doc(hidden)]
-pub mod sched;
 
 /// Crash points and injected failures of the reliability tests (also the
 /// CLI's own, with its `failpoints` feature).

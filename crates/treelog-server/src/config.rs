@@ -265,7 +265,7 @@ pub fn request_runtime(policy: WorkerPolicy) -> Result<tokio::runtime::Runtime> 
 fn set_worker_policy(policy: WorkerPolicy) {
     #[cfg(target_os = "linux")]
     if policy == WorkerPolicy::Batch {
-        treelog::sched::set_policy(libc::SCHED_BATCH);
+        crate::sched::set_policy(libc::SCHED_BATCH);
     }
     #[cfg(not(target_os = "linux"))]
     let _ = policy;
@@ -303,7 +303,7 @@ mod tests {
         ] {
             let rt = request_runtime(p).expect("runtime");
             let got = rt
-                .block_on(async { tokio::spawn(async { treelog::sched::current() }).await })
+                .block_on(async { tokio::spawn(async { crate::sched::current() }).await })
                 .expect("task");
             assert_eq!(got.0, policy, "{p}");
         }

@@ -13,19 +13,19 @@
 //! replies queued for it (beyond which the server stops reading its
 //! requests), the frame a client may send, and the HTTP port's connections
 //! and the time they take to send their headers.
-
-//! The modules, from the bottom up (each uses only modules listed before it):
-//! `streams::delivery` (the delivery runtime), `config` (settings and
-//! limits), `logging`, `metrics` (the server's
-//! series, on the store's registry), `backups` (backups fetched
-//! over the RPC port), `auth` (the token and its throttle), `admission`
-//! (connection slots and the handshake share), `state` (what the ports and
-//! connections share), `out` and `incoming` (a connection's frames),
-//! `context` (what a connection's requests share), `reads`, `streams`
-//! (subscriptions), `replication` (the replication source), `dispatch`
-//! (request routing), `handshake`, `connection` (one RPC connection),
-//! `listen` (the RPC port: listeners, accept loop, drain, signals), `http`
-//! (the HTTP port), and `server` (start, run, the handle).
+//!
+//! The modules, from the bottom up (each uses only modules listed before
+//! it): `sched` (thread scheduling classes), `streams::delivery` (the
+//! delivery runtime), `config` (settings and limits), `logging`, `metrics`
+//! (the server's series, on the store's registry), `backups` (backups
+//! fetched over the RPC port), `auth` (the token and its throttle),
+//! `admission` (connection slots and the handshake share), `state` (what
+//! the ports and connections share), `out` and `incoming` (a connection's
+//! frames), `context` (what a connection's requests share), `reads`,
+//! `streams` (subscriptions), `replication` (the replication source),
+//! `dispatch` (request routing), `handshake`, `connection` (one RPC
+//! connection), `listen` (the RPC port: listeners, accept loop, drain,
+//! signals), `http` (the HTTP port), and `server` (start, run, the handle).
 
 mod admission;
 mod auth;
@@ -43,6 +43,7 @@ mod metrics;
 mod out;
 mod reads;
 mod replication;
+mod sched;
 mod server;
 mod state;
 mod streams;

@@ -92,8 +92,8 @@ impl Drop for DeliveryRuntime {
 fn lower_thread_priority(priority: DeliveryPriority) {
     #[cfg(target_os = "linux")]
     match priority {
-        DeliveryPriority::Idle => treelog::sched::set_policy(libc::SCHED_IDLE),
-        DeliveryPriority::Nice(n) => treelog::sched::set_niceness(n),
+        DeliveryPriority::Idle => crate::sched::set_policy(libc::SCHED_IDLE),
+        DeliveryPriority::Nice(n) => crate::sched::set_niceness(n),
     }
     #[cfg(not(target_os = "linux"))]
     let _ = priority;
@@ -132,7 +132,7 @@ mod tests {
             let rt = DeliveryRuntime::new(p).expect("runtime");
             let (got_policy, got_nice) = rt
                 .handle()
-                .block_on(async { tokio::spawn(async { treelog::sched::current() }).await })
+                .block_on(async { tokio::spawn(async { crate::sched::current() }).await })
                 .expect("task");
             assert_eq!(got_policy, policy, "{p}");
             if let Some(n) = nice {
