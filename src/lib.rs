@@ -56,10 +56,6 @@ pub use ops::{admin, backup, catch_up, recovery};
 #[doc(hidden)]
 pub use sys::failpoint;
 
-/// Thread scheduling classes, shared with the server's request workers.
-#[doc(hidden)]
-pub use sys::sched;
-
 pub use crate::treelog::{
     CreateOptions, MkdirOptions, OpenReport, Options, PendingCommit, SetAttrs, Treelog,
     DEFAULT_MAX_COUNT_INODES,

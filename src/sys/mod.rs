@@ -2,5 +2,5 @@
 //! the failpoints of the reliability tests.
 
 pub mod failpoint;
-pub mod sched;
+pub(crate) mod sched;
 pub(crate) mod supervisor;

@@ -9,7 +9,7 @@ use treelog::metrics::Metrics;
 use treelog::stream::StreamItem;
 use treelog::Durability;
 use treelog_client::{Client, ClientOptions, RemoteSubscription};
-use treelog_server::{ServerConfig, ServerHandle};
+use treelog_server::{ServerConfig, ServerHandle, ServerMetrics};
 
 /// The configuration of a test server on `data`: the RPC and HTTP ports
 /// on loopback, chosen by the OS, and no fsync; the defaults otherwise.
@@ -41,9 +41,14 @@ pub async fn client(h: &ServerHandle) -> Client {
     connect(h.bound.rpc).await
 }
 
-/// The server's metrics (it collects them by default).
+/// The store's metrics (it collects them by default).
 pub fn metrics(h: &ServerHandle) -> Arc<Metrics> {
     h.metrics().expect("metrics").clone()
+}
+
+/// The server's own metrics (connections, requests, queues).
+pub fn server_metrics(h: &ServerHandle) -> Arc<ServerMetrics> {
+    h.server_metrics().expect("metrics").clone()
 }
 
 /// The sequences of the next `n` records `sub` delivers (its other items

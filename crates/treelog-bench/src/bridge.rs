@@ -106,7 +106,7 @@ pub struct BridgeBench {
     pub sync_always: bool,
     /// Niceness of the nats-server process (0: as the bench).
     pub nats_nice: i32,
-    pub stream_priority: treelog::stream::DeliveryPriority,
+    pub stream_priority: treelog_server::DeliveryPriority,
 }
 
 pub fn run(base: &Path, b: &BridgeBench) -> Result<()> {

@@ -176,7 +176,7 @@ pub enum BenchCmd {
         /// bridge's among them, get only the CPU the writers leave) or a
         /// niceness 0..19.
         #[arg(long, default_value = "idle")]
-        stream_priority: treelog::stream::DeliveryPriority,
+        stream_priority: crate::server::DeliveryPriority,
         /// Where to put the scratch databases (default: a temp directory).
         #[arg(long)]
         dir: Option<std::path::PathBuf>,
@@ -256,7 +256,7 @@ pub enum BenchCmd {
         /// Priority of the delivery thread, as `treelog serve
         /// --stream-priority`.
         #[arg(long, default_value = "idle")]
-        stream_priority: crate::stream::DeliveryPriority,
+        stream_priority: crate::server::DeliveryPriority,
         /// Where to put the scratch databases (default: a temp directory).
         #[arg(long)]
         dir: Option<std::path::PathBuf>,
@@ -766,7 +766,7 @@ pub fn run(args: &BenchArgs) -> Result<u8> {
                     &base,
                     *stream_ops,
                     *catchup_records,
-                    crate::stream::DeliveryPriority::default(),
+                    crate::server::DeliveryPriority::default(),
                 )?);
             }
             if let Some(n) = scale {

@@ -13,7 +13,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::error::Result;
-use crate::stream::{DeliveryPriority, StartFrom, StreamItem, SubscribeOptions};
+use crate::server::{DeliveryPriority, DeliveryRuntime};
+use crate::stream::{StartFrom, StreamItem, SubscribeOptions};
 use treelog::Durability;
 use treelog::{Options, Treelog};
 
@@ -75,7 +76,7 @@ pub fn run(
 ) -> Result<Vec<Figure>> {
     let mut figures = Vec::new();
     // Subscribers run where the server runs them: on the delivery runtime.
-    let delivery = crate::stream::DeliveryRuntime::new(priority)?;
+    let delivery = DeliveryRuntime::new(priority)?;
     let rt = delivery.handle().clone();
     println!("== writer throughput with subscribers (durable creates, 64 callers, {ops} creates; 3 alternating rounds; delivery priority {priority})");
     super::warm_up(base, ops)?;

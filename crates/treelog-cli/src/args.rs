@@ -433,7 +433,7 @@ pub struct ServeArgs {
     /// nothing else wants; subscribers never slow writes) or a niceness
     /// 0..19 (subscribers keep a share under full load).
     #[arg(long, default_value = "idle")]
-    pub stream_priority: crate::stream::DeliveryPriority,
+    pub stream_priority: crate::server::DeliveryPriority,
     /// Scheduling policy of the request workers: `normal`, or `batch` (a
     /// woken worker waits for the running thread to block rather than
     /// preempting it, so the commit pipeline finishes its round first;

@@ -13,16 +13,15 @@ use std::time::Duration;
 
 use common::commands::{create, mkdir};
 use common::poll::{eventually, peak};
-use common::server::{self, metrics};
+use common::server::{self, metrics, server_metrics};
 use common::{cli, wire};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
-use treelog::metrics::Metrics;
 use treelog::stream::{Filter, StartFrom, SubscribeOptions};
 use treelog::ErrorKind;
 use treelog_client::Client;
 use treelog_proto::protocol::{self, RequestBody, ResponseBody, ServerMsg};
-use treelog_server::ServerHandle;
+use treelog_server::{ServerHandle, ServerMetrics};
 
 /// Held for a whole test (across awaits: each test has its own runtime).
 static TURN: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -47,9 +46,9 @@ async fn server_with_wide_dir(
     dir: &std::path::Path,
     bound: usize,
     n: usize,
-) -> (ServerHandle, Arc<Metrics>, Client) {
+) -> (ServerHandle, Arc<ServerMetrics>, Client) {
     let h = server::start(dir, |c| c.max_conn_buffer_bytes = bound).await;
-    let m = metrics(&h);
+    let m = server_metrics(&h);
     let c = server::client(&h).await;
     c.submit(mkdir("/d")).await.unwrap();
     let tasks: Vec<_> = (0..n)
@@ -68,7 +67,7 @@ async fn server_with_wide_dir(
 }
 
 /// Samples the peak of the bytes queued for the server's connections.
-fn peak_queued(m: &Arc<Metrics>) -> (Arc<AtomicI64>, tokio::task::JoinHandle<()>) {
+fn peak_queued(m: &Arc<ServerMetrics>) -> (Arc<AtomicI64>, tokio::task::JoinHandle<()>) {
     let m = m.clone();
     peak(move || m.queued_bytes.get())
 }
@@ -167,6 +166,7 @@ async fn never_read_snapshot_subscriptions_hold_no_threads() {
     // 3000 entries of ~300 bytes per snapshot: 40 of them (~36 MB) do not
     // fit the socket buffers.
     let (h, m, c) = server_with_wide_dir(dir.path(), bound, 3000).await;
+    let store_metrics = metrics(&h);
     let (queued, sampler) = peak_queued(&m);
     let before = threads();
     let mut s = welcome(h.bound.rpc).await;
@@ -183,7 +183,7 @@ async fn never_read_snapshot_subscriptions_hold_no_threads() {
         .await
         .unwrap();
     eventually(60, "all subscriptions started", || {
-        m.subscribers.get() == N as i64
+        store_metrics.subscribers.get() == N as i64
     })
     .await;
     eventually(60, "the connection's queue filled", || {
@@ -209,7 +209,10 @@ async fn never_read_snapshot_subscriptions_hold_no_threads() {
     sampler.abort();
     // Closing the connection ends its subscriptions and frees the queue.
     drop(s);
-    eventually(30, "subscriptions ended", || m.subscribers.get() == 0).await;
+    eventually(30, "subscriptions ended", || {
+        store_metrics.subscribers.get() == 0
+    })
+    .await;
     eventually(30, "the queue drained", || m.queued_bytes.get() == 0).await;
     h.shutdown().await.unwrap();
 }
@@ -307,7 +310,7 @@ async fn accept_errors_back_off_and_are_counted() {
     let _turn = TURN.lock().await;
     let dir = tempfile::tempdir().unwrap();
     let h = server::start(dir.path(), |_| {}).await;
-    let m = metrics(&h);
+    let m = server_metrics(&h);
     let errors = || m.accept_errors.with_label_values(&["rpc"]).get();
     let c = server::client(&h).await;
     c.ping().await.unwrap();

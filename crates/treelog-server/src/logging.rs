@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use tracing_subscriber::filter::{EnvFilter, LevelFilter};
 
-use crate::error::{Error, Result};
+use treelog::{Error, Result};
 
 /// How [`init_logging`] writes events.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::commands::{create, mkdir_as};
-use common::server::{self, client, config, metrics, next_records};
+use common::server::{self, client, config, next_records, server_metrics};
 use common::{http, poll, wire};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -635,8 +635,8 @@ async fn connections_without_a_handshake_cannot_lock_clients_out() {
     for c in &clients {
         c.ping().await.unwrap();
     }
-    assert_eq!(metrics(&h).handshake_evictions.get(), 20);
-    assert_eq!(metrics(&h).handshaking.get(), 0);
+    assert_eq!(server_metrics(&h).handshake_evictions.get(), 20);
+    assert_eq!(server_metrics(&h).handshaking.get(), 0);
     drop(clients);
     h.shutdown().await.unwrap();
 }
@@ -662,11 +662,11 @@ async fn repeated_failed_authentications_are_slowed_down() {
     assert!(took >= Duration::from_millis(1500), "{took:?}");
     let c = Client::connect(h.bound.rpc, opts("right")).await.unwrap();
     c.ping().await.unwrap();
-    assert_eq!(metrics(&h).auth_failures.get(), 6);
+    assert_eq!(server_metrics(&h).auth_failures.get(), 6);
     // Success forgot the failures: a wrong token is answered at once again
     // (no lower bound to check; the count shows it was checked).
     assert!(Client::connect(h.bound.rpc, opts("wrong")).await.is_err());
-    assert_eq!(metrics(&h).auth_failures.get(), 7);
+    assert_eq!(server_metrics(&h).auth_failures.get(), 7);
     h.shutdown().await.unwrap();
 }
 
@@ -807,7 +807,7 @@ async fn http_connections_are_capped_and_must_send_headers_in_time() {
     })
     .await;
     let (peak, sampler) = poll::peak({
-        let m = metrics(&h);
+        let m = server_metrics(&h);
         move || m.http_connections.get()
     });
     // The dripping connection first, so that it gets a slot.
@@ -843,7 +843,10 @@ async fn http_connections_are_capped_and_must_send_headers_in_time() {
     dripper.abort();
     sampler.abort();
     assert!(peak.load(Ordering::Relaxed) <= 4, "{peak:?}");
-    assert!(refused <= metrics(&h).http_rejected.get(), "{refused}");
+    assert!(
+        refused <= server_metrics(&h).http_rejected.get(),
+        "{refused}"
+    );
     assert_eq!(http::get(h.bound.http, "/healthz").await.0, 200);
     // An idle keep-alive connection is closed too, after its response.
     let mut s = TcpStream::connect(h.bound.http).await.unwrap();

@@ -1,0 +1,279 @@
+//! One RPC connection: its handshake, then its requests read in turn and
+//! answered on tasks of their own (reads that need no wait in batches,
+//! streams on the delivery runtime), with back-pressure on the bytes of
+//! replies queued and on the requests in flight; at the end, a `Fatal`
+//! frame saying why when it ended in error.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::TcpStream;
+use tokio::sync::{watch, OwnedSemaphorePermit};
+use tokio::task::JoinSet;
+use treelog::{Error, ErrorKind, Result, Treelog};
+use treelog_proto::protocol::{self, ClientMsg, RequestBody, ServerMsg};
+
+use crate::admission::Admission;
+use crate::context::ConnCtx;
+use crate::dispatch::{answer_reads, handle};
+use crate::handshake::handshake;
+use crate::incoming::{buffered, frame_buffered, read_msg, ReadHalf};
+use crate::out::{respond, send, Out};
+use crate::reads::{read_ready, READ_BATCH};
+use crate::state::State;
+
+/// Serves the connection from `peer`, which holds the slot `admission`,
+/// until the client closes it, an error (told to the client in a `Fatal`
+/// frame), or the server shuts down.
+pub(crate) async fn serve(
+    sock: TcpStream,
+    peer: SocketAddr,
+    admission: Admission,
+    state: Arc<State>,
+) -> Result<()> {
+    let _ = sock.set_nodelay(true);
+    let (rd, wr) = sock.into_split();
+    let mut rd = buffered(rd);
+    let (out, writer) = Out::spawn_writer(
+        wr,
+        state.cfg.max_conn_buffer_bytes,
+        state.metrics().cloned(),
+    );
+    let result = serve_connection(&mut rd, &out, peer, admission, &state).await;
+    if let Err(e) = &result {
+        fatal(&out, e, &state).await;
+    }
+    drop(out);
+    let _ = writer.await;
+    result
+}
+
+/// Tells the client the error that ends its connection (and counts the
+/// client's own mistakes).
+async fn fatal(out: &Out, e: &Error, state: &State) {
+    if let Some(m) = state.metrics() {
+        if matches!(
+            e.kind(),
+            ErrorKind::Corruption | ErrorKind::InvalidArgument | ErrorKind::Protocol
+        ) {
+            m.bad_frames.inc();
+        }
+    }
+    let kind = match e.kind() {
+        ErrorKind::Corruption => ErrorKind::Protocol,
+        k => k,
+    };
+    let _ = send(
+        out,
+        &ServerMsg::Fatal {
+            kind,
+            message: e.to_string(),
+        },
+    )
+    .await;
+}
+
+async fn serve_connection(
+    rd: &mut ReadHalf,
+    out: &Out,
+    peer: SocketAddr,
+    mut admission: Admission,
+    state: &State,
+) -> Result<()> {
+    if !handshake(rd, out, peer, &mut admission, state).await? {
+        return Ok(());
+    }
+    let t = state
+        .store
+        .get()
+        .cloned()
+        .ok_or_else(|| Error::Protocol("store not open".into()))?;
+    if !welcome(out, &t, state.cfg.max_frame).await {
+        return Ok(());
+    }
+    let mut requests = Requests {
+        rd,
+        ctx: Arc::new(ConnCtx::new(t, out.clone(), state)),
+        tasks: JoinSet::new(),
+        carried: None,
+        shutdown: state.shutdown.clone(),
+        max_frame: state.cfg.max_frame,
+        idle_timeout: state.cfg.idle_timeout,
+    };
+    let result = requests.serve().await;
+    requests.finish().await;
+    result
+}
+
+/// Completes the handshake; false once the connection is gone.
+async fn welcome(out: &Out, t: &Treelog, max_frame: usize) -> bool {
+    send(
+        out,
+        &ServerMsg::Welcome {
+            version: protocol::PROTOCOL_VERSION,
+            server: format!("treelog {}", env!("CARGO_PKG_VERSION")),
+            committed_seq: t.committed_seq(),
+            // `validate` keeps it within u32.
+            max_frame: u32::try_from(max_frame).unwrap_or(u32::MAX),
+        },
+    )
+    .await
+}
+
+/// A connection's requests after its handshake: read in turn, each
+/// answered on a task of its own in `tasks`.
+struct Requests<'a> {
+    rd: &'a mut ReadHalf,
+    ctx: Arc<ConnCtx>,
+    tasks: JoinSet<()>,
+    /// A message read while gathering a batch of reads, not part of it.
+    carried: Option<Result<Option<ClientMsg>>>,
+    shutdown: watch::Receiver<bool>,
+    max_frame: usize,
+    idle_timeout: Duration,
+}
+
+impl Requests<'_> {
+    /// Reads and starts requests until the client closes the connection,
+    /// an error, or the server shuts down.
+    async fn serve(&mut self) -> Result<()> {
+        while let Some((id, body)) = self.next_request().await? {
+            // Subscriptions register before the next read, so that the
+            // idle timeout never applies to a connection that carries one.
+            let mut cancel = None;
+            if let RequestBody::Subscribe(_)
+            | RequestBody::SubscribeAt { .. }
+            | RequestBody::Replicate(_) = &body
+            {
+                match self.ctx.register_stream(id) {
+                    Ok(rx) => cancel = Some(rx),
+                    Err(why) => {
+                        let body = protocol::error_body(&Error::Busy(why.into()));
+                        let _ = respond(&self.ctx.out, id, body).await;
+                        continue;
+                    }
+                }
+            }
+            let started = if read_ready(&self.ctx, &body) {
+                self.start_reads(id, body).await
+            } else {
+                self.start(id, body, cancel).await
+            };
+            if !started {
+                break;
+            }
+            while self.tasks.try_join_next().is_some() {}
+        }
+        Ok(())
+    }
+
+    /// The next request, read once the client's queue has room; `None`
+    /// when the client closed the connection or the server shuts down.
+    async fn next_request(&mut self) -> Result<Option<(u64, RequestBody)>> {
+        if !self.wait_for_room().await {
+            return Ok(None);
+        }
+        let msg = match self.carried.take() {
+            Some(m) => m,
+            None => {
+                // With live subscriptions a quiet client is not idle.
+                let wait = (!self.ctx.has_streams()).then_some(self.idle_timeout);
+                tokio::select! {
+                    _ = self.shutdown.changed() => return Ok(None),
+                    m = read_msg(self.rd, self.max_frame, wait) => m,
+                }
+            }
+        };
+        match msg? {
+            Some(ClientMsg::Request { id, body }) => Ok(Some((id, body))),
+            Some(ClientMsg::Hello(_)) => Err(Error::Protocol("Hello sent twice".into())),
+            None => Ok(None),
+        }
+    }
+
+    /// Back-pressure in bytes: while the replies queued for this client
+    /// reach the bound, read none of its requests (TCP then holds the
+    /// client back). False when the server shuts down meanwhile.
+    async fn wait_for_room(&mut self) -> bool {
+        if !self.ctx.out.full() {
+            return true;
+        }
+        if let Some(m) = &self.ctx.metrics {
+            m.backpressure.inc();
+        }
+        tokio::select! {
+            _ = self.shutdown.changed() => false,
+            _ = self.ctx.out.room() => true,
+        }
+    }
+
+    /// Reads that need no wait go out in batches: this one and those
+    /// behind it already whole in the buffer (a pipelining client's
+    /// burst), answered by one task. A task per request cost more than the
+    /// stat itself; answering here instead would keep a connection's reads
+    /// on one core. False when the connection is ending.
+    async fn start_reads(&mut self, id: u64, body: RequestBody) -> bool {
+        let mut batch = vec![(id, body)];
+        while batch.len() < READ_BATCH && frame_buffered(self.rd) {
+            match read_msg(self.rd, self.max_frame, None).await {
+                Ok(Some(ClientMsg::Request { id, body })) if read_ready(&self.ctx, &body) => {
+                    batch.push((id, body))
+                }
+                other => {
+                    self.carried = Some(other);
+                    break;
+                }
+            }
+        }
+        let Some(permit) = self.permit().await else {
+            return false;
+        };
+        self.tasks
+            .spawn(answer_reads(self.ctx.clone(), batch, permit));
+        true
+    }
+
+    /// Starts request `id` (a stream when `cancel` is given, run on the
+    /// delivery runtime). False when the connection is ending.
+    async fn start(
+        &mut self,
+        id: u64,
+        body: RequestBody,
+        cancel: Option<watch::Receiver<bool>>,
+    ) -> bool {
+        let Some(permit) = self.permit().await else {
+            return false;
+        };
+        let is_stream = cancel.is_some();
+        let ctx = self.ctx.clone();
+        let task = async move {
+            if let Some(m) = &ctx.metrics {
+                m.in_flight.inc();
+            }
+            handle(&ctx, id, body, permit, cancel).await;
+            if let Some(m) = &ctx.metrics {
+                m.in_flight.dec();
+            }
+        };
+        if is_stream {
+            self.tasks.spawn_on(task, &self.ctx.delivery);
+        } else {
+            self.tasks.spawn(task);
+        }
+        true
+    }
+
+    /// Back-pressure: at most `max_in_flight` requests per connection; the
+    /// connection stops reading until one finishes.
+    async fn permit(&self) -> Option<OwnedSemaphorePermit> {
+        self.ctx.in_flight.clone().acquire_owned().await.ok()
+    }
+
+    /// Stops the streams; lets the other requests in flight finish and
+    /// reply.
+    async fn finish(mut self) {
+        self.ctx.end_streams();
+        while self.tasks.join_next().await.is_some() {}
+    }
+}

@@ -1,0 +1,235 @@
+//! Request routing: each request to what answers it, its outcome counted
+//! and its reply queued; streams (subscriptions, replication) handed to
+//! their own loops.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{watch, OwnedSemaphorePermit};
+use treelog::{Error, Result, Treelog};
+use treelog_proto::protocol::{self, RequestBody, ResponseBody};
+
+use crate::context::ConnCtx;
+use crate::out::respond;
+use crate::reads::{self, read_now};
+use crate::replication::replication;
+use crate::streams::subscription;
+
+/// Answers request `id` (holding `permit`, its place among the
+/// connection's requests in flight): a stream, with `cancel` its cancel
+/// signal, runs until it ends; any other request is answered once.
+pub(crate) async fn handle(
+    ctx: &Arc<ConnCtx>,
+    id: u64,
+    body: RequestBody,
+    permit: OwnedSemaphorePermit,
+    cancel: Option<watch::Receiver<bool>>,
+) {
+    let name = request_name(&body);
+    let body = match body {
+        RequestBody::Replicate(from) => {
+            return streamed(ctx, name, permit, cancel, |c| replication(ctx, id, from, c)).await
+        }
+        RequestBody::SubscribeAt { opts, min_seq } => {
+            return streamed(ctx, name, permit, cancel, |c| {
+                subscription(ctx, id, opts, min_seq, c)
+            })
+            .await
+        }
+        RequestBody::Subscribe(opts) => {
+            return streamed(ctx, name, permit, cancel, |c| {
+                subscription(ctx, id, opts, 0, c)
+            })
+            .await
+        }
+        body => body,
+    };
+    // Make a reply only while the connection's queue has room: the
+    // requests read before it filled do not all add theirs at once.
+    // (Reads then build and queue their reply without yielding, so the
+    // queue exceeds its bound by at most a reply per worker thread.)
+    ctx.out.room().await;
+    let res = answer(ctx, body).await;
+    ctx.count_result(name, &res);
+    let body = res.unwrap_or_else(|e| protocol::error_body(&e));
+    let _ = respond(&ctx.out, id, body).await;
+    drop(permit);
+}
+
+/// The reply to a request that is not a stream.
+async fn answer(ctx: &ConnCtx, body: RequestBody) -> Result<ResponseBody> {
+    let t = &ctx.t;
+    match body {
+        RequestBody::Mutate(cmd) => t.submit_async(cmd).await.map(ResponseBody::Seq),
+        body @ (RequestBody::Stat { .. }
+        | RequestBody::StatId { .. }
+        | RequestBody::List { .. }) => read_now(ctx, body).unwrap_or_else(not_a_read),
+        body @ (RequestBody::StatAt { at, .. }
+        | RequestBody::StatIdAt { at, .. }
+        | RequestBody::ListAt { at, .. }) => reads::read_at(ctx, at, body)
+            .await
+            .unwrap_or_else(not_a_read),
+        RequestBody::Readlink { path, at } => reads::readlink(ctx, path, at).await,
+        RequestBody::GetXattrs { path, name, at } => reads::xattrs(ctx, path, name, at).await,
+        RequestBody::Count { path, at } => reads::summary(ctx, path, at).await,
+        RequestBody::Ack { cursor, seq } => t.ack(&cursor, seq).map(|_| ResponseBody::Done),
+        RequestBody::ListCursors => Ok(ResponseBody::Cursors(t.cursors())),
+        RequestBody::DropCursor { cursor } => t.drop_cursor(&cursor).map(|_| ResponseBody::Done),
+        RequestBody::Ping => Ok(ResponseBody::Seq(t.committed_seq())),
+        RequestBody::Info => Ok(info(t)),
+        RequestBody::WaitFor { seq, timeout_ms } => Ok(wait_for(t, seq, timeout_ms).await),
+        RequestBody::Cancel { target } => cancel(ctx, target),
+        RequestBody::PinView => t.pin_view().map(ResponseBody::Seq),
+        RequestBody::UnpinView { seq } => unpin_view(t, seq),
+        RequestBody::BackupBegin { resume } => ctx.backups.begin(t, resume).await,
+        RequestBody::BackupChunk {
+            id,
+            file,
+            offset,
+            len,
+        } => ctx.backups.chunk(id, file, offset, len).await,
+        RequestBody::BackupEnd { id } => ctx.backups.end(id).await,
+        RequestBody::Status => Ok(status(ctx)),
+        RequestBody::Raft { rpc, payload } => ctx
+            .cluster()?
+            .raft(rpc, payload)
+            .await
+            .map(ResponseBody::Raft),
+        RequestBody::Cluster(req) => ctx.cluster()?.admin(req).await.map(ResponseBody::Cluster),
+        // Streams run in `streamed` (see `handle`), never here.
+        body @ (RequestBody::Replicate(_)
+        | RequestBody::Subscribe(_)
+        | RequestBody::SubscribeAt { .. }) => Err(Error::corrupt(
+            "server",
+            format!("{} was taken for a single reply", request_name(&body)),
+        )),
+    }
+}
+
+fn info(t: &Treelog) -> ResponseBody {
+    ResponseBody::Info {
+        committed_seq: t.committed_seq(),
+        log_start: t.log_start(),
+        log_bytes: t.log_bytes(),
+    }
+}
+
+/// Waits until the store has committed `seq`, for at most `timeout_ms`
+/// (a minute at most); the committed sequence then.
+async fn wait_for(t: &Treelog, seq: u64, timeout_ms: u64) -> ResponseBody {
+    let wm = t.watermark();
+    let _ = tokio::time::timeout(
+        Duration::from_millis(timeout_ms.min(60_000)),
+        wm.wait_for_async(seq),
+    )
+    .await;
+    ResponseBody::Seq(t.committed_seq())
+}
+
+/// Ends stream `target` of this connection.
+fn cancel(ctx: &ConnCtx, target: u64) -> Result<ResponseBody> {
+    if ctx.cancel(target) {
+        Ok(ResponseBody::Done)
+    } else {
+        Err(Error::NotFound(format!("no active request {target}")))
+    }
+}
+
+fn unpin_view(t: &Treelog, seq: u64) -> Result<ResponseBody> {
+    if t.unpin_view(seq) {
+        Ok(ResponseBody::Done)
+    } else {
+        Err(Error::NotFound(format!("no pinned read view at {seq}")))
+    }
+}
+
+/// The store's status, with the node's role and leader on a cluster.
+fn status(ctx: &ConnCtx) -> ResponseBody {
+    let mut st = ctx.t.status();
+    if let Ok(c) = ctx.cluster() {
+        (st.role, st.leader) = c.role();
+    }
+    ResponseBody::Status(st)
+}
+
+/// Runs a streaming request (its replies are its own; it holds no
+/// in-flight permit) and counts its outcome.
+async fn streamed<F, Fut>(
+    ctx: &ConnCtx,
+    name: &str,
+    permit: OwnedSemaphorePermit,
+    cancel: Option<watch::Receiver<bool>>,
+    run: F,
+) where
+    F: FnOnce(watch::Receiver<bool>) -> Fut,
+    Fut: std::future::Future<Output = &'static str>,
+{
+    drop(permit);
+    let outcome = match cancel {
+        Some(c) => run(c).await,
+        None => "internal",
+    };
+    ctx.count(name, outcome);
+}
+
+/// Answers a batch of reads that need no wait (see [`reads::read_ready`]),
+/// in order, holding `permit` for them all.
+pub(crate) async fn answer_reads(
+    ctx: Arc<ConnCtx>,
+    batch: Vec<(u64, RequestBody)>,
+    permit: OwnedSemaphorePermit,
+) {
+    for (id, body) in batch {
+        let name = request_name(&body);
+        // Made only while the queue has room, as in `handle`.
+        ctx.out.room().await;
+        let res = read_now(&ctx, body).unwrap_or_else(not_a_read);
+        ctx.count_result(name, &res);
+        let reply = res.unwrap_or_else(|e| protocol::error_body(&e));
+        if !respond(&ctx.out, id, reply).await {
+            break;
+        }
+    }
+    drop(permit);
+}
+
+/// `read_now` given a request it does not answer (a bug, not the client's).
+fn not_a_read(body: RequestBody) -> Result<ResponseBody> {
+    Err(Error::corrupt(
+        "server",
+        format!("{} was taken for a read", request_name(&body)),
+    ))
+}
+
+/// The request's name in metrics (`request` label) and logs.
+fn request_name(b: &RequestBody) -> &'static str {
+    match b {
+        RequestBody::Mutate(c) => c.name(),
+        RequestBody::Stat { .. } => "stat",
+        RequestBody::StatId { .. } => "stat_id",
+        RequestBody::List { .. } => "list",
+        RequestBody::Subscribe(_) | RequestBody::SubscribeAt { .. } => "subscribe",
+        RequestBody::Cancel { .. } => "cancel",
+        RequestBody::Ack { .. } => "ack",
+        RequestBody::ListCursors => "list_cursors",
+        RequestBody::DropCursor { .. } => "drop_cursor",
+        RequestBody::WaitFor { .. } => "wait_for",
+        RequestBody::Ping => "ping",
+        RequestBody::Info => "info",
+        RequestBody::StatAt { .. } => "stat",
+        RequestBody::StatIdAt { .. } => "stat_id",
+        RequestBody::ListAt { .. } => "list",
+        RequestBody::PinView => "pin_view",
+        RequestBody::UnpinView { .. } => "unpin_view",
+        RequestBody::BackupBegin { .. } => "backup_begin",
+        RequestBody::BackupChunk { .. } => "backup_chunk",
+        RequestBody::BackupEnd { .. } => "backup_end",
+        RequestBody::Replicate(_) => "replicate",
+        RequestBody::Status => "status",
+        RequestBody::Raft { .. } => "raft",
+        RequestBody::Cluster(_) => "cluster",
+        RequestBody::Readlink { .. } => "readlink",
+        RequestBody::GetXattrs { .. } => "get_xattrs",
+        RequestBody::Count { .. } => "count",
+    }
+}

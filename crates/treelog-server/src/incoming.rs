@@ -1,0 +1,51 @@
+//! A connection's incoming frames: requests read from a buffer, many per
+//! system call when a client pipelines them.
+
+use std::time::Duration;
+
+use treelog::{Error, Result};
+use treelog_proto::protocol::{self, ClientMsg};
+
+/// The read half of a connection's socket, buffered: a pipelining
+/// client's frames arrive many per segment, and reading each one's length
+/// and body straight from the socket would cost two system calls per
+/// request.
+pub(crate) type ReadHalf = tokio::io::BufReader<tokio::net::tcp::OwnedReadHalf>;
+
+/// `rd`, buffered (see [`ReadHalf`]).
+pub(crate) fn buffered(rd: tokio::net::tcp::OwnedReadHalf) -> ReadHalf {
+    tokio::io::BufReader::with_capacity(64 << 10, rd)
+}
+
+/// The next message; `None` when the client closed the connection. With
+/// `wait`, an error when no complete frame arrives within it.
+pub(crate) async fn read_msg(
+    rd: &mut ReadHalf,
+    max: usize,
+    wait: Option<Duration>,
+) -> Result<Option<ClientMsg>> {
+    // A frame already whole in the buffer is read without arming a timer
+    // (a pipelining client's frames mostly are).
+    let frame = match wait.filter(|_| !frame_buffered(rd)) {
+        Some(d) => match tokio::time::timeout(d, protocol::read_frame(rd, max)).await {
+            Ok(r) => r?,
+            Err(_) => {
+                return Err(Error::Protocol(format!(
+                    "no complete frame within {} s",
+                    d.as_secs()
+                )))
+            }
+        },
+        None => protocol::read_frame(rd, max).await?,
+    };
+    match frame {
+        Some(f) => Ok(Some(protocol::decode::<ClientMsg>(&f)?)),
+        None => Ok(None),
+    }
+}
+
+/// Whether a whole frame waits in the connection's read buffer.
+pub(crate) fn frame_buffered(rd: &ReadHalf) -> bool {
+    let b = rd.buffer();
+    b.len() >= 4 && b.len() - 4 >= u32::from_be_bytes([b[0], b[1], b[2], b[3]]) as usize
+}

@@ -1,0 +1,159 @@
+//! A connection's outgoing frames, bounded in bytes: replies and stream
+//! items are encoded into a queue that one task writes to the socket, and
+//! are counted until written, so that a client that does not read makes
+//! the server stop reading its requests ([`Out::full`]) instead of
+//! queueing without bound.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use tokio::net::tcp::OwnedWriteHalf;
+use tokio::sync::{mpsc, Notify};
+use treelog_proto::protocol::{self, ResponseBody, ServerMsg};
+
+use crate::metrics::ServerMetrics;
+
+/// Bytes queued for one connection: counted when a frame is encoded,
+/// uncounted when the frame is dropped (written to the socket, or thrown
+/// away with the queue).
+struct OutCount {
+    queued: AtomicUsize,
+    bound: usize,
+    /// Woken when `queued` falls below `bound`, or the writer stops.
+    drained: Notify,
+    closed: AtomicBool,
+    metrics: Option<Arc<ServerMetrics>>,
+}
+
+impl OutCount {
+    fn full(&self) -> bool {
+        self.queued.load(Ordering::Acquire) >= self.bound && !self.closed.load(Ordering::Acquire)
+    }
+
+    fn add(&self, n: usize) {
+        self.queued.fetch_add(n, Ordering::AcqRel);
+        if let Some(m) = &self.metrics {
+            m.queued_bytes.add(n as i64);
+        }
+    }
+
+    fn sub(&self, n: usize) {
+        let before = self.queued.fetch_sub(n, Ordering::AcqRel);
+        if let Some(m) = &self.metrics {
+            m.queued_bytes.sub(n as i64);
+        }
+        if before >= self.bound && before - n < self.bound {
+            self.drained.notify_waiters();
+        }
+    }
+
+    /// The writer stopped: nothing will drain any more; release the
+    /// waiters (their frames are then dropped, and uncounted, at once).
+    fn close(&self) {
+        self.closed.store(true, Ordering::Release);
+        self.drained.notify_waiters();
+    }
+
+    /// Waits until the queue is below its bound (or the writer stopped).
+    async fn room(&self) {
+        while self.full() {
+            let drained = self.drained.notified();
+            tokio::pin!(drained);
+            // Registered before the check: a drain in between still wakes it.
+            drained.as_mut().enable();
+            if !self.full() {
+                return;
+            }
+            drained.await;
+        }
+    }
+}
+
+/// An encoded frame counted in its connection's queue until dropped.
+struct Frame {
+    bytes: Vec<u8>,
+    count: Arc<OutCount>,
+}
+
+impl AsRef<[u8]> for Frame {
+    fn as_ref(&self) -> &[u8] {
+        &self.bytes
+    }
+}
+
+impl Drop for Frame {
+    fn drop(&mut self) {
+        self.count.sub(self.bytes.len());
+    }
+}
+
+/// A connection's queue of outgoing frames (cloned by the requests that
+/// reply on it).
+#[derive(Clone)]
+pub(crate) struct Out {
+    tx: mpsc::Sender<Frame>,
+    count: Arc<OutCount>,
+}
+
+impl Out {
+    /// Queues an encoded frame, whatever the queue holds: callers wait for
+    /// [`Out::room`] before they make one. False once the connection is
+    /// gone.
+    async fn push(&self, bytes: Vec<u8>) -> bool {
+        self.count.add(bytes.len());
+        let frame = Frame {
+            bytes,
+            count: self.count.clone(),
+        };
+        self.tx.send(frame).await.is_ok()
+    }
+
+    /// Waits until the queue is below its bound (or the writer stopped).
+    pub(crate) async fn room(&self) {
+        self.count.room().await
+    }
+
+    /// Whether the queue has reached its bound (and the writer runs).
+    pub(crate) fn full(&self) -> bool {
+        self.count.full()
+    }
+
+    /// The queue of a connection whose replies may take `bound` bytes, and
+    /// the task that writes it to `wr` (it ends once every [`Out`] is
+    /// dropped and the queue is written).
+    pub(crate) fn spawn_writer(
+        wr: OwnedWriteHalf,
+        bound: usize,
+        metrics: Option<Arc<ServerMetrics>>,
+    ) -> (Out, tokio::task::JoinHandle<()>) {
+        let (tx, rx) = mpsc::channel::<Frame>(1024);
+        let count = Arc::new(OutCount {
+            queued: AtomicUsize::new(0),
+            bound,
+            drained: Notify::new(),
+            closed: AtomicBool::new(false),
+            metrics,
+        });
+        // One task owns the socket's write half and batches frames.
+        let writer = {
+            let count = count.clone();
+            tokio::spawn(async move {
+                protocol::write_loop(rx, wr).await;
+                count.close();
+            })
+        };
+        (Out { tx, count }, writer)
+    }
+}
+
+/// Sends the response `body` to request `id`; false once the connection is gone.
+pub(crate) async fn respond(out: &Out, id: u64, body: ResponseBody) -> bool {
+    send(out, &ServerMsg::Response { id, body }).await
+}
+
+pub(crate) async fn send(out: &Out, msg: &ServerMsg) -> bool {
+    match protocol::encode(msg) {
+        Ok(f) => out.push(f).await,
+        Err(_) => false,
+    }
+}

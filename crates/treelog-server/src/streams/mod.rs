@@ -1,0 +1,103 @@
+//! Change streams served to clients: subscriptions (each delivered on the
+//! delivery runtime, at a lower priority than requests and the writer),
+//! and the wait for room in the connection's queue that every stream makes
+//! before its next reply.
+
+pub(crate) mod delivery;
+
+use std::sync::Arc;
+
+use tokio::sync::watch;
+use treelog::ReadAt;
+use treelog_proto::protocol::{self, ResponseBody};
+
+use crate::context::ConnCtx;
+use crate::out::respond;
+use crate::reads::caught_up;
+
+pub use delivery::{DeliveryPriority, DeliveryRuntime};
+
+/// Waits until the connection's queue has room for a stream's next reply;
+/// true, with `StreamEnd` sent, when the stream was cancelled or the
+/// server began shutting down meanwhile.
+pub(crate) async fn ended_before_room(
+    ctx: &ConnCtx,
+    id: u64,
+    cancel_rx: &mut watch::Receiver<bool>,
+    shutdown: &mut watch::Receiver<bool>,
+) -> bool {
+    let ended = tokio::select! {
+        _ = cancel_rx.changed() => true,
+        _ = shutdown.changed() => true,
+        _ = ctx.out.room() => false,
+    };
+    if ended {
+        let _ = respond(&ctx.out, id, ResponseBody::StreamEnd).await;
+    }
+    ended
+}
+
+/// Streams a subscription until it is cancelled, fails, or the server
+/// shuts down. Returns the outcome label for metrics.
+pub(crate) async fn subscription(
+    ctx: &Arc<ConnCtx>,
+    id: u64,
+    opts: treelog::stream::SubscribeOptions,
+    min_seq: u64,
+    mut cancel_rx: watch::Receiver<bool>,
+) -> &'static str {
+    // `SubscribeAt`: from a state at least as new as the client's token.
+    let subscribed = match caught_up(ctx, ReadAt::AtLeast(min_seq)).await {
+        Ok(()) => ctx.t.subscribe(opts),
+        Err(e) => Err(e),
+    };
+    let mut sub = match subscribed {
+        Ok(s) => s,
+        Err(e) => {
+            ctx.unregister(id);
+            let _ = respond(&ctx.out, id, protocol::error_body(&e)).await;
+            return e.kind().as_str();
+        }
+    };
+    if let Some(m) = &ctx.metrics {
+        m.store.subscribers.inc();
+    }
+    let mut shutdown = ctx.shutdown.clone();
+    let outcome = loop {
+        let item = tokio::select! {
+            _ = cancel_rx.changed() => None,
+            _ = shutdown.changed() => None,
+            item = sub.next_async() => Some(item),
+        };
+        let body = match item {
+            None => {
+                let _ = respond(&ctx.out, id, ResponseBody::StreamEnd).await;
+                break "ok";
+            }
+            Some(Ok(item)) => ResponseBody::Item(item),
+            Some(Err(e)) => {
+                let _ = respond(&ctx.out, id, protocol::error_body(&e)).await;
+                break e.kind().as_str();
+            }
+        };
+        // A slow client fills the connection's queue: the subscription
+        // then waits here, holding one item (shared with the other
+        // subscribers until it is encoded) and making no more, instead of
+        // buffering without bound. It encodes and queues the item only
+        // once there is room.
+        if ended_before_room(ctx, id, &mut cancel_rx, &mut shutdown).await {
+            break "ok";
+        }
+        if !respond(&ctx.out, id, body).await {
+            break "disconnected";
+        }
+        if let Some(m) = &ctx.metrics {
+            m.store.delivered.inc();
+        }
+    };
+    ctx.unregister(id);
+    if let Some(m) = &ctx.metrics {
+        m.store.subscribers.dec();
+    }
+    outcome
+}
