@@ -11,6 +11,9 @@
 // The vocabulary shared with the server and clients (crate
 // `treelog-proto`), under the names the library has always used.
 pub use treelog_proto::{command, cursor, error, event, path, read, types};
+// The wall clock as records carry it (`crate::clock::now_ms`): in
+// `treelog-proto`, so that the bridge has it without the engine.
+use treelog_proto::clock;
 
 /// The on-disk format's codecs (crate `treelog-format`, docs/FORMAT.md).
 pub use treelog_format as format;
@@ -27,7 +30,6 @@ pub mod store;
 pub mod stream;
 
 // The machinery behind it.
-mod clock;
 mod engine;
 mod index;
 pub mod migrate;
