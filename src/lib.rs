@@ -23,6 +23,9 @@
 // The vocabulary shared with the server and clients (crate
 // `treelog-proto`), under the names the library has always used.
 pub use treelog_proto::{command, cursor, error, event, path, types};
+// The wall clock as records carry it (`crate::clock::now_ms`): in
+// `treelog-proto`, so that the bridge has it without the engine.
+use treelog_proto::clock;
 
 /// The on-disk format's codecs (crate `treelog-format`, docs/FORMAT.md).
 pub use treelog_format as format;
@@ -71,4 +74,3 @@ pub use types::{
     Attrs, ContentSummary, DirEntry, FileType, Inode, ListPage, Quota, Usage, Xattr, XattrFlag,
 };
 
-mod clock;

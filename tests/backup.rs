@@ -5,8 +5,6 @@
 //! replays nothing and passes `admin verify`; a backup of a quiet store
 //! restores byte for byte; damaged backups are refused, naming the file.
 
-mod common;
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -16,7 +14,7 @@ use std::time::Duration;
 use treelog::backup::{self, Progress};
 use treelog::{admin, CreateOptions, ErrorKind, Options, Treelog};
 
-type Acks = common::poll::Counter;
+type Acks = treelog_testkit::poll::Counter;
 
 /// One acknowledged command: its sequence and what it did to which paths.
 #[derive(Debug, Clone)]

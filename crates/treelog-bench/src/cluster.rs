@@ -12,7 +12,7 @@ use std::net::SocketAddr;
 use crate::client::{Client, ClientOptions};
 use crate::command::Command;
 use crate::error::{Error, Result};
-use crate::network::drive;
+use crate::load::drive;
 use crate::server::{Listeners, ServerConfig};
 use treelog::Durability;
 use treelog_proto::protocol::{ClusterRequest, RequestBody, ResponseBody};

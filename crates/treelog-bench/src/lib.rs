@@ -15,6 +15,7 @@ pub mod backup;
 pub mod bridge;
 pub mod cluster;
 pub mod format2;
+mod load;
 pub mod network;
 pub mod redis_peer;
 pub mod replica;

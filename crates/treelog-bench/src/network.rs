@@ -11,13 +11,13 @@
 //! - the same workloads against Redis (`crate::redis_peer`), when
 //!   `redis-server` is on PATH, and treelog's ratio to it.
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
 use crate::client::{Client, ClientOptions};
 use crate::command::Command;
 use crate::error::{Error, Result};
+use crate::load::drive;
 use crate::server::{start, ServerConfig};
 use crate::Figure;
 use treelog::{Options, Treelog};
@@ -41,36 +41,6 @@ fn mkdir_cmd(p: String) -> Command {
         owner: String::new(),
         group: String::new(),
     }
-}
-
-/// Runs `total` operations with `lanes` concurrent loops over `clients`
-/// (round robin); returns ops/s. (The Redis peer's workloads run on it too.)
-pub(crate) async fn drive<F, Fut>(lanes: usize, total: usize, op: F) -> Result<f64>
-where
-    F: Fn(usize, u64) -> Fut + Send + Sync + 'static,
-    Fut: std::future::Future<Output = Result<()>> + Send,
-{
-    let op = Arc::new(op);
-    let next = Arc::new(AtomicU64::new(0));
-    let t0 = Instant::now();
-    let mut tasks = Vec::new();
-    for lane in 0..lanes {
-        let op = op.clone();
-        let next = next.clone();
-        tasks.push(tokio::spawn(async move {
-            loop {
-                let i = next.fetch_add(1, Ordering::Relaxed);
-                if i >= total as u64 {
-                    return Ok::<(), Error>(());
-                }
-                op(lane, i).await?;
-            }
-        }));
-    }
-    for t in tasks {
-        t.await.map_err(|e| Error::Protocol(e.to_string()))??;
-    }
-    Ok(total as f64 / t0.elapsed().as_secs_f64())
 }
 
 /// Lists `path` whole over the network (pages of the server's maximum);

@@ -30,7 +30,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
-use crate::network::drive;
+use crate::load::drive;
 
 const ATTR: [u8; 70] = [7; 70];
 

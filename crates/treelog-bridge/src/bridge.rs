@@ -10,10 +10,10 @@ use std::time::{Duration, Instant};
 
 use futures_util::stream::{FuturesOrdered, StreamExt};
 use tokio::sync::watch;
-use treelog::error::ErrorKind;
-use treelog::stream::{Filter, StartFrom, StreamItem, SubscribeOptions};
 use treelog_client::{Client, ClientOptions};
+use treelog_proto::error::ErrorKind;
 use treelog_proto::protocol::{RequestBody, ResponseBody};
+use treelog_proto::stream::{Filter, StartFrom, StreamItem, SubscribeOptions};
 
 use crate::metrics::BridgeMetrics;
 use crate::payload::{self, Encoding, Message};
@@ -114,7 +114,7 @@ impl From<SinkError> for End {
     }
 }
 
-fn treelog_end(what: &str, e: treelog::Error) -> End {
+fn treelog_end(what: &str, e: treelog_proto::Error) -> End {
     match e.kind() {
         ErrorKind::Compacted => End::Fatal(BridgeError::Gap(format!(
             "{what}: {e}. The records after the bus's last message were removed from treelog's log \
@@ -246,7 +246,7 @@ async fn attempt<S: Sink>(
     if opened.last.is_some() && seq < status.log_start {
         return treelog_end(
             "resuming",
-            treelog::Error::PositionGone(format!(
+            treelog_proto::Error::PositionGone(format!(
                 "the bus ends before record {seq}, and the log starts at {}",
                 status.log_start
             )),
@@ -437,7 +437,7 @@ impl Attempt<'_> {
             self.progressed = true;
             m.records.inc();
             m.published_seq.set(sent.seq as i64);
-            let age_ms = treelog::now_ms().saturating_sub(sent.time_ms);
+            let age_ms = treelog_proto::now_ms().saturating_sub(sent.time_ms);
             m.commit_to_ack_seconds.observe(age_ms as f64 / 1000.0);
         }
         Ok(())
@@ -456,7 +456,7 @@ impl Attempt<'_> {
             };
             let secs = oldest
                 .filter(|&t| t > 0)
-                .map(|t| treelog::now_ms().saturating_sub(t) as f64 / 1000.0)
+                .map(|t| treelog_proto::now_ms().saturating_sub(t) as f64 / 1000.0)
                 .unwrap_or(0.0);
             self.m.lag_seconds.set(secs);
         }
@@ -468,7 +468,7 @@ impl Attempt<'_> {
         Ok(())
     }
 
-    async fn ack_cursor(&mut self) -> Result<(), treelog::Error> {
+    async fn ack_cursor(&mut self) -> Result<(), treelog_proto::Error> {
         self.last_ack = Instant::now();
         if self.published == 0 || self.acked.is_some_and(|a| a >= self.published) {
             return Ok(());

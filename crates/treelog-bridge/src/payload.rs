@@ -10,8 +10,8 @@
 
 use std::fmt;
 
-use treelog::event::EVENT_SCHEMA_VERSION;
-use treelog::stream::StreamItem;
+use treelog_proto::event::EVENT_SCHEMA_VERSION;
+use treelog_proto::stream::StreamItem;
 
 /// The treelog sequence of the record a message carries.
 pub const SEQ: &str = "Treelog-Seq";
@@ -227,9 +227,9 @@ pub fn parse_mark(
 mod tests {
     use super::*;
     use std::sync::Arc;
-    use treelog::event::Event;
-    use treelog::stream::{Scope, ScopedEvent};
-    use treelog::types::{Attrs, FileType};
+    use treelog_proto::event::Event;
+    use treelog_proto::stream::{Scope, ScopedEvent};
+    use treelog_proto::types::{Attrs, FileType};
 
     fn record() -> StreamItem {
         let attrs = Attrs {

@@ -5,10 +5,6 @@
 //! never blocks treelog's writers, the cursor holds the log meanwhile (and
 //! its cap still protects the disk, the bridge then refusing the gap).
 
-#[path = "../../../tests/common/mod.rs"]
-mod common;
-mod harness;
-
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,6 +13,9 @@ use harness::{check_stream, NatsCluster, NatsServer};
 use treelog::retention::RetentionPolicy;
 use treelog_bridge::{BridgeConfig, BridgeError, BridgeHandle, NatsConfig};
 use treelog_server::ServerHandle;
+use treelog_testkit::{client::connect, commands, poll};
+use treelog_testkit_nats as harness;
+use treelog_testkit_server::server;
 
 /// A bridge task on `h` into `stream` at `url`, with its own registry.
 fn bridge(
@@ -49,7 +48,7 @@ fn writers(
             let stop = stop.clone();
             let addr = h.bound.rpc;
             tokio::spawn(async move {
-                let c = common::server::connect(addr).await;
+                let c = connect(addr).await;
                 harness::write_load(c, format!("/w{w}"), fat, stop).await
             })
         })
@@ -79,12 +78,12 @@ fn nats_env() -> Option<(std::path::PathBuf, tempfile::TempDir)> {
 async fn single_env(max_payload: usize) -> Option<(tempfile::TempDir, NatsServer, ServerHandle)> {
     let (bin, dir) = nats_env()?;
     let nats = NatsServer::single(&bin, &dir.path().join("nats"), max_payload);
-    let h = common::server::start(&dir.path().join("db"), |_| {}).await;
+    let h = server::start(&dir.path().join("db"), |_| {}).await;
     Some((dir, nats, h))
 }
 
 async fn committed(h: &ServerHandle) -> u64 {
-    common::server::client(h).await.info().await.unwrap().0
+    server::client(h).await.info().await.unwrap().0
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -97,19 +96,19 @@ async fn every_record_reaches_the_stream_exactly_once_in_order_while_writers_run
     let b = bridge(&h, &nats.url(), "TREELOG", "bridge-t", 1);
     // Until the writers made a few big records, and the bridge published
     // some of them; then it restarts (a clean stop) while they go on.
-    common::poll::eventually(60, "published", || b.metrics().records.get() > 500).await;
+    poll::eventually(60, "published", || b.metrics().records.get() > 500).await;
     b.shutdown().await.unwrap();
     let b = bridge(&h, &nats.url(), "TREELOG", "bridge-t", 1);
-    common::poll::eventually(60, "published again", || b.metrics().records.get() > 500).await;
+    poll::eventually(60, "published again", || b.metrics().records.get() > 500).await;
     let n = stop_writers(stop, tasks).await;
     let last = committed(&h).await;
     assert!(n > 0 && last >= n);
     harness::wait_published(&nats.url(), "TREELOG", last, 60).await;
-    let client = common::server::client(&h).await;
+    let client = server::client(&h).await;
     let parts = check_stream(&nats.url(), "TREELOG", &client, 1, last).await;
     assert!(parts > 0, "no record was big enough to be split");
     // Published means acknowledged to the cursor (within a second).
-    common::poll::eventually(10, "cursor at the end", || {
+    poll::eventually(10, "cursor at the end", || {
         b.metrics().published_seq.get() as u64 == last
     })
     .await;
@@ -131,14 +130,14 @@ async fn two_bridges_racing_on_one_stream_cannot_interleave() {
     let (stop, tasks) = writers(&h, 2, 0);
     let a = bridge(&h, &nats.url(), "RACE", "bridge-a", 1);
     let b = bridge(&h, &nats.url(), "RACE", "bridge-b", 1);
-    common::poll::eventually(60, "published", || {
+    poll::eventually(60, "published", || {
         a.metrics().records.get() + b.metrics().records.get() > 1000
     })
     .await;
     stop_writers(stop, tasks).await;
     let last = committed(&h).await;
     harness::wait_published(&nats.url(), "RACE", last, 60).await;
-    let client = common::server::client(&h).await;
+    let client = server::client(&h).await;
     check_stream(&nats.url(), "RACE", &client, 1, last).await;
     // They did race: at least one of them was refused by the sequence
     // guard (or its re-sends caught as duplicates) and started again.
@@ -156,12 +155,12 @@ async fn a_stream_of_another_namespace_or_shared_with_other_subjects_is_refused(
         return;
     };
     let nats = NatsServer::single(&bin, &dir.path().join("nats"), 1 << 20);
-    let one = common::server::start(&dir.path().join("one"), |_| {}).await;
-    let other = common::server::start(&dir.path().join("other"), |_| {}).await;
+    let one = server::start(&dir.path().join("one"), |_| {}).await;
+    let other = server::start(&dir.path().join("other"), |_| {}).await;
     for h in [&one, &other] {
-        common::server::client(h)
+        server::client(h)
             .await
-            .submit(common::commands::mkdir("/x"))
+            .submit(commands::mkdir("/x"))
             .await
             .unwrap();
     }
@@ -228,31 +227,31 @@ async fn a_cluster_losing_a_node_then_all_never_blocks_writers_and_resumes_witho
     };
     let mut cluster = NatsCluster::start(&bin, &dir.path().join("nats"));
     let url = cluster.url();
-    let h = common::server::start(&dir.path().join("db"), |_| {}).await;
+    let h = server::start(&dir.path().join("db"), |_| {}).await;
     let store = h.store().unwrap();
     let b = bridge(&h, &url, "R3", "bridge-r3", 3);
     let (stop, tasks) = writers(&h, 2, 0);
-    common::poll::eventually(120, "published on the cluster", || {
+    poll::eventually(120, "published on the cluster", || {
         b.metrics().records.get() > 300
     })
     .await;
     // One node down: the stream (R3) keeps a quorum, publishing goes on.
     cluster.nodes[0].kill();
     let before = b.metrics().records.get();
-    common::poll::eventually(120, "published with a node down", || {
+    poll::eventually(120, "published with a node down", || {
         b.metrics().records.get() > before + 300
     })
     .await;
     // All down: the writers go on, acknowledged as before.
     cluster.nodes[1].kill();
     cluster.nodes[2].kill();
-    common::poll::eventually(30, "the bridge sees the bus gone", || {
+    poll::eventually(30, "the bridge sees the bus gone", || {
         b.metrics().connected.get() == 0
     })
     .await;
     let held = b.metrics().published_seq.get() as u64;
     let at_outage = committed(&h).await;
-    common::poll::eventually(60, "writes while the bus is down", || {
+    poll::eventually(60, "writes while the bus is down", || {
         store.committed_seq() > at_outage + 2000
     })
     .await;
@@ -275,7 +274,7 @@ async fn a_cluster_losing_a_node_then_all_never_blocks_writers_and_resumes_witho
     assert!(n > 2000);
     let last = committed(&h).await;
     harness::wait_published(&url, "R3", last, 180).await;
-    let client = common::server::client(&h).await;
+    let client = server::client(&h).await;
     check_stream(&url, "R3", &client, 1, last).await;
     assert!(b.metrics().retries.get() > 0);
     b.shutdown().await.unwrap();
@@ -288,14 +287,12 @@ async fn past_the_cursor_cap_retention_frees_the_disk_and_the_bridge_refuses_the
         return;
     };
     let store = h.store().unwrap();
-    let client = common::server::client(&h).await;
+    let client = server::client(&h).await;
     let mkdirs = |from: usize, n: usize| {
         let c = &client;
         async move {
             for i in from..from + n {
-                c.submit(common::commands::mkdir(&format!("/d{i}")))
-                    .await
-                    .unwrap();
+                c.submit(commands::mkdir(&format!("/d{i}"))).await.unwrap();
             }
         }
     };
@@ -311,7 +308,7 @@ async fn past_the_cursor_cap_retention_frees_the_disk_and_the_bridge_refuses_the
     mkdirs(0, 100).await;
     let b = bridge(&h, &nats.url(), "CAP", "bridge-cap", 1);
     harness::wait_published(&nats.url(), "CAP", 100, 30).await;
-    common::poll::eventually(10, "cursor acknowledged", || {
+    poll::eventually(10, "cursor acknowledged", || {
         b.metrics().published_seq.get() == 100
     })
     .await;
@@ -365,15 +362,15 @@ async fn a_bridge_moved_from_the_leader_to_its_replica_goes_on_without_a_gap() {
         return;
     };
     let nats = NatsServer::single(&bin, &dir.path().join("nats"), 1 << 20);
-    let leader = common::server::start(&dir.path().join("leader"), |_| {}).await;
+    let leader = server::start(&dir.path().join("leader"), |_| {}).await;
     let (stop, tasks) = writers(&leader, 2, 0);
     let a = bridge(&leader, &nats.url(), "MOVE", "bridge-leader", 1);
-    common::poll::eventually(60, "published from the leader", || {
+    poll::eventually(60, "published from the leader", || {
         a.metrics().records.get() > 300
     })
     .await;
     let replica = treelog_replica::start(treelog_replica::ReplicaConfig::new(
-        common::server::config(&dir.path().join("replica")),
+        server::config(&dir.path().join("replica")),
         leader.bound.rpc,
     ))
     .await
@@ -390,7 +387,7 @@ async fn a_bridge_moved_from_the_leader_to_its_replica_goes_on_without_a_gap() {
         &prometheus_registry(),
     )
     .unwrap();
-    common::poll::eventually(60, "published from the replica", || {
+    poll::eventually(60, "published from the replica", || {
         b.metrics().published_seq.get() as u64 > handed_over + 300
     })
     .await;
@@ -398,7 +395,7 @@ async fn a_bridge_moved_from_the_leader_to_its_replica_goes_on_without_a_gap() {
     let last = committed(&leader).await;
     harness::wait_published(&nats.url(), "MOVE", last, 60).await;
     // Byte for byte the leader's log: a record is the same on every node.
-    let client = common::server::client(&leader).await;
+    let client = server::client(&leader).await;
     check_stream(&nats.url(), "MOVE", &client, 1, last).await;
     assert_eq!(b.metrics().duplicates.get(), 0);
     b.shutdown().await.unwrap();

@@ -3,11 +3,10 @@
 //! (snapshot, every event kind and scope, progress) validates, and items
 //! with a field missing, misspelt or of the wrong type do not.
 
-#[path = "../../../tests/common/mod.rs"]
-mod common;
-
 use treelog::stream::{Filter, StartFrom, StreamItem, SubscribeOptions};
 use treelog::Command;
+use treelog_testkit::commands;
+use treelog_testkit_server::server;
 
 fn schema() -> jsonschema::Validator {
     let path = concat!(
@@ -22,11 +21,11 @@ fn schema() -> jsonschema::Validator {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_item_a_server_streams_validates_and_broken_ones_do_not() {
     let dir = tempfile::tempdir().unwrap();
-    let h = common::server::start(dir.path(), |_| {}).await;
-    let c = common::server::client(&h).await;
+    let h = server::start(dir.path(), |_| {}).await;
+    let c = server::client(&h).await;
     let cmds = vec![
-        common::commands::mkdir_as("/s/d", "alice", "staff"),
-        common::commands::create("/s/d/f"),
+        commands::mkdir_as("/s/d", "alice", "staff"),
+        commands::create("/s/d/f"),
         Command::Complete {
             path: "/s/d/f".into(),
             size: 10,
@@ -42,7 +41,7 @@ async fn every_item_a_server_streams_validates_and_broken_ones_do_not() {
             group: None,
             mtime_ms: Some(1),
         },
-        common::commands::mkdir("/out/x"),
+        commands::mkdir("/out/x"),
         Command::Rename {
             src: "/out/x".into(),
             dst: "/s/x".into(),
@@ -85,10 +84,10 @@ async fn every_item_a_server_streams_validates_and_broken_ones_do_not() {
             inodes: Some(100),
             bytes: None,
         },
-        common::commands::create("/s/q"),
+        commands::create("/s/q"),
         Command::ClearQuota { path: "/s".into() },
         // Last, outside /s: the prefixed subscriptions end with a Progress.
-        common::commands::mkdir("/elsewhere"),
+        commands::mkdir("/elsewhere"),
     ];
     for cmd in cmds {
         c.submit(cmd).await.unwrap();

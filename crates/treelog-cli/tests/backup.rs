@@ -5,9 +5,6 @@
 //! backup fetched from a running `treelog serve` under load (in chunks,
 //! interrupted and resumed) restores the namespace at its sequence.
 
-#[path = "../../../tests/common/mod.rs"]
-mod common;
-
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -16,8 +13,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::cli::{self, Ran};
 use treelog::Command;
+use treelog_testkit::cli::{self, Ran};
+use treelog_testkit::{client::connect, commands, poll};
 
 const BIN: &str = env!("CARGO_BIN_EXE_treelog");
 
@@ -317,7 +315,7 @@ fn stop(mut child: Child) {
     assert!(st.success(), "serve: {st:?}");
 }
 
-type Acks = common::poll::Counter;
+type Acks = poll::Counter;
 
 /// One acknowledged command.
 #[derive(Debug, Clone)]
@@ -348,18 +346,18 @@ impl Load {
                 .build()
                 .unwrap();
             rt.block_on(async move {
-                let c = Arc::new(common::server::connect(rpc).await);
+                let c = Arc::new(connect(rpc).await);
                 let tasks: Vec<_> = d
                     .into_iter()
                     .map(|dir| {
                         let (c, stop, acks) = (c.clone(), st.clone(), a.clone());
                         tokio::spawn(async move {
-                            c.submit(common::commands::mkdir(&dir)).await.unwrap();
+                            c.submit(commands::mkdir(&dir)).await.unwrap();
                             let mut done = Vec::new();
                             let mut k = 0u64;
                             while !stop.load(Ordering::Relaxed) {
                                 let f = format!("{dir}/f{k}");
-                                let seq = c.submit(common::commands::create(&f)).await.unwrap();
+                                let seq = c.submit(commands::create(&f)).await.unwrap();
                                 done.push((seq, Done::Create(f.clone())));
                                 acks.add();
                                 if k % 3 == 1 {

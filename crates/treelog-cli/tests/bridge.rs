@@ -5,11 +5,6 @@
 //! `examples/python/mirror.py`, which mirrors a subtree through renames in
 //! and out and must match the server's tree.
 
-#[path = "../../../tests/common/mod.rs"]
-mod common;
-#[path = "../../treelog-bridge/tests/harness/mod.rs"]
-mod harness;
-
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -19,6 +14,9 @@ use std::time::Duration;
 
 use harness::{check_stream, NatsServer};
 use treelog::stream::{Filter, StartFrom, StreamItem, SubscribeOptions};
+use treelog_testkit::{cli, client::connect, commands, Rng};
+use treelog_testkit_nats as harness;
+use treelog_testkit_server::server;
 
 const BIN: &str = env!("CARGO_BIN_EXE_treelog");
 
@@ -67,20 +65,20 @@ async fn kill_9_of_the_bridge_at_random_moments_leaves_no_gap_and_no_duplicate()
     let dir = tempfile::tempdir().unwrap();
     let nats = NatsServer::single(&bin, &dir.path().join("nats"), 64 << 10);
     let url = nats.url();
-    let h = common::server::start(&dir.path().join("db"), |_| {}).await;
+    let h = server::start(&dir.path().join("db"), |_| {}).await;
     let stop = Arc::new(AtomicBool::new(false));
     let writers: Vec<_> = (0..2)
         .map(|w| {
             let (stop, addr) = (stop.clone(), h.bound.rpc);
             // Big records now and then: kills land between their parts too.
             tokio::spawn(async move {
-                let c = common::server::connect(addr).await;
+                let c = connect(addr).await;
                 harness::write_load(c, format!("/w{w}"), 60, stop).await
             })
         })
         .collect();
-    let mut rng = common::Rng::new();
-    let rounds = common::rounds(20);
+    let mut rng = Rng::new();
+    let rounds = treelog_testkit::rounds(20);
     let log = dir.path().join("bridge.log");
     for round in 0..rounds {
         let before = harness::last_published(&url, "KILL").await;
@@ -105,7 +103,7 @@ async fn kill_9_of_the_bridge_at_random_moments_leaves_no_gap_and_no_duplicate()
     for w in writers {
         w.await.unwrap();
     }
-    let client = common::server::client(&h).await;
+    let client = server::client(&h).await;
     let last = client.info().await.unwrap().0;
     let mut b = bridge_process(h.bound.rpc, &url, "KILL", &log);
     harness::wait_published(&url, "KILL", last, 120).await;
@@ -184,10 +182,10 @@ async fn serve_publishes_and_the_python_consumer_mirrors_a_subtree_through_renam
             .spawn()
             .unwrap(),
     );
-    let (rpc, http) = common::cli::ready_addrs(&mut serve.0);
-    let client = common::server::connect(rpc).await;
-    let mk = |p: &str| common::commands::mkdir(p);
-    let cr = |p: &str| common::commands::create(p);
+    let (rpc, http) = cli::ready_addrs(&mut serve.0);
+    let client = connect(rpc).await;
+    let mk = |p: &str| commands::mkdir(p);
+    let cr = |p: &str| commands::create(p);
     let mv = |a: &str, b: &str| treelog::Command::Rename {
         src: a.into(),
         dst: b.into(),
@@ -288,7 +286,7 @@ async fn serve_publishes_and_the_python_consumer_mirrors_a_subtree_through_renam
     // may follow the consumer's delivery by a moment).
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     loop {
-        let (status, body) = common::http::get(http, "/metrics").await;
+        let (status, body) = treelog_testkit::http::get(http, "/metrics").await;
         assert_eq!(status, 200);
         let published: u64 = body
             .lines()

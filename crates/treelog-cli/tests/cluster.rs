@@ -8,9 +8,6 @@
 //! at the same sequence. The failover times (SIGKILL of the leader to the
 //! first write acknowledged by the next) are printed.
 
-#[path = "../../../tests/common/mod.rs"]
-mod common;
-
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
@@ -18,11 +15,12 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::history::{self, Entry, Op, Outcome};
 use treelog::error::{Error, ErrorKind};
 use treelog::{Command, ReadAt};
 use treelog_client::{Client, ClientOptions};
 use treelog_proto::protocol::{ClusterRequest, ClusterStatus, RequestBody, ResponseBody};
+use treelog_testkit::history::{self, Entry, Op, Outcome};
+use treelog_testkit::{cli, poll, rounds, Rng};
 
 const BIN: &str = env!("CARGO_BIN_EXE_treelog");
 
@@ -70,7 +68,7 @@ impl Node {
         );
         let mut args = vec!["serve", "--listen", &rpc, "--http", &http, "--node-id", &id];
         args.extend(extra);
-        let mut cmd = common::cli::command(BIN, &self.data, &args);
+        let mut cmd = cli::command(BIN, &self.data, &args);
         cmd.stdout(Stdio::null()).stderr(log);
         if let Some(f) = failpoints {
             cmd.env("FAILPOINTS", f);
@@ -259,7 +257,7 @@ async fn writer(
     history: Arc<Mutex<Vec<Entry>>>,
     acks: Arc<AtomicU64>,
 ) {
-    let mut rng = common::Rng::nth(seed);
+    let mut rng = Rng::nth(seed);
     let mut client: Option<Client> = None;
     while !stop.load(Ordering::Acquire) {
         let c = match &client {
@@ -369,10 +367,10 @@ async fn failover_under_kill_9_keeps_every_acknowledged_write_and_stays_lineariz
         .collect();
 
     let mut failovers = Vec::new();
-    for round in 0..common::rounds(20) {
+    for round in 0..rounds(20) {
         // Some writes under this leader first.
         let before = acks.load(Ordering::Relaxed);
-        common::poll::eventually(60, "writes go on", || {
+        poll::eventually(60, "writes go on", || {
             acks.load(Ordering::Relaxed) >= before + 20
         })
         .await;

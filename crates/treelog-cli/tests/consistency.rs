@@ -7,15 +7,13 @@
 //!
 //! `TREELOG_CONSISTENCY_MOVES=100000` runs longer by hand.
 
-#[path = "../../../tests/common/mod.rs"]
-mod common;
-
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
-use common::commands::{create, mkdir};
-use common::{cli, server};
 use treelog::{CreateOptions, Durability, ErrorKind, Options, ReadAt, Treelog};
+use treelog_testkit::cli;
+use treelog_testkit::commands::{create, mkdir};
+use treelog_testkit_server::server;
 
 fn moves() -> u64 {
     std::env::var("TREELOG_CONSISTENCY_MOVES")
@@ -244,7 +242,7 @@ fn over_the_network_no_reply_is_torn_and_ls_r_sees_one_tree() {
     let rt = tokio::runtime::Runtime::new().unwrap();
     let h = rt.block_on(server::start(&dir.path().join("db"), |_| {}));
     let addr = h.bound.rpc;
-    let w = rt.block_on(server::connect(addr));
+    let w = rt.block_on(treelog_testkit::client::connect(addr));
     rt.block_on(async {
         for p in ["/a/x", "/b"] {
             w.submit(mkdir(p)).await.unwrap();
@@ -288,7 +286,7 @@ fn over_the_network_no_reply_is_torn_and_ls_r_sees_one_tree() {
         .map(|_| {
             let (done, torn, reads, ids) = (done.clone(), torn.clone(), reads.clone(), ids.clone());
             rt.spawn(async move {
-                let c = server::connect(addr).await;
+                let c = treelog_testkit::client::connect(addr).await;
                 let mut last = 0;
                 while !done.load(Ordering::SeqCst) {
                     for (k, path) in ["/a/x", "/b/x"].iter().enumerate() {

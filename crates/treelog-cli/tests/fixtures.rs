@@ -9,14 +9,12 @@
 //! the raw listing of a fixture instead of checking it: the script runs it
 //! once, when it makes the fixture.
 
-#[path = "../../../tests/common/mod.rs"]
-mod common;
-
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 use treelog::store::{Store, StoreOptions, CF_EDGES, CF_INODES, CF_LOG, CF_META};
+use treelog_testkit::cli;
 
 const BIN: &str = env!("CARGO_BIN_EXE_treelog");
 
@@ -57,8 +55,8 @@ fn raw_listing(db: &Path) -> String {
     out
 }
 
-fn run(db: &Path, args: &[&str]) -> common::cli::Ran {
-    common::cli::run(BIN, db, args)
+fn run(db: &Path, args: &[&str]) -> cli::Ran {
+    cli::run(BIN, db, args)
 }
 
 fn lines(s: &str) -> Vec<Value> {

@@ -3,20 +3,19 @@
 //! `ln -s` and `readlink`, `setfattr` and `getfattr`, `quota` with its
 //! refusals (exit 14, nothing written), `count`, and parents' times.
 
-#[path = "../../../tests/common/mod.rs"]
-mod common;
-
 use std::path::Path;
+use treelog_testkit::cli;
+use treelog_testkit_server::server;
 
 const BIN: &str = env!("CARGO_BIN_EXE_treelog");
 
 /// `treelog [--server ADDR] ARGS` on `db`: (exit code, stdout, stderr).
 fn run(db: &Path, server: Option<&str>, args: &[&str]) -> (i32, String, String) {
-    let mut cmd = common::cli::command(BIN, db, &[]);
+    let mut cmd = cli::command(BIN, db, &[]);
     if let Some(s) = server {
         cmd.args(["--server", s]);
     }
-    let r = common::cli::output(cmd.args(args));
+    let r = cli::output(cmd.args(args));
     (r.code(), r.stdout, r.stderr)
 }
 
@@ -238,11 +237,11 @@ fn format_2_commands_through_a_server() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("db");
     let rt = tokio::runtime::Runtime::new().unwrap();
-    let h = rt.block_on(common::server::start(&db, |_| {}));
+    let h = rt.block_on(server::start(&db, |_| {}));
     let addr = h.bound.rpc.to_string();
     exercise(&db, Some(&addr));
     // The wire carries the typed error.
-    let c = rt.block_on(common::server::client(&h));
+    let c = rt.block_on(server::client(&h));
     rt.block_on(c.set_quota("/p", Some(0), None)).unwrap();
     let e = rt.block_on(c.symlink("t", "/p/x")).unwrap_err();
     assert_eq!(e.kind(), treelog::ErrorKind::QuotaExceeded, "{e}");

@@ -3,18 +3,11 @@
 //! The tests here take turns (`serial`): each measures or changes state
 //! that a test running beside it would disturb.
 
-#[path = "../../../tests/common/mod.rs"]
-mod common;
-
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::commands::{create, mkdir};
-use common::poll::{eventually, peak};
-use common::server::{self, metrics, server_metrics};
-use common::{cli, wire};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use treelog::stream::{Filter, StartFrom, SubscribeOptions};
@@ -22,6 +15,10 @@ use treelog::ErrorKind;
 use treelog_client::Client;
 use treelog_proto::protocol::{self, RequestBody, ResponseBody, ServerMsg};
 use treelog_server::{ServerHandle, ServerMetrics};
+use treelog_testkit::commands::{create, mkdir};
+use treelog_testkit::poll::{eventually, peak};
+use treelog_testkit::{cli, wire};
+use treelog_testkit_server::server::{self, metrics, server_metrics};
 
 /// Held for a whole test (across awaits: each test has its own runtime).
 static TURN: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());

@@ -9,18 +9,15 @@
 //! The kill loop runs a few rounds in CI; `TREELOG_KILL_ROUNDS=100` runs
 //! more by hand (`TREELOG_TEST_SEED` replays a run's kill points).
 
-#[path = "../../../tests/common/mod.rs"]
-mod common;
-
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use common::{cli, rounds, Rng};
 use treelog::format::meta::{Migration, FORMAT_VERSION_KEY, MIGRATION_KEY};
 use treelog::migrate::{write_format1, Format1Spec};
 use treelog::store::{Store, StoreOptions};
 use treelog::{admin, ErrorKind, Options, Treelog};
+use treelog_testkit::{cli, rounds, Rng};
 
 const BIN: &str = env!("CARGO_BIN_EXE_treelog");
 

@@ -7,22 +7,36 @@
 //! The kill loops run a few rounds in CI; `TREELOG_KILL_ROUNDS=200` runs
 //! more by hand (`TREELOG_TEST_SEED` replays a run's kill points).
 
-#[path = "../../../tests/common/mod.rs"]
-mod common;
-
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{cli, rounds, Expect, Rng, Worker};
+use treelog::retention::RetentionPolicy;
 use treelog::{admin, ErrorKind, Options, Treelog};
+use treelog_testkit::{cli, rounds, worker, Expect, Rng, Worker};
 
 const BIN: &str = env!("CARGO_BIN_EXE_treelog");
 
 #[test]
 #[ignore = "the crash worker's process entry: the kill tests run it in a child process"]
 fn crash_worker_process() {
-    common::worker::entry();
+    worker::entry(|task| {
+        let retention = RetentionPolicy {
+            max_records: task.retain_records,
+            interval: task.retention_interval,
+            ..Default::default()
+        };
+        let t = Treelog::open(
+            &task.data,
+            Options {
+                retention,
+                ..Options::default()
+            },
+        )?;
+        Ok((t.committed_seq(), move |cmd: treelog::Command| {
+            t.submit(cmd)
+        }))
+    });
 }
 
 fn kill_during(data: &Path, args: &[&str], after: Duration) -> bool {
@@ -55,7 +69,7 @@ enum Check {
 /// and passes `check`.
 fn reopens(data: &Path, expect: &Expect, what: &str, check: Check) {
     let t = open(data, what);
-    expect.check(&t, u64::MAX, what);
+    expect.check(|p| t.stat(p).is_ok(), u64::MAX, what);
     match check {
         Check::Verify => {
             let report = admin::verify(t.store()).unwrap();
@@ -92,7 +106,7 @@ fn retention_killed_at_random_moments_loses_nothing_acknowledged() {
         w.kill_after(&mut expect, 300 + rng.below(700) as usize);
         let what = format!("round {round}, after the workload with retention");
         let t = open(&data, &what);
-        expect.check(&t, u64::MAX, &what);
+        expect.check(|p| t.stat(p).is_ok(), u64::MAX, &what);
         if t.log_start() > 1 {
             truncated_rounds += 1;
         }
@@ -207,7 +221,7 @@ fn corruption_in_the_middle_of_the_wal_refuses_to_open_until_the_loss_is_accepte
     for _ in 0..2 {
         let t = open(&data, "after accept-wal-loss");
         assert_eq!(t.committed_seq(), last);
-        expect.check(&t, last, "after accept-wal-loss");
+        expect.check(|p| t.stat(p).is_ok(), last, "after accept-wal-loss");
         let report = admin::verify(t.store()).unwrap();
         assert!(report.ok(), "{report:?}");
         t.close().unwrap();
@@ -239,7 +253,7 @@ fn a_torn_wal_tail_opens_with_every_record_before_it() {
         let t = open(&data, what);
         let last = t.committed_seq();
         assert!(last > 0 && last < max_acked_seq(&expect), "{what}: {last}");
-        expect.check(&t, last, what);
+        expect.check(|p| t.stat(p).is_ok(), last, what);
         let report = admin::verify(t.store()).unwrap();
         assert!(report.ok(), "{what}: {report:?}");
         t.close().unwrap();
@@ -321,7 +335,7 @@ mod crash_points {
             if point != "retention::before_start" {
                 assert!(t.log_start() > 1, "{point}: the log start did not move");
             }
-            expect.check(&t, u64::MAX, point);
+            expect.check(|p| t.stat(p).is_ok(), u64::MAX, point);
             drop(t);
             // The local pass, on a store whose last records are only in
             // the log.
@@ -411,6 +425,8 @@ fn a_full_disk_stops_the_writer_and_loses_nothing_acknowledged() {
 mod writer_failure {
     use super::*;
     use std::net::SocketAddr;
+    use std::process::Stdio;
+    use treelog_testkit::{client::connect, commands};
 
     /// `treelog serve` on `data` with the log appends after the first 30
     /// failing, and `extra` arguments; its addresses once ready.
@@ -437,11 +453,11 @@ mod writer_failure {
         rpc: SocketAddr,
     ) -> (Vec<String>, treelog::Error) {
         rt.block_on(async {
-            let c = common::server::connect(rpc).await;
+            let c = connect(rpc).await;
             let mut acked = Vec::new();
             for i in 0.. {
                 let p = format!("/f{i}");
-                match c.submit(common::commands::create(&p)).await {
+                match c.submit(commands::create(&p)).await {
                     Ok(_) => acked.push(p),
                     Err(e) => return (acked, e),
                 }
@@ -511,14 +527,11 @@ mod writer_failure {
         let rt = runtime();
         let (acked, _) = create_until_failure(&rt, rpc);
         rt.block_on(async {
-            let c = common::server::connect(rpc).await;
-            let e = c
-                .submit(common::commands::create("/later"))
-                .await
-                .unwrap_err();
+            let c = connect(rpc).await;
+            let e = c.submit(commands::create("/later")).await.unwrap_err();
             assert_eq!(e.kind(), ErrorKind::WriterStopped, "{e}");
             assert!(c.stat(&acked[0]).await.is_ok());
-            let (status, body) = common::http::get(http, "/readyz").await;
+            let (status, body) = treelog_testkit::http::get(http, "/readyz").await;
             assert_eq!(status, 503, "{body}");
         });
         assert!(child.try_wait().unwrap().is_none(), "serve ended");

@@ -8,9 +8,6 @@
 //! digests are equal. `TREELOG_KILL_ROUNDS=N` kills each side N times
 //! while streaming (3 and 2 by default).
 
-#[path = "../../../tests/common/mod.rs"]
-mod common;
-
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
@@ -20,6 +17,8 @@ use std::time::{Duration, Instant};
 
 use treelog_client::{Client, ClientOptions};
 use treelog_proto::protocol::{NodeStatus, RequestBody, ResponseBody};
+use treelog_testkit::{cli, commands, rounds};
+use treelog_testkit_server::closed_state;
 
 const BIN: &str = env!("CARGO_BIN_EXE_treelog");
 
@@ -71,7 +70,7 @@ impl Node {
             args.extend(["--replica-of", s.as_str(), "--replica-batch-bytes", "4096"]);
         }
         args.extend(extra);
-        let mut cmd = common::cli::command(BIN, &self.data, &args);
+        let mut cmd = cli::command(BIN, &self.data, &args);
         cmd.stdout(Stdio::null()).stderr(log);
         if let Some(f) = failpoints {
             cmd.env("FAILPOINTS", f);
@@ -177,7 +176,7 @@ fn writer(
                     Some(c) => c.clone(),
                     None => match Client::connect(leader, ClientOptions::default()).await {
                         Ok(c) => {
-                            let _ = c.submit(common::commands::mkdir("/w")).await;
+                            let _ = c.submit(commands::mkdir("/w")).await;
                             client = Some(c.clone());
                             c
                         }
@@ -187,10 +186,7 @@ fn writer(
                         }
                     },
                 };
-                match c
-                    .submit(common::commands::create(&format!("/w/f{n}")))
-                    .await
-                {
+                match c.submit(commands::create(&format!("/w/f{n}"))).await {
                     Ok(seq) => {
                         acked.fetch_add(1, Ordering::Relaxed);
                         top.fetch_max(seq, Ordering::Relaxed);
@@ -229,7 +225,7 @@ fn replicas_resume_after_sigkill_of_either_side_at_any_stage() {
     let mut at = applied(&rt, &replica, 1).applied_seq;
 
     // Killed while streaming, under load.
-    for _ in 0..common::rounds(3) {
+    for _ in 0..rounds(3) {
         let want = top.load(Ordering::Relaxed).max(at + 1);
         at = applied(&rt, &replica, want).applied_seq;
         replica.kill9();
@@ -247,7 +243,7 @@ fn replicas_resume_after_sigkill_of_either_side_at_any_stage() {
     at = applied(&rt, &replica, want).applied_seq;
 
     // The leader killed while it streams; it comes back on its ports.
-    for _ in 0..common::rounds(2) {
+    for _ in 0..rounds(2) {
         let want = top.load(Ordering::Relaxed).max(at + 1);
         at = applied(&rt, &replica, want).applied_seq;
         leader.kill9();
@@ -259,7 +255,7 @@ fn replicas_resume_after_sigkill_of_either_side_at_any_stage() {
     w.join().unwrap();
     assert!(acked.load(Ordering::Relaxed) > 200);
     // The CLI pointed at the replica: its write goes on to the leader.
-    let r = common::cli::output(std::process::Command::new(BIN).args([
+    let r = cli::output(std::process::Command::new(BIN).args([
         "--server",
         &replica.rpc.to_string(),
         "mkdir",
@@ -275,8 +271,8 @@ fn replicas_resume_after_sigkill_of_either_side_at_any_stage() {
     assert!(s.connected);
     replica.stop();
     leader.stop();
-    let (la, ld, llog) = common::closed_state(&leader.data);
-    let (ra, rd, rlog) = common::closed_state(&replica.data);
+    let (la, ld, llog) = closed_state(&leader.data);
+    let (ra, rd, rlog) = closed_state(&replica.data);
     assert_eq!(ra, la);
     assert_eq!(rd, ld, "index digests");
     assert_eq!(rlog.len(), llog.len(), "records in the logs");
@@ -291,6 +287,6 @@ fn replicas_resume_after_sigkill_of_either_side_at_any_stage() {
         "{log}"
     );
     assert!(log.contains("caught up"), "{log}");
-    let r = common::cli::run(BIN, &leader.data, &["stat", "/via-replica"]);
+    let r = cli::run(BIN, &leader.data, &["stat", "/via-replica"]);
     assert_eq!(r.code(), 0, "{r:?}");
 }

@@ -1,11 +1,12 @@
 //! The vocabulary treelog's library, server and clients share: value types,
 //! commands, events and records, errors, paths, the stream's items and
-//! filter, and the wire protocol. No storage engine: a client built on this
-//! crate compiles no RocksDB.
+//! filter, the wire protocol, and the wall clock as records carry it. No
+//! storage engine: a client built on this crate compiles no RocksDB.
 //!
 //! The normative descriptions are `docs/EVENTS.md` (events and records),
 //! `docs/PROTOCOL.md` (the wire protocol) and `docs/STREAMS.md`.
 
+pub mod clock;
 pub mod command;
 pub mod cursor;
 pub mod error;
@@ -16,6 +17,7 @@ pub mod read;
 pub mod stream;
 pub mod types;
 
+pub use clock::now_ms;
 pub use command::Command;
 pub use error::{Error, ErrorKind, Result};
 pub use event::{Event, EventKind, Record};

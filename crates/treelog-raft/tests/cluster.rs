@@ -5,20 +5,19 @@
 //! (partitions in the network layer), a far-behind learner that installs
 //! a snapshot, and a node whose data directory was wiped rejoining.
 
-#[path = "../../../tests/common/mod.rs"]
-mod common;
-
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::commands::{create, mkdir};
 use treelog::error::ErrorKind;
 use treelog::{Command, Durability, ReadAt};
 use treelog_client::{Client, ClientOptions};
 use treelog_proto::protocol::{ClusterRequest, ClusterStatus, RequestBody, ResponseBody};
 use treelog_raft::{ClusterConfig, ClusterHandle, Faults, NodeConfig};
+use treelog_testkit::commands::{create, mkdir};
+use treelog_testkit::poll;
+use treelog_testkit_server::server;
 
 struct Node {
     id: u64,
@@ -85,7 +84,7 @@ impl Cluster {
         let tweak = self.tweak;
         let n = &mut self.nodes[(id - 1) as usize];
         assert!(n.handle.is_none());
-        let mut server = common::server::config(&n.dir);
+        let mut server = server::config(&n.dir);
         server.store = server.store.durability(Durability::None);
         let mut node = NodeConfig::new(id, n.rpc.to_string());
         node.durability = Durability::None;
@@ -193,7 +192,7 @@ impl Cluster {
             .filter(|n| n.handle.is_some())
             .map(|n| (n.id, self.store(n.id)))
             .collect();
-        common::poll::eventually(30, &format!("every node applies {seq} and agrees"), || {
+        poll::eventually(30, &format!("every node applies {seq} and agrees"), || {
             let at: Vec<u64> = stores.iter().map(|(_, t)| t.committed_seq()).collect();
             at[0] >= seq && at.iter().all(|a| *a == at[0])
         })

@@ -1,12 +1,9 @@
 //! The linearizability checker the failover tests use (tests/common/
 //! history.rs), on histories whose answer is known.
 
-#[path = "../../../tests/common/mod.rs"]
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::history::{check, Entry, Op, Outcome};
+use treelog_testkit::history::{check, Entry, Op, Outcome};
 
 /// An operation on `/p` between `call` and `ret` (ms after `t0`; `None`:
 /// it never returned).

@@ -5,17 +5,12 @@
 //! replica's position, with every read during it checked against the
 //! leader's history.
 
-#[path = "../../../tests/common/mod.rs"]
-mod common;
-
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::commands::{create, mkdir};
-use common::server::{self, connect};
 use treelog::error::{Error, ErrorKind};
 use treelog::retention::RetentionPolicy;
 use treelog::{Command, ReadAt};
@@ -23,6 +18,10 @@ use treelog_client::{Client, ClientOptions, SeenSeq};
 use treelog_proto::protocol::{NodeStatus, RequestBody, ResponseBody, Role};
 use treelog_replica::{ReplicaConfig, ReplicaHandle};
 use treelog_server::ServerHandle;
+use treelog_testkit::commands::{create, mkdir};
+use treelog_testkit::{client::connect, poll};
+use treelog_testkit_server::closed_state;
+use treelog_testkit_server::server;
 
 async fn leader(data: &Path) -> ServerHandle {
     server::start(data, |_| {}).await
@@ -165,9 +164,9 @@ async fn a_replica_bootstrapped_under_writes_converges_and_so_does_its_own_repli
     rr.shutdown().await.unwrap();
     r.shutdown().await.unwrap();
     l.shutdown().await.unwrap();
-    let (la, ld, llog) = common::closed_state(&l_data);
+    let (la, ld, llog) = closed_state(&l_data);
     for data in [&r_data, &rr_data] {
-        let (ra, rd, rlog) = common::closed_state(data);
+        let (ra, rd, rlog) = closed_state(data);
         assert_eq!(ra, la, "{}: applied", data.display());
         assert_eq!(rd, ld, "{}: the index digest", data.display());
         // The same records, byte for byte, none missing or twice.
@@ -288,7 +287,7 @@ async fn a_client_writing_on_the_leader_reads_its_writes_on_the_replica() {
     // Without a token: whatever the replica has, and it says which.
     let plain = connect(r.bound.rpc).await;
     w.submit(mkdir("/rw")).await.unwrap();
-    let rounds = common::rounds(1000);
+    let rounds = treelog_testkit::rounds(1000);
     for i in 0..rounds {
         let (f, g) = (format!("/rw/f{i}"), format!("/rw/g{i}"));
         w.submit(create(&f)).await.unwrap();
@@ -428,7 +427,7 @@ async fn a_replica_whose_position_was_removed_bootstraps_again_without_mixing_st
     // have brought it this far).
     let cursor = format!("replica-127.0.0.1-{}", rpc.port());
     let t = l.store().unwrap();
-    common::poll::eventually(30, "the replica's cursor on the leader", || {
+    poll::eventually(30, "the replica's cursor on the leader", || {
         t.cursors().iter().any(|c| c.name == cursor)
     })
     .await;
@@ -513,8 +512,8 @@ async fn a_replica_whose_position_was_removed_bootstraps_again_without_mixing_st
     drop(c);
     r.shutdown().await.unwrap();
     l.shutdown().await.unwrap();
-    let (la, ld, _) = common::closed_state(&l_data);
-    let (ra, rd, _) = common::closed_state(&r_data);
+    let (la, ld, _) = closed_state(&l_data);
+    let (ra, rd, _) = closed_state(&r_data);
     assert_eq!((ra, rd), (la, ld));
     // Nothing of the bootstrap is left beside the data directory.
     let left: Vec<_> = std::fs::read_dir(dir.path())
@@ -585,8 +584,8 @@ async fn a_replica_of_a_source_whose_history_diverged_bootstraps_again() {
     drop((c, rc));
     r.shutdown().await.unwrap();
     l2.shutdown().await.unwrap();
-    let (la, ld, llog) = common::closed_state(&l2_data);
-    let (ra, rd, rlog) = common::closed_state(&r_data);
+    let (la, ld, llog) = closed_state(&l2_data);
+    let (ra, rd, rlog) = closed_state(&r_data);
     assert_eq!((ra, rd), (la, ld));
     assert!(rlog == llog);
 }
@@ -622,8 +621,8 @@ async fn a_replica_far_behind_catches_up_before_it_serves() {
     drop(c);
     r.shutdown().await.unwrap();
     l.shutdown().await.unwrap();
-    let (la, ld, llog) = common::closed_state(&l_data);
-    let (ra, rd, rlog) = common::closed_state(&r_data);
+    let (la, ld, llog) = closed_state(&l_data);
+    let (ra, rd, rlog) = closed_state(&r_data);
     assert_eq!((ra, rd), (la, ld));
     assert!(rlog == llog);
 }

@@ -2,16 +2,11 @@
 //! subscriptions that survive a restart, bad input, limits, token auth,
 //! health endpoints, graceful shutdown under load.
 
-#[path = "../../../tests/common/mod.rs"]
-mod common;
-
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::commands::{create, mkdir_as};
-use common::server::{self, client, config, next_records, server_metrics};
-use common::{http, poll, wire};
+use server::{client, config, metrics, server_metrics};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use treelog::stream::{StartFrom, SubscribeOptions};
@@ -19,6 +14,56 @@ use treelog::{admin, Command, Durability, ErrorKind};
 use treelog_client::{Client, ClientOptions};
 use treelog_proto::protocol::{RequestBody, ResponseBody, ServerMsg};
 use treelog_server::{start, ServerHandle};
+use treelog_testkit::client::{connect, next_records};
+use treelog_testkit::commands::{create, mkdir_as};
+use treelog_testkit::{http, poll, wire};
+
+/// A real server in this process, on loopback ports the OS picks: what
+/// `treelog-testkit-server` gives the crates built on the server, which
+/// cannot be this crate's dev-dependency (it depends on this crate).
+mod server {
+    use std::path::Path;
+    use std::sync::Arc;
+
+    use treelog::metrics::Metrics;
+    use treelog::Durability;
+    use treelog_client::Client;
+    use treelog_server::{ServerConfig, ServerHandle, ServerMetrics};
+
+    /// The configuration of a test server on `data`: the RPC and HTTP
+    /// ports on loopback, chosen by the OS, and no fsync; the defaults
+    /// otherwise.
+    pub fn config(data: &Path) -> ServerConfig {
+        let mut c = ServerConfig::new(data.to_path_buf());
+        c.listen = "127.0.0.1:0".parse().unwrap();
+        c.http = "127.0.0.1:0".parse().unwrap();
+        c.store = c.store.durability(Durability::None);
+        c
+    }
+
+    /// Starts a server on `data` with [`config`] as `overrides` changes it
+    /// (`|_| {}` for none).
+    pub async fn start(data: &Path, overrides: impl FnOnce(&mut ServerConfig)) -> ServerHandle {
+        let mut cfg = config(data);
+        overrides(&mut cfg);
+        treelog_server::start(cfg).await.expect("start the server")
+    }
+
+    /// A client of `h`, with the default options.
+    pub async fn client(h: &ServerHandle) -> Client {
+        treelog_testkit::client::connect(h.bound.rpc).await
+    }
+
+    /// The server's metrics (it collects them by default).
+    pub fn metrics(h: &ServerHandle) -> Arc<Metrics> {
+        h.metrics().expect("metrics").clone()
+    }
+
+    /// The server's own metrics (connections, requests, queues).
+    pub fn server_metrics(h: &ServerHandle) -> Arc<ServerMetrics> {
+        h.server_metrics().expect("metrics").clone()
+    }
+}
 
 fn mkdir(p: &str) -> Command {
     mkdir_as(p, "alice", "ml")
@@ -166,7 +211,7 @@ async fn pipelining_and_many_connections() {
         .map(|ci| {
             let addr = h.bound.rpc;
             tokio::spawn(async move {
-                let c = server::connect(addr).await;
+                let c = connect(addr).await;
                 c.submit(mkdir(&format!("/m/c{ci}"))).await.unwrap();
                 for i in 0..50 {
                     c.submit(create(&format!("/m/c{ci}/f{i}"))).await.unwrap();
@@ -548,7 +593,7 @@ async fn graceful_shutdown_under_load_keeps_every_acknowledged_write() {
         let addr = h.bound.rpc;
         let stop = stop.clone();
         writers.push(tokio::spawn(async move {
-            let c = server::connect(addr).await;
+            let c = connect(addr).await;
             c.submit(mkdir(&format!("/load/w{w}"))).await.unwrap();
             let mut acked = Vec::new();
             let mut i = 0;

@@ -4,18 +4,15 @@
 //! a replica, the bridge's row by the bridge's metrics, the Raft row by a
 //! node's).
 
-#[path = "../../../tests/common/mod.rs"]
-mod common;
-
 use std::collections::BTreeSet;
 use std::io::Write;
 use std::process::{Command as Proc, Stdio};
 
-use common::commands::mkdir_as;
-use common::{http, server};
 use treelog::stream::{StartFrom, SubscribeOptions};
 use treelog::Command;
 use treelog_server::ServerHandle;
+use treelog_testkit::{commands::mkdir_as, http};
+use treelog_testkit_server::server;
 
 /// The text of `/metrics`, which must answer 200.
 async fn metrics_text(h: &ServerHandle) -> String {
@@ -93,7 +90,7 @@ async fn server_after_workload(dir: &std::path::Path) -> ServerHandle {
         })
         .await
         .unwrap();
-    server::next_records(&mut sub, 10).await;
+    treelog_testkit::client::next_records(&mut sub, 10).await;
     c.ack("dash", 10).await.unwrap();
     h
 }

@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
-use treelog::ErrorKind;
 use treelog_proto::protocol::{self, ClientMsg, Hello, RequestBody, ServerMsg};
+use treelog_proto::ErrorKind;
 
 /// The frame of a `Hello` with `version` and `token`.
 pub fn hello(version: u16, token: Option<&str>) -> Vec<u8> {

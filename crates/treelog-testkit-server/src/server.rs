@@ -1,14 +1,12 @@
 //! A real server in this process, on loopback ports the OS picks, and
 //! clients of it.
 
-use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
 
 use treelog::metrics::Metrics;
-use treelog::stream::StreamItem;
 use treelog::Durability;
-use treelog_client::{Client, ClientOptions, RemoteSubscription};
+use treelog_client::Client;
 use treelog_server::{ServerConfig, ServerHandle, ServerMetrics};
 
 /// The configuration of a test server on `data`: the RPC and HTTP ports
@@ -29,16 +27,9 @@ pub async fn start(data: &Path, overrides: impl FnOnce(&mut ServerConfig)) -> Se
     treelog_server::start(cfg).await.expect("start the server")
 }
 
-/// A client of the server at `addr`, with the default options.
-pub async fn connect(addr: SocketAddr) -> Client {
-    Client::connect(addr, ClientOptions::default())
-        .await
-        .expect("connect a client")
-}
-
 /// A client of `h`, with the default options.
 pub async fn client(h: &ServerHandle) -> Client {
-    connect(h.bound.rpc).await
+    treelog_testkit::client::connect(h.bound.rpc).await
 }
 
 /// The store's metrics (it collects them by default).
@@ -49,17 +40,4 @@ pub fn metrics(h: &ServerHandle) -> Arc<Metrics> {
 /// The server's own metrics (connections, requests, queues).
 pub fn server_metrics(h: &ServerHandle) -> Arc<ServerMetrics> {
     h.server_metrics().expect("metrics").clone()
-}
-
-/// The sequences of the next `n` records `sub` delivers (its other items
-/// skipped).
-pub async fn next_records(sub: &mut RemoteSubscription, n: usize) -> Vec<u64> {
-    let mut seqs = Vec::with_capacity(n);
-    while seqs.len() < n {
-        let item = sub.next().await.expect("the subscription ended");
-        if let StreamItem::Record { seq, .. } = item.expect("a stream item") {
-            seqs.push(seq);
-        }
-    }
-    seqs
 }

@@ -1,6 +1,6 @@
 //! Commands with the attributes the tests do not care about filled in.
 
-use treelog::Command;
+use treelog_proto::Command;
 
 /// `mkdir -p path` (mode 755) owned by `owner:group`.
 pub fn mkdir_as(path: &str, owner: &str, group: &str) -> Command {
