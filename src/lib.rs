@@ -73,4 +73,3 @@ pub use read::{Read, ReadAt};
 pub use types::{
     Attrs, ContentSummary, DirEntry, FileType, Inode, ListPage, Quota, Usage, Xattr, XattrFlag,
 };
-

@@ -23,7 +23,7 @@ pub use log::LogMetrics;
 pub use read::{ReadMetrics, READ_OPS};
 pub use rocksdb::RocksDbMetrics;
 pub use stream::StreamMetrics;
-pub use write::WriteMetrics;
+pub use write::{GroupStages, WriteMetrics};
 
 fn hist(name: &str, help: &str, buckets: Vec<f64>) -> prometheus::Result<Histogram> {
     Histogram::with_opts(HistogramOpts::new(name, help).buckets(buckets))
@@ -74,6 +74,11 @@ impl Metrics {
     /// and Raft register theirs here too.
     pub fn registry(&self) -> &Registry {
         &self.registry
+    }
+
+    /// The write path's series: the writer's groups and stages.
+    pub fn writes(&self) -> &WriteMetrics {
+        &self.write
     }
 
     /// Reads and their latencies, for those who serve them.

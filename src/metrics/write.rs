@@ -24,7 +24,44 @@ pub struct WriteMetrics {
     pub(crate) inline_groups: IntCounter,
 }
 
+/// The writer's mean group and stage times since the store opened, from
+/// [`WriteMetrics::groups`] (what a benchmark prints beside its figures).
+#[derive(Debug, Clone, Copy)]
+pub struct GroupStages {
+    /// Commands per committed group.
+    pub commands_per_group: f64,
+    /// Commands per WAL fsync.
+    pub commands_per_sync: f64,
+    /// The share of groups committed inline by their caller (0..=1).
+    pub inline_share: f64,
+    /// Seconds per group: validation, then the log append.
+    pub validate: f64,
+    pub log_write: f64,
+    /// Seconds per fsync, then per index apply.
+    pub wal_sync: f64,
+    pub index_apply: f64,
+    /// Seconds a command waited in the queue.
+    pub queue_wait: f64,
+}
+
 impl WriteMetrics {
+    /// The writer's means so far.
+    pub fn groups(&self) -> GroupStages {
+        let mean = |h: &Histogram| h.get_sample_sum() / (h.get_sample_count().max(1) as f64);
+        let groups = self.group_commands.get_sample_count().max(1) as f64;
+        GroupStages {
+            commands_per_group: mean(&self.group_commands),
+            commands_per_sync: self.group_commands.get_sample_sum()
+                / self.wal_sync.get_sample_count().max(1) as f64,
+            inline_share: self.inline_groups.get() as f64 / groups,
+            validate: mean(&self.validate),
+            log_write: mean(&self.log_write),
+            wal_sync: mean(&self.wal_sync),
+            index_apply: mean(&self.index_apply),
+            queue_wait: mean(&self.queue_wait),
+        }
+    }
+
     pub(super) fn new(r: &Registry) -> prometheus::Result<WriteMetrics> {
         let stage = |name: &str, help: &str| registered(r, hist(name, help, latency_buckets())?);
         let counter = |name: &str, help: &str| registered(r, IntCounter::new(name, help)?);

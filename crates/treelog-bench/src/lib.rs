@@ -725,19 +725,17 @@ pub fn bulk_load(
 
 /// Mean group size and per-stage times of the writer, from its metrics.
 pub fn writer_breakdown(m: &crate::metrics::Metrics) -> String {
-    let mean =
-        |h: &prometheus::Histogram| h.get_sample_sum() / (h.get_sample_count().max(1) as f64);
-    let syncs = m.wal_sync.get_sample_count().max(1) as f64;
+    let g = m.writes().groups();
     format!(
         "  (treelog writer: {:.1} commands/group, {:.1} per fsync, {:.0}% of groups committed inline; per group: validate {:.0} us, log append {:.0} us; per fsync: {:.0} us, then index apply {:.0} us; queue wait {:.0} us/command)",
-        mean(&m.group_commands),
-        m.group_commands.get_sample_sum() / syncs,
-        100.0 * m.inline_groups.get() as f64 / m.group_commands.get_sample_count().max(1) as f64,
-        mean(&m.validate) * 1e6,
-        mean(&m.log_write) * 1e6,
-        mean(&m.wal_sync) * 1e6,
-        mean(&m.index_apply) * 1e6,
-        mean(&m.queue_wait) * 1e6
+        g.commands_per_group,
+        g.commands_per_sync,
+        100.0 * g.inline_share,
+        g.validate * 1e6,
+        g.log_write * 1e6,
+        g.wal_sync * 1e6,
+        g.index_apply * 1e6,
+        g.queue_wait * 1e6
     )
 }
 

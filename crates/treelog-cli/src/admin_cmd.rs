@@ -15,7 +15,7 @@ use crate::fs::mutation;
 use crate::output::{outln, Out};
 use crate::store::{Store, StoreOptions};
 
-pub fn run(cli: &Cli, out: &Out, cmd: &AdminCmd) -> Result<u8> {
+pub(crate) fn run(cli: &Cli, out: &Out, cmd: &AdminCmd) -> Result<u8> {
     let so = StoreOptions {
         create_if_missing: false,
         ..Default::default()

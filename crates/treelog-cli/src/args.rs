@@ -9,7 +9,7 @@ use crate::types::DEFAULT_BLOCK_SIZE;
 use treelog::Durability;
 
 /// Default data directory when `--data` is not given.
-pub const DEFAULT_DATA_DIR: &str = "treelog-data";
+pub(crate) const DEFAULT_DATA_DIR: &str = "treelog-data";
 
 /// The exit codes (as in the README), after `treelog --help`.
 const EXIT_CODES_HELP: &str = "\
@@ -38,7 +38,7 @@ reported and the others still run; the exit code is the first failure's
     about = "Event-sourced filesystem-namespace metadata store on RocksDB",
     after_long_help = EXIT_CODES_HELP
 )]
-pub struct Cli {
+pub(crate) struct Cli {
     /// Data directory (created on first use).
     #[arg(long, global = true, env = "TREELOG_DATA", default_value = DEFAULT_DATA_DIR)]
     pub data: PathBuf,
@@ -75,7 +75,7 @@ impl From<DurabilityArg> for Durability {
 }
 
 #[derive(Args, Debug, Clone)]
-pub struct OwnerArgs {
+pub(crate) struct OwnerArgs {
     /// Permission bits, octal.
     #[arg(long, value_parser = parse_mode)]
     pub mode: Option<u32>,
@@ -86,7 +86,7 @@ pub struct OwnerArgs {
 }
 
 #[derive(Subcommand, Debug)]
-pub enum Cmd {
+pub(crate) enum Cmd {
     /// Create directories.
     #[command(after_help = OPERANDS_HELP)]
     Mkdir {
@@ -337,7 +337,7 @@ pub enum Cmd {
 }
 
 #[derive(Subcommand, Debug)]
-pub enum ClusterCmd {
+pub(crate) enum ClusterCmd {
     /// The node's view of the cluster: its state, term, leader, members
     /// and how far behind each is (on the leader), log positions.
     Status,
@@ -371,7 +371,7 @@ pub enum ClusterCmd {
 }
 
 #[derive(Args, Debug)]
-pub struct ServeArgs {
+pub(crate) struct ServeArgs {
     /// Log events on standard error as text or as JSON lines (filter with
     /// RUST_LOG, default `info`; see docs/OPERATIONS.md, Logs).
     #[arg(long, default_value_t = crate::server::LogFormat::Text)]
@@ -526,13 +526,13 @@ pub struct ServeArgs {
 
 /// `getfattr -e`.
 #[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
-pub enum ValueEncoding {
+pub(crate) enum ValueEncoding {
     Text,
     Hex,
 }
 
 #[derive(Subcommand, Debug)]
-pub enum QuotaCmd {
+pub(crate) enum QuotaCmd {
     /// Give a directory a quota, or change its limits (a quota without
     /// limits keeps its usage counted for `count`). Sizes take K, M, G, T
     /// (powers of 1024).
@@ -552,7 +552,7 @@ pub enum QuotaCmd {
 }
 
 /// A count or size: digits, with an optional K, M, G or T (powers of 1024).
-pub fn parse_size(s: &str) -> std::result::Result<u64, String> {
+pub(crate) fn parse_size(s: &str) -> std::result::Result<u64, String> {
     let (digits, shift) = match s.char_indices().last() {
         Some((i, 'K' | 'k')) => (&s[..i], 10),
         Some((i, 'M' | 'm')) => (&s[..i], 20),
@@ -568,7 +568,7 @@ pub fn parse_size(s: &str) -> std::result::Result<u64, String> {
 }
 
 #[derive(Subcommand, Debug)]
-pub enum BridgeCmd {
+pub(crate) enum BridgeCmd {
     /// Into a NATS JetStream stream: one subject per namespace, one
     /// message per record (parts for a record above the server's
     /// max_payload), `Nats-Msg-Id` and `Nats-Expected-Last-Sequence` on
@@ -577,7 +577,7 @@ pub enum BridgeCmd {
 }
 
 #[derive(Args, Debug)]
-pub struct BridgeNatsArgs {
+pub(crate) struct BridgeNatsArgs {
     /// NATS server URL(s), comma-separated for a cluster.
     #[arg(long, value_name = "URL", default_value = "nats://127.0.0.1:4222")]
     pub nats: String,
@@ -596,7 +596,7 @@ pub struct BridgeNatsArgs {
 
 /// What `bridge nats` and `serve --bridge-nats` share.
 #[derive(Args, Debug, Clone)]
-pub struct BridgeOpts {
+pub(crate) struct BridgeOpts {
     /// The subject (default: treelog.<namespace id>.log).
     #[arg(long, value_name = "SUBJECT")]
     pub subject: Option<String>,
@@ -626,7 +626,7 @@ pub struct BridgeOpts {
 }
 
 #[derive(Subcommand, Debug)]
-pub enum AdminCmd {
+pub(crate) enum AdminCmd {
     /// Replay the whole log into a scratch index and compare digests.
     Verify,
     /// Move the database to this build's on-disk format (migrations/):
@@ -722,7 +722,7 @@ pub enum AdminCmd {
     },
 }
 
-pub fn parse_mode(s: &str) -> std::result::Result<u32, String> {
+pub(crate) fn parse_mode(s: &str) -> std::result::Result<u32, String> {
     let s = s.strip_prefix("0o").unwrap_or(s);
     u32::from_str_radix(s, 8).map_err(|e| format!("mode must be octal: {e}"))
 }
@@ -731,7 +731,7 @@ pub fn parse_mode(s: &str) -> std::result::Result<u32, String> {
 /// `--help` only).
 #[derive(Args, Debug)]
 #[command(disable_help_flag = true)]
-pub struct LsArgs {
+pub(crate) struct LsArgs {
     /// Long format: mode, owner, group, size, modification time, name, id.
     #[arg(short, long)]
     pub long: bool,
@@ -773,7 +773,7 @@ use the global --durability none for a bulk load that may be lost with
 power. A progress bar (entries and entries/s) is shown on standard error
 when it is a terminal. Failures are counted and the first ten printed; the
 exit code is then the first failure's (see `treelog --help`).")]
-pub struct ImportArgs {
+pub(crate) struct ImportArgs {
     /// The local directory whose contents are imported.
     pub dir: PathBuf,
     /// Where in the namespace.
@@ -792,13 +792,13 @@ pub struct ImportArgs {
 
 /// See `serve --on-writer-failure`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum OnWriterFailure {
+pub(crate) enum OnWriterFailure {
     Exit,
     Stay,
 }
 
 /// What `setfattr` was given (see [`Cmd::Setfattr`]).
-pub struct SetfattrArgs<'a> {
+pub(crate) struct SetfattrArgs<'a> {
     pub name: Option<&'a str>,
     pub value: &'a str,
     pub remove: Option<&'a str>,

@@ -15,7 +15,7 @@ use crate::types::{ContentSummary, DirEntry, Inode, ListPage, Xattr};
 use treelog::ReadAt;
 use treelog::{Options, Treelog};
 
-pub enum Backend {
+pub(crate) enum Backend {
     Local(Treelog),
     Remote {
         rt: tokio::runtime::Runtime,
@@ -23,7 +23,7 @@ pub enum Backend {
     },
 }
 
-pub enum Sub<'a> {
+pub(crate) enum Sub<'a> {
     Local(Subscription),
     Remote {
         rt: &'a tokio::runtime::Runtime,
@@ -34,7 +34,7 @@ pub enum Sub<'a> {
 }
 
 /// A `--server` address: `host:port` or an IP address and port.
-pub fn resolve(addr: &str) -> Result<std::net::SocketAddr> {
+pub(crate) fn resolve(addr: &str) -> Result<std::net::SocketAddr> {
     addr.parse()
         .or_else(|_| {
             use std::net::ToSocketAddrs;
@@ -46,11 +46,11 @@ pub fn resolve(addr: &str) -> Result<std::net::SocketAddr> {
 }
 
 impl Backend {
-    pub fn local(data: &std::path::Path, opts: Options) -> Result<Backend> {
+    pub(crate) fn local(data: &std::path::Path, opts: Options) -> Result<Backend> {
         Ok(Backend::Local(Treelog::open(data, opts)?))
     }
 
-    pub fn remote(addr: &str, token: Option<String>) -> Result<Backend> {
+    pub(crate) fn remote(addr: &str, token: Option<String>) -> Result<Backend> {
         let addr = resolve(addr)?;
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -67,28 +67,28 @@ impl Backend {
         Ok(Backend::Remote { rt, client })
     }
 
-    pub fn submit(&self, cmd: Command) -> Result<u64> {
+    pub(crate) fn submit(&self, cmd: Command) -> Result<u64> {
         match self {
             Backend::Local(t) => t.submit(cmd),
             Backend::Remote { rt, client } => rt.block_on(client.submit(cmd)),
         }
     }
 
-    pub fn stat(&self, path: &str) -> Result<Inode> {
+    pub(crate) fn stat(&self, path: &str) -> Result<Inode> {
         match self {
             Backend::Local(t) => t.stat(path),
             Backend::Remote { rt, client } => rt.block_on(client.stat(path)),
         }
     }
 
-    pub fn stat_id(&self, id: u64) -> Result<Inode> {
+    pub(crate) fn stat_id(&self, id: u64) -> Result<Inode> {
         match self {
             Backend::Local(t) => t.stat_id(id),
             Backend::Remote { rt, client } => rt.block_on(client.stat_id(id)),
         }
     }
 
-    pub fn readlink(&self, path: &str) -> Result<String> {
+    pub(crate) fn readlink(&self, path: &str) -> Result<String> {
         match self {
             Backend::Local(t) => t.readlink(path),
             Backend::Remote { rt, client } => rt.block_on(client.readlink(path)),
@@ -96,14 +96,14 @@ impl Backend {
     }
 
     /// The extended attribute `name` of `path`, or all of them.
-    pub fn xattrs(&self, path: &str, name: Option<&str>) -> Result<Vec<Xattr>> {
+    pub(crate) fn xattrs(&self, path: &str, name: Option<&str>) -> Result<Vec<Xattr>> {
         match self {
             Backend::Local(t) => t.xattrs_at(path, name, ReadAt::Latest).map(|r| r.value),
             Backend::Remote { rt, client } => rt.block_on(client.xattrs(path, name)),
         }
     }
 
-    pub fn count(&self, path: &str) -> Result<ContentSummary> {
+    pub(crate) fn count(&self, path: &str) -> Result<ContentSummary> {
         match self {
             Backend::Local(t) => t.count(path),
             Backend::Remote { rt, client } => rt.block_on(client.count(path)),
@@ -111,7 +111,7 @@ impl Backend {
     }
 
     /// The path of an inode, by walking parent ids.
-    pub fn path_of(&self, id: u64) -> Result<String> {
+    pub(crate) fn path_of(&self, id: u64) -> Result<String> {
         let mut names = Vec::new();
         let mut cur = self.stat_id(id)?;
         while cur.id != ROOT_ID {
@@ -127,7 +127,7 @@ impl Backend {
     }
 
     /// A listing page at a committed state.
-    pub fn list_at(
+    pub(crate) fn list_at(
         &self,
         path: &str,
         after: Option<&str>,
@@ -142,7 +142,7 @@ impl Backend {
         }
     }
 
-    pub fn stat_at(&self, path: &str, at: ReadAt) -> Result<Inode> {
+    pub(crate) fn stat_at(&self, path: &str, at: ReadAt) -> Result<Inode> {
         match self {
             Backend::Local(t) => t.stat_at(path, at).map(|r| r.value),
             Backend::Remote { rt, client } => {
@@ -152,7 +152,7 @@ impl Backend {
     }
 
     /// Pins the newest committed state (see `Treelog::pin_view`).
-    pub fn pin_view(&self) -> Result<u64> {
+    pub(crate) fn pin_view(&self) -> Result<u64> {
         match self {
             Backend::Local(t) => t.pin_view(),
             Backend::Remote { rt, client } => rt.block_on(client.pin_view()),
@@ -160,7 +160,7 @@ impl Backend {
     }
 
     /// Releases a pin (best effort: pins also expire).
-    pub fn unpin_view(&self, seq: u64) {
+    pub(crate) fn unpin_view(&self, seq: u64) {
         match self {
             Backend::Local(t) => {
                 t.unpin_view(seq);
@@ -172,7 +172,7 @@ impl Backend {
     }
 
     /// Every entry of a directory, all pages at the state `at`.
-    pub fn list_all_at(&self, path: &str, at: ReadAt) -> Result<Vec<DirEntry>> {
+    pub(crate) fn list_all_at(&self, path: &str, at: ReadAt) -> Result<Vec<DirEntry>> {
         let mut out = Vec::new();
         let mut after: Option<String> = None;
         loop {
@@ -185,42 +185,42 @@ impl Backend {
         }
     }
 
-    pub fn committed_seq(&self) -> Result<u64> {
+    pub(crate) fn committed_seq(&self) -> Result<u64> {
         match self {
             Backend::Local(t) => Ok(t.committed_seq()),
             Backend::Remote { rt, client } => rt.block_on(client.ping()),
         }
     }
 
-    pub fn log_start(&self) -> Result<u64> {
+    pub(crate) fn log_start(&self) -> Result<u64> {
         match self {
             Backend::Local(t) => Ok(t.log_start()),
             Backend::Remote { rt, client } => rt.block_on(client.info()).map(|i| i.1),
         }
     }
 
-    pub fn cursors(&self) -> Result<Vec<CursorInfo>> {
+    pub(crate) fn cursors(&self) -> Result<Vec<CursorInfo>> {
         match self {
             Backend::Local(t) => Ok(t.cursors()),
             Backend::Remote { rt, client } => rt.block_on(client.cursors()),
         }
     }
 
-    pub fn drop_cursor(&self, name: &str) -> Result<()> {
+    pub(crate) fn drop_cursor(&self, name: &str) -> Result<()> {
         match self {
             Backend::Local(t) => t.drop_cursor(name),
             Backend::Remote { rt, client } => rt.block_on(client.drop_cursor(name)),
         }
     }
 
-    pub fn ack(&self, name: &str, seq: u64) -> Result<()> {
+    pub(crate) fn ack(&self, name: &str, seq: u64) -> Result<()> {
         match self {
             Backend::Local(t) => t.ack(name, seq),
             Backend::Remote { rt, client } => rt.block_on(client.ack(name, seq)),
         }
     }
 
-    pub fn subscribe(&self, o: SubscribeOptions) -> Result<Sub<'_>> {
+    pub(crate) fn subscribe(&self, o: SubscribeOptions) -> Result<Sub<'_>> {
         match self {
             Backend::Local(t) => Ok(Sub::Local(t.subscribe(o)?)),
             Backend::Remote { rt, client } => Ok(Sub::Remote {
@@ -234,7 +234,7 @@ impl Backend {
 
 impl Sub<'_> {
     /// The next item within `wait`, or `None`.
-    pub fn next_within(&mut self, wait: Duration) -> Result<Option<StreamItem>> {
+    pub(crate) fn next_within(&mut self, wait: Duration) -> Result<Option<StreamItem>> {
         match self {
             Sub::Local(s) => s.next_timeout(wait),
             Sub::Remote { rt, sub, started } => {
@@ -252,7 +252,7 @@ impl Sub<'_> {
 
     /// The next item if one is ready now (`None` says nothing about the
     /// end of the stream).
-    pub fn try_next(&mut self) -> Result<Option<StreamItem>> {
+    pub(crate) fn try_next(&mut self) -> Result<Option<StreamItem>> {
         match self {
             Sub::Local(s) => s.try_next(),
             // Not connected yet: one poll would start a connection only to
@@ -269,7 +269,7 @@ impl Sub<'_> {
         }
     }
 
-    pub fn position(&self) -> Option<u64> {
+    pub(crate) fn position(&self) -> Option<u64> {
         match self {
             Sub::Local(s) => (!s.is_snapshotting()).then(|| s.position()),
             Sub::Remote { sub, .. } => sub.position(),
@@ -278,7 +278,7 @@ impl Sub<'_> {
 }
 
 /// The backend the command line names: `--server`, else `--data`.
-pub fn open(cli: &Cli) -> Result<Backend> {
+pub(crate) fn open(cli: &Cli) -> Result<Backend> {
     match &cli.server {
         Some(addr) => Backend::remote(addr, read_token(cli.token_file.as_deref())?),
         None => Backend::local(
@@ -291,7 +291,7 @@ pub fn open(cli: &Cli) -> Result<Backend> {
 
 /// The local data directory, for the commands that need it (`--server`
 /// is refused).
-pub fn open_local(cli: &Cli) -> Result<Treelog> {
+pub(crate) fn open_local(cli: &Cli) -> Result<Treelog> {
     if cli.server.is_some() {
         return Err(Error::InvalidArgument(
             "this command works on a local --data directory only".into(),
@@ -305,7 +305,7 @@ pub fn open_local(cli: &Cli) -> Result<Treelog> {
 }
 
 /// Reads a token file (surrounding whitespace ignored).
-pub fn read_token(path: Option<&std::path::Path>) -> Result<Option<String>> {
+pub(crate) fn read_token(path: Option<&std::path::Path>) -> Result<Option<String>> {
     match path {
         None => Ok(None),
         Some(p) => {

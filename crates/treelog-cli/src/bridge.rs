@@ -76,7 +76,7 @@ fn bridge_error(e: BridgeError) -> Error {
 
 /// `treelog bridge nats`: runs until SIGINT/SIGTERM, or an error it cannot
 /// retry.
-pub fn nats(cli: &Cli, a: &BridgeNatsArgs) -> Result<u8> {
+pub(crate) fn nats(cli: &Cli, a: &BridgeNatsArgs) -> Result<u8> {
     crate::server::init_logging(a.log_format)?;
     let Some(addr) = &cli.server else {
         return Err(Error::InvalidArgument(
@@ -112,7 +112,7 @@ pub fn nats(cli: &Cli, a: &BridgeNatsArgs) -> Result<u8> {
 
 /// The bridge of `serve --bridge-nats`, started once the server listens
 /// (it is the server's own client, over its RPC port).
-pub fn serve_bridge(
+pub(crate) fn serve_bridge(
     a: &ServeArgs,
     listen: std::net::SocketAddr,
     token: Option<String>,
@@ -133,7 +133,7 @@ pub fn serve_bridge(
 /// `serve --bridge-nats`: the server, and its bridge beside it. The bridge
 /// stopping on an error it cannot retry is logged (and
 /// `treelog_bridge_failed` set); the server goes on serving.
-pub async fn serve_with_bridge(
+pub(crate) async fn serve_with_bridge(
     cfg: crate::server::ServerConfig,
     mut bridge: BridgeConfig,
     nats: NatsConfig,
@@ -142,7 +142,7 @@ pub async fn serve_with_bridge(
     let signalled = treelog_server::signal_handlers();
     bridge.server = h.bound.rpc;
     let registry = match h.metrics() {
-        Some(m) => m.registry.clone(),
+        Some(m) => m.registry().clone(),
         None => prometheus::Registry::new(),
     };
     tracing::info!(rpc = %h.bound.rpc, http = %h.bound.http, "ready");

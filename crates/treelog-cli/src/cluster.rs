@@ -6,7 +6,7 @@ use crate::error::{Error, Result};
 use crate::output::{outln, Out};
 use crate::protocol::{ClusterRequest, ClusterStatus, RequestBody, ResponseBody};
 
-pub fn run(cli: &Cli, out: &Out, cmd: &ClusterCmd) -> Result<u8> {
+pub(crate) fn run(cli: &Cli, out: &Out, cmd: &ClusterCmd) -> Result<u8> {
     let Some(addr) = &cli.server else {
         return Err(Error::InvalidArgument(
             "cluster commands ask a node: give --server ADDR".into(),

@@ -24,7 +24,7 @@ fn print_tree(t: &Treelog, dir: &str, depth: usize, long: &LongFormat) -> Result
     Ok(())
 }
 
-pub fn run(data: &Path, json: bool) -> Result<u8> {
+pub(crate) fn run(data: &Path, json: bool) -> Result<u8> {
     let t = Treelog::open(data, Options::default())?;
     let r = t.open_report();
     println!(

@@ -7,7 +7,7 @@ use crate::types::Inode;
 
 /// The mode as `ls -l` shows it (`drwxr-x---`, with `s`/`S` for
 /// set-user/group-id and `t`/`T` for sticky, as GNU does).
-pub fn mode_string(i: &Inode) -> String {
+pub(crate) fn mode_string(i: &Inode) -> String {
     let m = i.attrs.mode;
     let mut s = String::with_capacity(10);
     s.push(match i.attrs.kind {
@@ -31,14 +31,14 @@ pub fn mode_string(i: &Inode) -> String {
 }
 
 /// How `ls -l` lines show times and sizes.
-pub struct LongFormat {
+pub(crate) struct LongFormat {
     pub times: TimeFormatter,
     /// Sizes as `1.5K`, `23M` (`ls -h`).
     pub human: bool,
 }
 
 impl LongFormat {
-    pub fn new(style: TimeStyle, human: bool) -> LongFormat {
+    pub(crate) fn new(style: TimeStyle, human: bool) -> LongFormat {
         LongFormat {
             times: TimeFormatter::new(style),
             human,
@@ -47,7 +47,7 @@ impl LongFormat {
 
     /// For dumps and streams (`admin dump`, `tail`): exact sizes and
     /// `full-iso` times, which keep the milliseconds.
-    pub fn exact() -> LongFormat {
+    pub(crate) fn exact() -> LongFormat {
         LongFormat::new(TimeStyle::full_iso(), false)
     }
 }
@@ -56,7 +56,7 @@ impl LongFormat {
 /// see [`quote`]): mode, owner, group, size, modification time, name (`/`
 /// after a directory, ` (incomplete)` after a file not yet complete, `@`
 /// after a symbolic link, whose target `readlink` shows), id.
-pub fn long_line(i: &Inode, name: &str, f: &LongFormat) -> String {
+pub(crate) fn long_line(i: &Inode, name: &str, f: &LongFormat) -> String {
     let or_dash = |s: &str| {
         if s.is_empty() {
             "-".to_owned()
@@ -90,7 +90,7 @@ pub fn long_line(i: &Inode, name: &str, f: &LongFormat) -> String {
 }
 
 /// One line describing an event, for humans (paths quoted, see [`quote`]).
-pub fn describe_event(ev: &crate::event::Event) -> String {
+pub(crate) fn describe_event(ev: &crate::event::Event) -> String {
     use crate::event::Event;
     match ev {
         Event::Create {
@@ -171,6 +171,6 @@ pub fn describe_event(ev: &crate::event::Event) -> String {
 }
 
 /// A quota's limit for humans: the number, or `none`.
-pub fn limit(l: Option<u64>) -> String {
+pub(crate) fn limit(l: Option<u64>) -> String {
     l.map_or_else(|| "none".to_owned(), |n| n.to_string())
 }

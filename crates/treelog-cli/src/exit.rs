@@ -7,7 +7,7 @@ use crate::error::{Error, ErrorKind};
 use crate::output::quote;
 
 /// Process exit code of an error kind (documented in the README).
-pub fn exit_code(kind: ErrorKind) -> u8 {
+pub(crate) fn exit_code(kind: ErrorKind) -> u8 {
     match kind {
         ErrorKind::NotFound => 3,
         ErrorKind::AlreadyExists => 4,
@@ -27,12 +27,12 @@ pub fn exit_code(kind: ErrorKind) -> u8 {
 }
 
 /// Exit code of `admin verify` when the digests differ.
-pub const EXIT_VERIFY_MISMATCH: u8 = 12;
+pub(crate) const EXIT_VERIFY_MISMATCH: u8 = 12;
 
 /// An error about the data directory `dir`, with its path in the message
 /// when it lacks one (an OS error says "Permission denied", not where),
 /// keeping its kind.
-pub fn naming(dir: &Path, e: Error) -> Error {
+pub(crate) fn naming(dir: &Path, e: Error) -> Error {
     let shown = dir.display().to_string();
     if e.to_string().contains(&shown) {
         return e;
@@ -56,7 +56,7 @@ pub fn naming(dir: &Path, e: Error) -> Error {
     }
 }
 
-pub fn is_broken_pipe(e: &Error) -> bool {
+pub(crate) fn is_broken_pipe(e: &Error) -> bool {
     matches!(e, Error::Io(io) if io.kind() == std::io::ErrorKind::BrokenPipe)
 }
 
@@ -65,10 +65,10 @@ pub fn is_broken_pipe(e: &Error) -> bool {
 /// wins over any other, since it is the one code that says "read before
 /// retrying" and the others say "not applied".
 #[derive(Debug, Default, Clone, Copy)]
-pub struct FirstFailure(Option<u8>);
+pub(crate) struct FirstFailure(Option<u8>);
 
 impl FirstFailure {
-    pub fn note(&mut self, kind: ErrorKind) {
+    pub(crate) fn note(&mut self, kind: ErrorKind) {
         let code = exit_code(kind);
         match self.0 {
             None => self.0 = Some(code),
@@ -79,7 +79,7 @@ impl FirstFailure {
     }
 
     /// 0 when nothing failed.
-    pub fn code(&self) -> u8 {
+    pub(crate) fn code(&self) -> u8 {
         self.0.unwrap_or(0)
     }
 }
@@ -91,7 +91,7 @@ const EXIT_OUTCOME_UNKNOWN: u8 = 13;
 /// kinds a filesystem has, with the path the error is about when it is not
 /// one of the `operands` (`mkdir /x/y/z` fails because `/x` does not
 /// exist); treelog's own message for every other kind.
-pub fn reason(e: &Error, operands: &[&str]) -> String {
+pub(crate) fn reason(e: &Error, operands: &[&str]) -> String {
     let message = e.to_string();
     // Extended attributes' errors, in getfattr's and setfattr's words.
     if message.starts_with("no attribute ") {
@@ -127,7 +127,7 @@ pub fn reason(e: &Error, operands: &[&str]) -> String {
 
 /// A path in a diagnostic, always quoted as GNU tools quote operands in
 /// their messages (`'/a'`), and with [`quote`]'s escapes when needed.
-pub fn quote_always(s: &str) -> String {
+pub(crate) fn quote_always(s: &str) -> String {
     match quote(s) {
         std::borrow::Cow::Borrowed(b) => format!("'{b}'"),
         std::borrow::Cow::Owned(q) => q,

@@ -18,7 +18,7 @@ use crate::output::{outln, quote, Out};
 use crate::types::{DEFAULT_DIR_MODE, DEFAULT_FILE_MODE};
 
 /// Prints the confirmation of a mutation.
-pub fn mutation(out: &Out, what: &str, path: &str, seq: u64) -> Result<()> {
+pub(crate) fn mutation(out: &Out, what: &str, path: &str, seq: u64) -> Result<()> {
     if out.json {
         out.print_json(&serde_json::json!({"ok": true, "op": what, "path": path, "seq": seq}))
     } else {
@@ -134,7 +134,13 @@ fn never(_: &Error) -> bool {
     false
 }
 
-pub fn mkdir(cli: &Cli, out: &Out, parents: bool, o: &OwnerArgs, paths: &[String]) -> Result<u8> {
+pub(crate) fn mkdir(
+    cli: &Cli,
+    out: &Out,
+    parents: bool,
+    o: &OwnerArgs,
+    paths: &[String],
+) -> Result<u8> {
     let ops = paths
         .iter()
         .map(|p| {
@@ -154,7 +160,7 @@ pub fn mkdir(cli: &Cli, out: &Out, parents: bool, o: &OwnerArgs, paths: &[String
     run_ops(cli, out, ops, |_| "cannot create directory", never)
 }
 
-pub fn touch(
+pub(crate) fn touch(
     cli: &Cli,
     out: &Out,
     parents: bool,
@@ -194,7 +200,7 @@ fn basename(path: &str) -> Result<&str> {
 /// directory DST is replaced with `-f` if empty, never moved into);
 /// `mv SRC... DIR` with several sources, or `mv SRC DIR/` with a trailing
 /// slash, moves each source into DIR under its own name.
-pub fn mv(cli: &Cli, out: &Out, overwrite: bool, operands: &[String]) -> Result<u8> {
+pub(crate) fn mv(cli: &Cli, out: &Out, overwrite: bool, operands: &[String]) -> Result<u8> {
     let (dst, srcs) = operands
         .split_last()
         .ok_or_else(|| Error::InvalidArgument("mv needs a source and a destination".into()))?;
@@ -227,7 +233,13 @@ pub fn mv(cli: &Cli, out: &Out, overwrite: bool, operands: &[String]) -> Result<
 
 /// `rm [-r] [-f] PATH...`; with `-f` a path that does not exist is no
 /// error (and not mentioned), as with GNU `rm -f`.
-pub fn rm(cli: &Cli, out: &Out, recursive: bool, force: bool, paths: &[String]) -> Result<u8> {
+pub(crate) fn rm(
+    cli: &Cli,
+    out: &Out,
+    recursive: bool,
+    force: bool,
+    paths: &[String],
+) -> Result<u8> {
     if paths.is_empty() {
         return Ok(0);
     }
@@ -269,7 +281,7 @@ fn set_attr(
     }
 }
 
-pub fn chmod(cli: &Cli, out: &Out, mode: u32, paths: &[String]) -> Result<u8> {
+pub(crate) fn chmod(cli: &Cli, out: &Out, mode: u32, paths: &[String]) -> Result<u8> {
     let ops = paths
         .iter()
         .map(|p| Op::new("chmod", p, set_attr(p, Some(mode), None, None, None)))
@@ -294,7 +306,7 @@ fn parse_owner_group(spec: &str) -> (Option<String>, Option<String>) {
     }
 }
 
-pub fn chown(cli: &Cli, out: &Out, spec: &str, paths: &[String]) -> Result<u8> {
+pub(crate) fn chown(cli: &Cli, out: &Out, spec: &str, paths: &[String]) -> Result<u8> {
     let (owner, group) = parse_owner_group(spec);
     let ops = paths
         .iter()
@@ -318,7 +330,7 @@ pub fn chown(cli: &Cli, out: &Out, spec: &str, paths: &[String]) -> Result<u8> {
     )
 }
 
-pub fn touchtime(cli: &Cli, out: &Out, mtime_ms: u64, paths: &[String]) -> Result<u8> {
+pub(crate) fn touchtime(cli: &Cli, out: &Out, mtime_ms: u64, paths: &[String]) -> Result<u8> {
     let ops = paths
         .iter()
         .map(|p| {
@@ -341,7 +353,7 @@ pub fn touchtime(cli: &Cli, out: &Out, mtime_ms: u64, paths: &[String]) -> Resul
     )
 }
 
-pub fn complete(cli: &Cli, out: &Out, path: &str, size: u64) -> Result<u8> {
+pub(crate) fn complete(cli: &Cli, out: &Out, path: &str, size: u64) -> Result<u8> {
     let op = Op::new(
         "complete",
         path,
@@ -353,7 +365,7 @@ pub fn complete(cli: &Cli, out: &Out, path: &str, size: u64) -> Result<u8> {
     run_ops(cli, out, vec![op], |_| "cannot complete", never)
 }
 
-pub fn setsize(cli: &Cli, out: &Out, path: &str, size: u64) -> Result<u8> {
+pub(crate) fn setsize(cli: &Cli, out: &Out, path: &str, size: u64) -> Result<u8> {
     let op = Op::new(
         "set_size",
         path,
@@ -366,7 +378,7 @@ pub fn setsize(cli: &Cli, out: &Out, path: &str, size: u64) -> Result<u8> {
 }
 
 /// `ln -s TARGET LINK`.
-pub fn ln(
+pub(crate) fn ln(
     cli: &Cli,
     out: &Out,
     a: (&str, &str),
@@ -406,7 +418,7 @@ fn parse_value(v: &str) -> Result<Vec<u8>> {
 }
 
 /// `setfattr -n NAME -v VALUE PATH...` / `setfattr -x NAME PATH...`.
-pub fn setfattr(cli: &Cli, out: &Out, a: &crate::args::SetfattrArgs<'_>) -> Result<u8> {
+pub(crate) fn setfattr(cli: &Cli, out: &Out, a: &crate::args::SetfattrArgs<'_>) -> Result<u8> {
     let ops = match (a.name, a.remove) {
         (_, Some(name)) => a
             .paths
@@ -450,7 +462,7 @@ pub fn setfattr(cli: &Cli, out: &Out, a: &crate::args::SetfattrArgs<'_>) -> Resu
 }
 
 /// `quota set PATH [--inodes N] [--bytes N]`.
-pub fn quota_set(
+pub(crate) fn quota_set(
     cli: &Cli,
     out: &Out,
     path: &str,
@@ -470,7 +482,7 @@ pub fn quota_set(
 }
 
 /// `quota clear PATH`.
-pub fn quota_clear(cli: &Cli, out: &Out, path: &str) -> Result<u8> {
+pub(crate) fn quota_clear(cli: &Cli, out: &Out, path: &str) -> Result<u8> {
     let op = Op::new(
         "clear_quota",
         path,

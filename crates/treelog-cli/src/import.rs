@@ -456,7 +456,7 @@ async fn import(sub: Submitter<'_>, a: &ImportArgs, dest: &str, pb: &ProgressBar
     Ok(tally)
 }
 
-pub fn run(cli: &Cli, out: &Out, a: &ImportArgs) -> Result<u8> {
+pub(crate) fn run(cli: &Cli, out: &Out, a: &ImportArgs) -> Result<u8> {
     let dest = crate::path::canonical(&a.dest)?;
     let t = open(cli)?;
     let pb = progress_bar(a.quiet);

@@ -121,7 +121,7 @@ impl Listing<'_> {
     }
 }
 
-pub fn ls(cli: &Cli, out: &Out, a: &LsArgs) -> Result<u8> {
+pub(crate) fn ls(cli: &Cli, out: &Out, a: &LsArgs) -> Result<u8> {
     let path = a.path.as_str();
     let long_format = (a.long || a.full_time).then(|| {
         let style = match (&a.time_style, a.full_time) {
@@ -167,7 +167,7 @@ pub fn ls(cli: &Cli, out: &Out, a: &LsArgs) -> Result<u8> {
     Ok(0)
 }
 
-pub fn stat(cli: &Cli, out: &Out, id: Option<u64>, path: Option<&str>) -> Result<u8> {
+pub(crate) fn stat(cli: &Cli, out: &Out, id: Option<u64>, path: Option<&str>) -> Result<u8> {
     let t = open(cli)?;
     let (ino, p) = match (id, path) {
         (Some(id), _) => (t.stat_id(id)?, t.path_of(id)?),

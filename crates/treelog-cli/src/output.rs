@@ -9,7 +9,7 @@ use crate::error::{Error, Result};
 
 /// Standard output of one CLI run. Every printing path goes through it:
 /// `println!` panics when the reader of a pipe has gone (`| head`).
-pub struct Out {
+pub(crate) struct Out {
     pub json: bool,
     w: RefCell<BufWriter<Stdout>>,
     /// Set once a write failed because the reader went away; the run then
@@ -18,7 +18,7 @@ pub struct Out {
 }
 
 impl Out {
-    pub fn new(json: bool) -> Out {
+    pub(crate) fn new(json: bool) -> Out {
         Out {
             json,
             w: RefCell::new(BufWriter::with_capacity(64 * 1024, std::io::stdout())),
@@ -39,12 +39,12 @@ impl Out {
     }
 
     /// Writes `s` as is (buffered).
-    pub fn write_str(&self, s: &str) -> Result<()> {
+    pub(crate) fn write_str(&self, s: &str) -> Result<()> {
         self.io(|w| w.write_all(s.as_bytes()))
     }
 
     /// Writes one formatted line (buffered); use through [`outln!`].
-    pub fn line(&self, args: std::fmt::Arguments<'_>) -> Result<()> {
+    pub(crate) fn line(&self, args: std::fmt::Arguments<'_>) -> Result<()> {
         self.io(|w| {
             w.write_fmt(args)?;
             w.write_all(b"\n")
@@ -53,16 +53,16 @@ impl Out {
 
     /// Hands everything buffered to the OS; an error means it was not all
     /// written.
-    pub fn flush(&self) -> Result<()> {
+    pub(crate) fn flush(&self) -> Result<()> {
         self.io(|w| w.flush())
     }
 
     /// Whether the reader of standard output went away.
-    pub fn closed(&self) -> bool {
+    pub(crate) fn closed(&self) -> bool {
         self.closed.get()
     }
 
-    pub fn print_json(&self, v: &impl serde::Serialize) -> Result<()> {
+    pub(crate) fn print_json(&self, v: &impl serde::Serialize) -> Result<()> {
         let s = serde_json::to_string(v)
             .map_err(|e| Error::InvalidArgument(format!("cannot encode JSON: {e}")))?;
         self.line(format_args!("{s}"))
@@ -117,7 +117,7 @@ fn class(c: char, first: bool, alone: bool) -> Class {
 /// `a b` → `'a b'`, `a'b` → `"a'b"`, a newline between `a` and `b` →
 /// `'a'$'\n''b'`. A newline or escape sequence in a name can then neither
 /// fake a second entry nor reach the terminal.
-pub fn quote(s: &str) -> Cow<'_, str> {
+pub(crate) fn quote(s: &str) -> Cow<'_, str> {
     let alone = s.chars().nth(1).is_none();
     let classes: Vec<Class> = s
         .chars()
@@ -196,7 +196,7 @@ fn push_escape(out: &mut String, c: char) {
 /// A progress bar on standard error with `template` (which may use
 /// `{rate}`, a whole number per second), hidden when `quiet` or when
 /// standard error is not a terminal.
-pub fn progress_bar(quiet: bool, template: &str) -> indicatif::ProgressBar {
+pub(crate) fn progress_bar(quiet: bool, template: &str) -> indicatif::ProgressBar {
     use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
     use std::io::IsTerminal;
     let target = if quiet || !std::io::stderr().is_terminal() {

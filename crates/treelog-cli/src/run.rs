@@ -10,7 +10,7 @@ use crate::exit::{exit_code, is_broken_pipe};
 use crate::output::Out;
 
 /// Runs the CLI; returns the process exit code.
-pub fn run(cli: Cli) -> ExitCode {
+pub(crate) fn run(cli: Cli) -> ExitCode {
     if matches!(cli.cmd, Cmd::Demo) {
         // The demo prints with `println!`, which panics on a closed pipe:
         // let it die of SIGPIPE as other tools do (Rust ignores the signal

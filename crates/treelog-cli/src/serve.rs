@@ -5,7 +5,7 @@ use crate::backend::read_token;
 use crate::error::Result;
 use treelog::Options;
 
-pub fn run(cli: &Cli, a: &ServeArgs) -> Result<u8> {
+pub(crate) fn run(cli: &Cli, a: &ServeArgs) -> Result<u8> {
     crate::server::init_logging(a.log_format)?;
     let mut cfg = crate::server::ServerConfig::new(cli.data.clone());
     cfg.listen = a.listen;

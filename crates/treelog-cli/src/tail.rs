@@ -25,7 +25,7 @@ use crate::stream::{Filter, Scope, ScopedEvent, StartFrom, StreamItem, Subscribe
 /// that a long-running follower's cursor does not lag until it expires.
 const ACK_EVERY: u64 = 1024;
 
-pub struct TailArgs<'a> {
+pub(crate) struct TailArgs<'a> {
     pub from: Option<u64>,
     pub snapshot: bool,
     pub prefix: Option<String>,
@@ -104,7 +104,7 @@ impl Written<'_> {
     }
 }
 
-pub fn tail(cli: &Cli, out: &Out, a: &TailArgs<'_>) -> Result<u8> {
+pub(crate) fn tail(cli: &Cli, out: &Out, a: &TailArgs<'_>) -> Result<u8> {
     if a.follow && cli.server.is_none() {
         return Err(Error::InvalidArgument(
             "--follow needs --server: nothing else can write to a data directory this process holds".into(),
@@ -286,7 +286,7 @@ fn render(item: &StreamItem, long: &LongFormat) -> String {
     }
 }
 
-pub fn parse_kind(k: &str) -> Result<crate::event::EventKind> {
+pub(crate) fn parse_kind(k: &str) -> Result<crate::event::EventKind> {
     use crate::event::EventKind as K;
     Ok(match k {
         "setsize" => K::SetSize,
@@ -301,7 +301,7 @@ pub fn parse_kind(k: &str) -> Result<crate::event::EventKind> {
 }
 
 /// `treelog ack CURSOR SEQ`.
-pub fn ack(cli: &Cli, out: &Out, cursor: &str, seq: u64) -> Result<u8> {
+pub(crate) fn ack(cli: &Cli, out: &Out, cursor: &str, seq: u64) -> Result<u8> {
     let t = open(cli)?;
     t.ack(cursor, seq)?;
     if out.json {

@@ -15,7 +15,7 @@ const SIX_MONTHS_MS: i64 = 31_556_952_000 / 2;
 
 /// How `ls -l` shows a modification time.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TimeStyle {
+pub(crate) struct TimeStyle {
     /// For times older than six months or in the future.
     old: String,
     /// For recent times.
@@ -24,13 +24,13 @@ pub struct TimeStyle {
 
 impl TimeStyle {
     /// GNU's `full-iso`: `2026-11-25 15:52:03.120000000 +0100`.
-    pub fn full_iso() -> TimeStyle {
+    pub(crate) fn full_iso() -> TimeStyle {
         TimeStyle::same("%Y-%m-%d %H:%M:%S.%N %z")
     }
 
     /// GNU's default in the POSIX locale: `Nov 25 15:52`, and
     /// `Nov 25  2025` for a time not recent.
-    pub fn locale() -> TimeStyle {
+    pub(crate) fn locale() -> TimeStyle {
         TimeStyle {
             old: "%b %e  %Y".into(),
             recent: "%b %e %H:%M".into(),
@@ -49,7 +49,7 @@ impl TimeStyle {
     /// not recent), `locale`, `+FORMAT` (strftime; `+OLD\nRECENT` for two),
     /// and each named one prefixed by `posix-` (the same here: this program
     /// is never localized).
-    pub fn parse(s: &str) -> Result<TimeStyle, String> {
+    pub(crate) fn parse(s: &str) -> Result<TimeStyle, String> {
         let style = match s.strip_prefix("posix-").unwrap_or(s) {
             "full-iso" => TimeStyle::full_iso(),
             "long-iso" => TimeStyle::same("%Y-%m-%d %H:%M"),
@@ -84,14 +84,14 @@ impl TimeStyle {
 }
 
 /// Formats times in one style, relative to one "now".
-pub struct TimeFormatter {
+pub(crate) struct TimeFormatter {
     style: TimeStyle,
     tz: TimeZone,
     now_ms: i64,
 }
 
 impl TimeFormatter {
-    pub fn new(style: TimeStyle) -> TimeFormatter {
+    pub(crate) fn new(style: TimeStyle) -> TimeFormatter {
         TimeFormatter {
             style,
             tz: TimeZone::system(),
@@ -102,7 +102,7 @@ impl TimeFormatter {
     /// `ms` (since the epoch) as a date; a time no calendar date can show
     /// (beyond the year 9999) stays a number of milliseconds, as GNU `ls`
     /// prints the seconds of a time it cannot convert.
-    pub fn format(&self, ms: u64) -> String {
+    pub(crate) fn format(&self, ms: u64) -> String {
         let Some(ts) = i64::try_from(ms)
             .ok()
             .and_then(|m| Timestamp::from_millisecond(m).ok())
@@ -123,7 +123,7 @@ impl TimeFormatter {
 
 /// A size as GNU `ls -h` shows it: powers of 1024, rounded up, one decimal
 /// below 10 (`1023`, `1.0K`, `1.1K` for 1025 bytes, `10K`, `23M`).
-pub fn human_size(n: u64) -> String {
+pub(crate) fn human_size(n: u64) -> String {
     const UNITS: [char; 6] = ['K', 'M', 'G', 'T', 'P', 'E'];
     if n < 1024 {
         return n.to_string();

@@ -10,7 +10,7 @@ use crate::output::{outln, quote, Out};
 use crate::timefmt::human_size;
 use crate::types::{ContentSummary, Xattr};
 
-pub fn readlink(cli: &Cli, out: &Out, path: &str) -> Result<u8> {
+pub(crate) fn readlink(cli: &Cli, out: &Out, path: &str) -> Result<u8> {
     let target = open(cli)?.readlink(path)?;
     if out.json {
         out.print_json(&serde_json::json!({"path": path, "target": target}))?;
@@ -42,7 +42,7 @@ fn shown(v: &[u8], e: ValueEncoding) -> String {
 }
 
 /// `getfattr [-n NAME] [--names-only] [-e ENC] PATH...`.
-pub fn getfattr(
+pub(crate) fn getfattr(
     cli: &Cli,
     out: &Out,
     name: Option<&str>,
@@ -111,7 +111,13 @@ fn size(n: u64, human: bool) -> String {
 
 /// `count [-q] [-h] PATH...`: as `hdfs dfs -count [-q]`, with symbolic
 /// links in a column of their own.
-pub fn count(cli: &Cli, out: &Out, quota: bool, human: bool, paths: &[String]) -> Result<u8> {
+pub(crate) fn count(
+    cli: &Cli,
+    out: &Out,
+    quota: bool,
+    human: bool,
+    paths: &[String],
+) -> Result<u8> {
     let t = open(cli)?;
     let mut failure = FirstFailure::default();
     for p in paths {
@@ -164,7 +170,7 @@ fn quota_columns(s: &ContentSummary, human: bool) -> String {
 }
 
 /// `quota show PATH`.
-pub fn quota_show(cli: &Cli, out: &Out, path: &str) -> Result<u8> {
+pub(crate) fn quota_show(cli: &Cli, out: &Out, path: &str) -> Result<u8> {
     let s = open(cli)?.count(path)?;
     if out.json {
         out.print_json(&serde_json::json!({"path": path, "quota": s.quota}))?;

@@ -560,8 +560,8 @@ async fn a_snapshot_install_killed_midway_is_finished_by_the_next_start() {
                 &n.data,
                 treelog::Options {
                     role: treelog::replication::NodeRole::Consensus(
-                    treelog::replication::ConsensusNode { node_id: n.id },
-                ),
+                        treelog::replication::ConsensusNode { node_id: n.id },
+                    ),
                     ..Default::default()
                 },
             )

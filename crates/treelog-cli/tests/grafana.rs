@@ -21,17 +21,14 @@ async fn metrics_text(h: &ServerHandle) -> String {
     body
 }
 
-/// `/metrics` of the database at `dir` served as a replica (its
-/// `treelog_replica_*` series; nothing follows a source here).
-async fn replica_metrics_text(dir: &std::path::Path) -> String {
-    let h = server::start(dir, |c| {
-        c.store.replica = Some(std::sync::Arc::new(treelog::replica::ReplicaState::new(
-            "127.0.0.1:1",
-        )))
-    })
-    .await;
-    let text = metrics_text(&h).await;
-    h.shutdown().await.unwrap();
+/// `/metrics` of a real replica of `leader` (its `treelog_replica_*`
+/// series beside the store's), on a database of its own in `dir`.
+async fn replica_metrics_text(leader: &ServerHandle, dir: &std::path::Path) -> String {
+    let cfg = treelog_replica::ReplicaConfig::new(server::config(dir), leader.bound.rpc);
+    let r = treelog_replica::start(cfg).await.unwrap();
+    let (status, text) = http::get(r.bound.http, "/metrics").await;
+    assert_eq!(status, 200, "{text}");
+    r.shutdown().await.unwrap();
     text
 }
 
@@ -124,10 +121,10 @@ fn dashboard_metric_names() -> BTreeSet<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_dashboard_metric_is_exported() {
     let dir = tempfile::tempdir().unwrap();
-    let h = server_after_workload(dir.path()).await;
+    let h = server_after_workload(&dir.path().join("leader")).await;
     let mut text = metrics_text(&h).await;
+    text.push_str(&replica_metrics_text(&h, &dir.path().join("replica")).await);
     h.shutdown().await.unwrap();
-    text.push_str(&replica_metrics_text(dir.path()).await);
     text.push_str(&bridge_metrics_text());
     text.push_str(&raft_metrics_text());
     let exported: BTreeSet<&str> = text
@@ -150,10 +147,10 @@ async fn every_dashboard_metric_is_exported() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_pass_promtool_check() {
     let dir = tempfile::tempdir().unwrap();
-    let h = server_after_workload(dir.path()).await;
+    let h = server_after_workload(&dir.path().join("leader")).await;
     let leader = metrics_text(&h).await;
+    let replica = replica_metrics_text(&h, &dir.path().join("replica")).await;
     h.shutdown().await.unwrap();
-    let replica = replica_metrics_text(dir.path()).await;
     for text in [leader, replica, bridge_metrics_text(), raft_metrics_text()] {
         promtool_check(&text);
     }

@@ -180,7 +180,7 @@ async fn never_read_snapshot_subscriptions_hold_no_threads() {
         .await
         .unwrap();
     eventually(60, "all subscriptions started", || {
-        store_metrics.subscribers.get() == N as i64
+        store_metrics.streams().subscribers.get() == N as i64
     })
     .await;
     eventually(60, "the connection's queue filled", || {
@@ -207,7 +207,7 @@ async fn never_read_snapshot_subscriptions_hold_no_threads() {
     // Closing the connection ends its subscriptions and frees the queue.
     drop(s);
     eventually(30, "subscriptions ended", || {
-        store_metrics.subscribers.get() == 0
+        store_metrics.streams().subscribers.get() == 0
     })
     .await;
     eventually(30, "the queue drained", || m.queued_bytes.get() == 0).await;

@@ -17,8 +17,8 @@ use std::sync::Arc;
 use openraft::storage::{IOFlushed, LogState, RaftLogReader, RaftLogStorage};
 use openraft::OptionalSend;
 use treelog::format::meta::{self, RaftLogId, RaftVote};
-use treelog::Treelog;
 use treelog::Durability;
+use treelog::Treelog;
 
 use crate::metrics::RaftMetrics;
 use crate::types::{
@@ -223,8 +223,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     async fn save_committed(&mut self, committed: Option<LogId>) -> io::Result<()> {
         let c = committed.map(|c| to_meta_id(&c));
         let t = self.t.get()?;
-        RaftLog::new(&t).save_committed(c.as_ref())
-            .map_err(io_err)
+        RaftLog::new(&t).save_committed(c.as_ref()).map_err(io_err)
     }
 
     async fn read_committed(&mut self) -> io::Result<Option<LogId>> {

@@ -128,10 +128,10 @@ pub fn state_name(m: &openraft::RaftMetrics<TypeConfig>) -> &'static str {
 }
 
 impl RaftNode {
-    /// Starts the node on `t` (opened with `Options::raft`).
+    /// Starts the node on `t` (opened with `NodeRole::Consensus`).
     pub async fn start(t: Arc<Treelog>, cfg: NodeConfig) -> Result<Arc<RaftNode>> {
         let metrics = match t.metrics() {
-            Some(m) => Some(Arc::new(RaftMetrics::register(&m.registry).map_err(
+            Some(m) => Some(Arc::new(RaftMetrics::register(m.registry()).map_err(
                 |e| Error::InvalidArgument(format!("cannot register Raft metrics: {e}")),
             )?)),
             None => None,
@@ -244,11 +244,16 @@ impl RaftNode {
         // a snapshot (and with it the namespace), never the records of a
         // single node's history. (A single node's records are term 0; a
         // restored backup of a cluster's node keeps its entries' terms.)
-        let upto = self.t.replication().applied()?.applied.unwrap_or(RaftLogId {
-            term: 0,
-            node: 0,
-            index: 0,
-        });
+        let upto = self
+            .t
+            .replication()
+            .applied()?
+            .applied
+            .unwrap_or(RaftLogId {
+                term: 0,
+                node: 0,
+                index: 0,
+            });
         debug_assert_eq!(upto.index, last);
         log.init_purged(&upto)?;
         let entry = Entry {

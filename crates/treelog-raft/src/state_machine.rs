@@ -280,11 +280,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                 report.seq
             )));
         }
-        let seq = t
-            .replication()
-            .install(install_dir)
-            .await
-            .map_err(io_err)?;
+        let seq = t.replication().install(install_dir).await.map_err(io_err)?;
         // Kept as this node's current snapshot (Raft may send it on).
         let kept = data_dir.join(crate::snapshot::CURRENT_DIR);
         if kept != dir {

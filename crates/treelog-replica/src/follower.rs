@@ -13,8 +13,8 @@ use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
-use treelog::error::{Error, ErrorKind, Result};
 use treelog::catch_up::CatchUp;
+use treelog::error::{Error, ErrorKind, Result};
 use treelog::replication::replica::record_crc;
 use treelog::replication::ReplicaState;
 use treelog::store::Store;

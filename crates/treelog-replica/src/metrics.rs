@@ -72,7 +72,12 @@ impl ReplicaMetrics {
             )?,
             descs: Vec::new(),
         };
-        r.descs = r.collectors().iter().flat_map(|c| c.desc()).cloned().collect();
+        r.descs = r
+            .collectors()
+            .iter()
+            .flat_map(|c| c.desc())
+            .cloned()
+            .collect();
         m.registry().register(Box::new(r))
     }
 
@@ -116,9 +121,6 @@ impl Collector for ReplicaMetrics {
 
     fn collect(&self) -> Vec<MetricFamily> {
         self.refresh();
-        self.collectors()
-            .iter()
-            .flat_map(|c| c.collect())
-            .collect()
+        self.collectors().iter().flat_map(|c| c.collect()).collect()
     }
 }

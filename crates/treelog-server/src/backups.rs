@@ -14,10 +14,10 @@ use treelog::{Error, Result, Treelog};
 use treelog_proto::protocol::{ResponseBody, MAX_BACKUP_CHUNK};
 
 /// A backup unused this long is released.
-pub const IDLE: Duration = Duration::from_secs(600);
+pub(crate) const IDLE: Duration = Duration::from_secs(600);
 /// Backups held (or being taken) at once: each holds hard links to the
 /// table files it was taken with, which then outlive their compaction.
-pub const MAX_BACKUPS: usize = 2;
+pub(crate) const MAX_BACKUPS: usize = 2;
 
 #[derive(Default)]
 pub(crate) struct Backups {
@@ -46,7 +46,11 @@ impl Backups {
     }
 
     /// `BackupBegin`: a new backup, or the one `resume` names.
-    pub async fn begin(&self, t: &Arc<Treelog>, resume: Option<u64>) -> Result<ResponseBody> {
+    pub(crate) async fn begin(
+        &self,
+        t: &Arc<Treelog>,
+        resume: Option<u64>,
+    ) -> Result<ResponseBody> {
         let released = self.expire();
         drop_off_runtime(released);
         if let Some(id) = resume {
@@ -95,7 +99,7 @@ impl Backups {
     }
 
     /// `BackupChunk`.
-    pub async fn chunk(
+    pub(crate) async fn chunk(
         &self,
         id: u64,
         file: String,
@@ -123,7 +127,7 @@ impl Backups {
     }
 
     /// `BackupEnd`.
-    pub async fn end(&self, id: u64) -> Result<ResponseBody> {
+    pub(crate) async fn end(&self, id: u64) -> Result<ResponseBody> {
         let h = self.lock().held.remove(&id).ok_or_else(|| gone(id))?;
         drop_off_runtime(vec![h]);
         Ok(ResponseBody::Done)
@@ -148,7 +152,10 @@ impl Backups {
 
     /// Releases the idle backups every minute, and every backup once
     /// `shutdown` turns true.
-    pub async fn run_expiry(self: Arc<Self>, mut shutdown: tokio::sync::watch::Receiver<bool>) {
+    pub(crate) async fn run_expiry(
+        self: Arc<Self>,
+        mut shutdown: tokio::sync::watch::Receiver<bool>,
+    ) {
         loop {
             tokio::select! {
                 changed = shutdown.changed() => {

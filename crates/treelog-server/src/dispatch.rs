@@ -145,7 +145,7 @@ fn unpin_view(t: &Treelog, seq: u64) -> Result<ResponseBody> {
 
 /// The store's status, with the node's role and leader on a cluster.
 fn status(ctx: &ConnCtx) -> ResponseBody {
-    let mut st = ctx.t.status();
+    let mut st = ctx.t.replication().status();
     if let Ok(c) = ctx.cluster() {
         (st.role, st.leader) = c.role();
     }

@@ -114,7 +114,7 @@ impl ServerMetrics {
     }
 
     fn register_all(&self) -> prometheus::Result<()> {
-        let r = &self.store.registry;
+        let r = self.store.registry();
         for g in [
             &self.connections,
             &self.in_flight,

@@ -3,7 +3,6 @@
 //! wait for the store to reach the client's sequence ([`caught_up`]), and
 //! their latency.
 
-use treelog::metrics::READ_OPS;
 use treelog::{Error, ReadAt, Result};
 use treelog_proto::protocol::{RequestBody, ResponseBody};
 
@@ -142,10 +141,7 @@ pub(crate) async fn summary(ctx: &ConnCtx, path: String, at: ReadAt) -> Result<R
         .await
         .unwrap_or_else(|_| Err(Error::corrupt("count", "the count task panicked")));
     if let Some(m) = &ctx.metrics {
-        m.store
-            .read_seconds
-            .with_label_values(&["count"])
-            .observe(t0.elapsed().as_secs_f64());
+        m.store.reads().observe("count", t0.elapsed().as_secs_f64());
     }
     r.map(|r| ResponseBody::Summary {
         summary: r.value,
@@ -181,7 +177,7 @@ pub(crate) async fn caught_up(ctx: &ConnCtx, at: ReadAt) -> Result<()> {
     if wm.get() >= seq {
         Ok(())
     } else {
-        Err(t.not_caught_up(seq, wait))
+        Err(t.replication().not_caught_up(seq, wait))
     }
 }
 
@@ -190,11 +186,7 @@ fn timed_read<T>(ctx: &ConnCtx, op: &str, f: impl FnOnce() -> Result<T>) -> Resu
     let t0 = std::time::Instant::now();
     let r = f();
     if let Some(m) = &ctx.metrics {
-        let secs = t0.elapsed().as_secs_f64();
-        match READ_OPS.iter().position(|o| *o == op) {
-            Some(i) => m.store.read_seconds_by_op[i].observe(secs),
-            None => m.store.read_seconds.with_label_values(&[op]).observe(secs),
-        }
+        m.store.reads().observe(op, t0.elapsed().as_secs_f64());
     }
     r
 }

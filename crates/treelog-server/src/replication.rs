@@ -29,14 +29,14 @@ pub(crate) async fn replication(
     mut cancel_rx: watch::Receiver<bool>,
 ) -> &'static str {
     let t = ctx.t.clone();
-    if let Err(e) = t.check_replica(&req) {
+    if let Err(e) = t.replication().check_replica(&req) {
         ctx.unregister(id);
         tracing::warn!(error = %e, from = req.from, "refused a replica");
         let _ = respond(&ctx.out, id, protocol::error_body(&e)).await;
         return e.kind().as_str();
     }
     if let Some(name) = &req.cursor {
-        if let Err(e) = t.hold_for_replica(name, req.from - 1) {
+        if let Err(e) = t.replication().hold_for_replica(name, req.from - 1) {
             ctx.unregister(id);
             let _ = respond(&ctx.out, id, protocol::error_body(&e)).await;
             return e.kind().as_str();
@@ -62,7 +62,8 @@ pub(crate) async fn replication(
         let committed = wm.get();
         let batch = if committed >= next {
             let (t2, from) = (t.clone(), next);
-            match tokio::task::spawn_blocking(move || t2.replication_batch(from, max_bytes)).await {
+            match tokio::task::spawn_blocking(move || t2.replication().batch(from, max_bytes)).await
+            {
                 Ok(Ok(b)) => b,
                 Ok(Err(e)) => {
                     let _ = respond(&ctx.out, id, protocol::error_body(&e)).await;

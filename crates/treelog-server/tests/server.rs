@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use server::{client, config, metrics, server_metrics};
+use server::{client, config, server_metrics};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use treelog::stream::{StartFrom, SubscribeOptions};
@@ -25,7 +25,6 @@ mod server {
     use std::path::Path;
     use std::sync::Arc;
 
-    use treelog::metrics::Metrics;
     use treelog::Durability;
     use treelog_client::Client;
     use treelog_server::{ServerConfig, ServerHandle, ServerMetrics};
@@ -33,7 +32,7 @@ mod server {
     /// The configuration of a test server on `data`: the RPC and HTTP
     /// ports on loopback, chosen by the OS, and no fsync; the defaults
     /// otherwise.
-    pub fn config(data: &Path) -> ServerConfig {
+    pub(crate) fn config(data: &Path) -> ServerConfig {
         let mut c = ServerConfig::new(data.to_path_buf());
         c.listen = "127.0.0.1:0".parse().unwrap();
         c.http = "127.0.0.1:0".parse().unwrap();
@@ -43,24 +42,22 @@ mod server {
 
     /// Starts a server on `data` with [`config`] as `overrides` changes it
     /// (`|_| {}` for none).
-    pub async fn start(data: &Path, overrides: impl FnOnce(&mut ServerConfig)) -> ServerHandle {
+    pub(crate) async fn start(
+        data: &Path,
+        overrides: impl FnOnce(&mut ServerConfig),
+    ) -> ServerHandle {
         let mut cfg = config(data);
         overrides(&mut cfg);
         treelog_server::start(cfg).await.expect("start the server")
     }
 
     /// A client of `h`, with the default options.
-    pub async fn client(h: &ServerHandle) -> Client {
+    pub(crate) async fn client(h: &ServerHandle) -> Client {
         treelog_testkit::client::connect(h.bound.rpc).await
     }
 
-    /// The server's metrics (it collects them by default).
-    pub fn metrics(h: &ServerHandle) -> Arc<Metrics> {
-        h.metrics().expect("metrics").clone()
-    }
-
     /// The server's own metrics (connections, requests, queues).
-    pub fn server_metrics(h: &ServerHandle) -> Arc<ServerMetrics> {
+    pub(crate) fn server_metrics(h: &ServerHandle) -> Arc<ServerMetrics> {
         h.server_metrics().expect("metrics").clone()
     }
 }

@@ -81,7 +81,7 @@ pub fn scale(base: &Path, target: u64) -> Result<Vec<ScalePoint>> {
             assert_eq!(scale_inodes(files + add, measured), checkpoint);
             let pb = bar(add, "growing");
             let from = files + 1;
-            super::bulk_load(
+            crate::bulk_load(
                 &t,
                 add,
                 4096,

@@ -85,7 +85,11 @@ impl SqliteStore {
     }
 
     /// (inode, type) of `name` in directory `parent`.
-    pub(super) fn lookup(c: &rusqlite::Connection, parent: i64, name: &str) -> Result<Option<(i64, i64)>> {
+    pub(super) fn lookup(
+        c: &rusqlite::Connection,
+        parent: i64,
+        name: &str,
+    ) -> Result<Option<(i64, i64)>> {
         use rusqlite::OptionalExtension;
         c.prepare_cached("SELECT inode, type FROM edge WHERE parent = ?1 AND name = ?2")
             .map_err(sql)?

@@ -4,7 +4,7 @@ use treelog_proto::event::{Event, Record};
 use treelog_proto::types::{Attrs, FileType};
 
 /// `create /a` at time 2 on a new database, as schema 2 has it.
-pub fn tiny_record() -> Record {
+pub(crate) fn tiny_record() -> Record {
     Record {
         seq: 1,
         time_ms: 2,

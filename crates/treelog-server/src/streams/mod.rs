@@ -60,7 +60,7 @@ pub(crate) async fn subscription(
         }
     };
     if let Some(m) = &ctx.metrics {
-        m.store.subscribers.inc();
+        m.store.streams().subscribers.inc();
     }
     let mut shutdown = ctx.shutdown.clone();
     let outcome = loop {
@@ -92,12 +92,12 @@ pub(crate) async fn subscription(
             break "disconnected";
         }
         if let Some(m) = &ctx.metrics {
-            m.store.delivered.inc();
+            m.store.streams().delivered.inc();
         }
     };
     ctx.unregister(id);
     if let Some(m) = &ctx.metrics {
-        m.store.subscribers.dec();
+        m.store.streams().subscribers.dec();
     }
     outcome
 }
