@@ -9,9 +9,9 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::commit::pipeline::Appended;
+use crate::commit::port::LeaderHint;
 use crate::commit::request::{Request, StoredRecords, Work};
-use crate::commit::role::{split, Core, LeaderHint, Role};
+use crate::commit::role::{split, Appended, Core, Role};
 use crate::engine::EngineState;
 use crate::error::Error;
 use crate::event::{Event, Record};
@@ -174,6 +174,7 @@ fn apply_records(
     let refuse = |detail: String| NotApplied::Refused(Error::corrupt("stored record", detail));
     let mut out = Vec::with_capacity(stored.records.len());
     let mut prev = last;
+    let mut first = stored.from_empty;
     for v in &stored.records {
         let rec: Record = if stored.append {
             let want = prev + 1;
@@ -181,7 +182,9 @@ fn apply_records(
                 .map_err(|e| refuse(format!("record {want} from the source: {e}")))?
         } else {
             let rec = record::decode_record(v, None).map_err(|e| refuse(e.to_string()))?;
-            let in_order = if rec.events.is_empty() {
+            let in_order = if first {
+                true
+            } else if rec.events.is_empty() {
                 rec.seq > prev
             } else {
                 rec.seq == prev + 1
@@ -195,6 +198,7 @@ fn apply_records(
             rec
         };
         prev = rec.seq;
+        first = false;
         out.push(rec);
     }
     for r in &out {

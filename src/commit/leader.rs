@@ -7,9 +7,8 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::commit::pipeline::Appended;
 use crate::commit::request::{Request, Work};
-use crate::commit::role::{Core, Role};
+use crate::commit::role::{Appended, Core, Role};
 use crate::engine::Executed;
 use crate::error::{Error, Result};
 use crate::event::Record;

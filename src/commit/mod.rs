@@ -3,6 +3,8 @@
 //!
 //! - [`request`]: what the writer is asked (commands, stored records,
 //!   controls) and where it answers.
+//! - [`port`]: what the roles are handed from outside (the consensus
+//!   protocol's proposer, the leader a follower names).
 //! - [`role`]: the trait the writer hands each group to, and the state
 //!   every role shares; [`leader`], [`follower`] and [`proposing`] are
 //!   the roles.
@@ -14,6 +16,7 @@ pub(crate) mod follower;
 pub(crate) mod handle;
 pub(crate) mod leader;
 pub(crate) mod pipeline;
+pub(crate) mod port;
 pub(crate) mod proposing;
 pub(crate) mod request;
 pub(crate) mod role;
@@ -24,6 +27,5 @@ pub(crate) mod writer;
 mod tests;
 
 pub use config::{Durability, WriterConfig};
-pub use proposing::{Proposal, ProposalReply, Proposer};
-pub use request::ReplyTx;
+pub use port::{Proposal, ProposalReply, Proposer, ReplyTx};
 pub use shared::WriterStatsSnapshot;

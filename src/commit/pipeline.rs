@@ -24,32 +24,8 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::Instant;
 
 use crate::commit::config::Durability;
-use crate::commit::request::{MetaWrites, Request};
-use crate::commit::role::Core;
+use crate::commit::role::{Appended, Core};
 use crate::commit::shared::Shared;
-use crate::error::Result;
-use crate::event::Record;
-use crate::index::OverlayWrites;
-
-/// A group the writer has appended (or a follower has applied), on its
-/// way to the syncer.
-pub(crate) struct Appended {
-    pub(crate) requests: Vec<Request>,
-    /// One per request: its sequence token, or why it was refused.
-    pub(crate) results: Vec<Result<u64>>,
-    /// The sequence of the group's last record (the previous group's when
-    /// it has none).
-    pub(crate) seq: u64,
-    /// Records in the group (0: only no-ops and refusals).
-    pub(crate) record_count: u64,
-    /// Bytes of the records' stored values.
-    pub(crate) bytes: u64,
-    pub(crate) writes: Arc<OverlayWrites>,
-    /// The records, for the tail that subscribers read.
-    pub(crate) records: Vec<Record>,
-    /// Written with the index changes.
-    pub(crate) meta: MetaWrites,
-}
 
 /// Groups handed to the pipeline and not yet published (or refused): the
 /// writer commits a small group inline only when none is, and drains the

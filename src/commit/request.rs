@@ -4,14 +4,9 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use crate::command::Command;
-use crate::commit::proposing::Proposer;
-use crate::commit::role::LeaderHint;
+use crate::commit::port::{LeaderHint, Proposer, ReplyTx};
 use crate::error::Result;
 use crate::store::Store;
-
-/// Where the writer sends a request's result: the sequence of its last
-/// record (for a no-op, the committed sequence it was decided against).
-pub type ReplyTx = tokio::sync::oneshot::Sender<Result<u64>>;
 
 /// Meta entries written in the same batch as a group's index changes (a
 /// follower's position in another log, say): key, value.
@@ -58,6 +53,9 @@ pub(crate) struct StoredRecords {
     /// replica's copy of its source's log), or are in it already (the
     /// committed entries of a log that a consensus protocol writes).
     pub(crate) append: bool,
+    /// Records already in the log and nothing applied yet (a consensus
+    /// node's first entries): the first may be at any position, 0 too.
+    pub(crate) from_empty: bool,
     /// Written beside the records' index changes, in the same batch.
     pub(crate) meta: MetaWrites,
 }

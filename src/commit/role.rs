@@ -17,12 +17,12 @@ use std::cell::RefCell;
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::commit::pipeline::Appended;
-use crate::commit::request::{Request, Work};
+use crate::commit::request::{MetaWrites, Request, Work};
 use crate::commit::shared::Shared;
 use crate::engine::Engine;
-use crate::error::Error;
-use crate::index::{PendingWrites, WriterCache};
+use crate::error::{Error, Result};
+use crate::event::Record;
+use crate::index::{OverlayWrites, PendingWrites, WriterCache};
 
 /// What the writer does with its groups.
 pub(crate) trait Role: Send {
@@ -35,17 +35,24 @@ pub(crate) trait Role: Send {
     fn reset(&mut self, _core: &Core) {}
 }
 
-/// Who leads, as a node that does not lead knows it: what `NotLeader`
-/// names.
-pub(crate) trait LeaderHint: Send + Sync {
-    fn leader(&self) -> Option<String>;
-}
-
-/// A leader known once, or not at all.
-impl LeaderHint for Option<String> {
-    fn leader(&self) -> Option<String> {
-        self.clone()
-    }
+/// A group the writer has appended (or a follower has applied), on its
+/// way to the syncer.
+pub(crate) struct Appended {
+    pub(crate) requests: Vec<Request>,
+    /// One per request: its sequence token, or why it was refused.
+    pub(crate) results: Vec<Result<u64>>,
+    /// The sequence of the group's last record (the previous group's when
+    /// it has none).
+    pub(crate) seq: u64,
+    /// Records in the group (0: only no-ops and refusals).
+    pub(crate) record_count: u64,
+    /// Bytes of the records' stored values.
+    pub(crate) bytes: u64,
+    pub(crate) writes: Arc<OverlayWrites>,
+    /// The records, for the tail that subscribers read.
+    pub(crate) records: Vec<Record>,
+    /// Written with the index changes.
+    pub(crate) meta: MetaWrites,
 }
 
 /// The writer's state, whatever its role.

@@ -51,9 +51,10 @@ use crate::commit::config::{Durability, WriterConfig};
 use crate::commit::follower::Follower;
 use crate::commit::leader::Leader;
 use crate::commit::pipeline::{Committer, InFlight};
+use crate::commit::port::LeaderHint;
 use crate::commit::proposing::Proposing;
 use crate::commit::request::{Control, Incoming, Installer, Request};
-use crate::commit::role::{Core, LeaderHint, Role};
+use crate::commit::role::{Core, Role};
 use crate::commit::shared::Shared;
 use crate::engine::{Engine, EngineState};
 use crate::error::{Error, Result};
@@ -147,7 +148,7 @@ impl Writer {
             None => (None, Vec::new()),
         };
         // A control request drained behind a group: handled next, alone.
-        let mut carried: Option<(Control, crate::commit::request::ReplyTx)> = None;
+        let mut carried: Option<(Control, crate::commit::port::ReplyTx)> = None;
         loop {
             if let Some((control, reply)) = carried.take() {
                 self.control(control, reply, &in_flight);
@@ -238,7 +239,7 @@ impl Writer {
     pub(crate) fn group(
         &mut self,
         requests: Vec<Request>,
-    ) -> Option<crate::commit::pipeline::Appended> {
+    ) -> Option<crate::commit::role::Appended> {
         if let Some(why) = self.core.shared.failure() {
             Core::refuse_all(requests, &why, false);
             return None;
@@ -252,7 +253,7 @@ impl Writer {
     fn control(
         &mut self,
         control: Control,
-        reply: crate::commit::request::ReplyTx,
+        reply: crate::commit::port::ReplyTx,
         in_flight: &InFlight,
     ) {
         let result = match control {

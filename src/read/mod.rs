@@ -6,6 +6,7 @@ pub(crate) mod publication;
 pub(crate) mod reader_cache;
 pub(crate) mod retained;
 pub(crate) mod tail_cache;
+pub(crate) mod view;
 pub(crate) mod walk;
 pub(crate) mod watermark;
 

@@ -38,15 +38,9 @@ use crate::read::memo::SharedRecord;
 use crate::read::reader_cache::{CachedReads, ReaderCache};
 use crate::read::retained::RetainedViews;
 use crate::read::tail_cache::{Chunk, TailCache};
+use crate::read::view::PublishedView;
 use crate::read::watermark::Watermark;
 use crate::store::{IndexSnapshot, Store};
-
-/// A committed state as readers see it: the index at a RocksDB snapshot,
-/// and the sequence of the last record it holds.
-pub(crate) struct PublishedView {
-    pub(crate) snap: IndexSnapshot,
-    pub(crate) seq: u64,
-}
 
 /// Reads that met a publish this many times read at a pinned snapshot.
 const FAST_ATTEMPTS: usize = 3;

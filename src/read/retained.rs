@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
-use crate::read::publication::PublishedView;
+use crate::read::view::PublishedView;
 
 struct Retained {
     view: Arc<PublishedView>,

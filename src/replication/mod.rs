@@ -142,10 +142,12 @@ impl Replication<'_> {
     /// (`Corruption`).
     pub async fn apply(&self, entries: Vec<Vec<u8>>) -> Result<u64> {
         let meta = consensus::position_meta(&entries)?;
+        let from_empty = self.applied()?.applied.is_none();
         self.writer
             .send_async(Work::Records(StoredRecords {
                 records: entries,
                 append: false,
+                from_empty,
                 meta,
             }))
             .await

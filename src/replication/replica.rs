@@ -179,7 +179,7 @@ impl ReplicaState {
 }
 
 /// What `NotLeader` names on a replica: the node at the head of its chain.
-impl crate::commit::role::LeaderHint for ReplicaState {
+impl crate::commit::port::LeaderHint for ReplicaState {
     fn leader(&self) -> Option<String> {
         Some(ReplicaState::leader(self))
     }
@@ -244,6 +244,7 @@ pub(crate) fn replicated(
         Work::Records(StoredRecords {
             records,
             append: true,
+            from_empty: false,
             meta: Vec::new(),
         }),
         last_time,

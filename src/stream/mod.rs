@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 use crate::commit::shared::Shared;
 use crate::engine;
 use crate::error::{Error, ErrorKind, Result};
-use crate::read::publication::PublishedView;
+use crate::read::view::PublishedView;
 use crate::read::walk::TreeWalk;
 
 pub use crate::read::memo::SharedRecord;

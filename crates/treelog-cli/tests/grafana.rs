@@ -26,6 +26,13 @@ async fn metrics_text(h: &ServerHandle) -> String {
 async fn replica_metrics_text(leader: &ServerHandle, dir: &std::path::Path) -> String {
     let cfg = treelog_replica::ReplicaConfig::new(server::config(dir), leader.bound.rpc);
     let r = treelog_replica::start(cfg).await.unwrap();
+    // Ready once it has bootstrapped and opened its store: /metrics
+    // answers before that too, with nothing.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while http::get(r.bound.http, "/readyz").await.0 != 200 {
+        assert!(std::time::Instant::now() < deadline, "the replica never became ready");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
     let (status, text) = http::get(r.bound.http, "/metrics").await;
     assert_eq!(status, 200, "{text}");
     r.shutdown().await.unwrap();

@@ -227,7 +227,7 @@ impl RaftMetrics {
     pub(crate) fn refresh(&self, m: &openraft::RaftMetrics<TypeConfig>) {
         self.term.set(m.current_term as i64);
         self.leader.set(m.current_leader.unwrap_or(0) as i64);
-        let state = crate::node::state_name(m);
+        let state = state_name(m);
         for s in STATES {
             self.state.with_label_values(&[s]).set((s == state) as i64);
         }
@@ -248,5 +248,16 @@ impl RaftMetrics {
                     .set(last.saturating_sub(matched) as i64);
             }
         }
+    }
+}
+
+/// The name of a node's state (metrics, status).
+pub(crate) fn state_name(m: &openraft::RaftMetrics<TypeConfig>) -> &'static str {
+    match m.state {
+        openraft::ServerState::Leader => "leader",
+        openraft::ServerState::Follower => "follower",
+        openraft::ServerState::Candidate => "candidate",
+        openraft::ServerState::Learner => "learner",
+        openraft::ServerState::Shutdown => "shutdown",
     }
 }

@@ -18,10 +18,8 @@ use crate::metrics::RaftMetrics;
 use crate::network::{Faults, Network};
 use crate::proposer::{LeaderProposer, RaftProposer, OUTCOME_WAIT};
 use crate::snapshot::Receiver;
-use crate::state_machine::{Snapshots, StateMachine};
-use crate::types::{
-    encode_entry, log_id, Entry, Membership, Node, NodeId, Raft, StoreRef, TypeConfig,
-};
+use crate::state_machine::{Raft, Snapshots, StateMachine};
+use crate::types::{encode_entry, log_id, Entry, Membership, Node, NodeId, StoreRef, TypeConfig};
 
 /// How a node runs.
 #[derive(Clone)]
@@ -114,17 +112,6 @@ pub struct RaftNode {
     snapshots: Arc<Snapshots>,
     pub(crate) receiver: Receiver,
     running: tokio::sync::RwLock<Option<Running>>,
-}
-
-/// The name of a node's state (metrics, status).
-pub fn state_name(m: &openraft::RaftMetrics<TypeConfig>) -> &'static str {
-    match m.state {
-        ServerState::Leader => "leader",
-        ServerState::Follower => "follower",
-        ServerState::Candidate => "candidate",
-        ServerState::Learner => "learner",
-        ServerState::Shutdown => "shutdown",
-    }
 }
 
 impl RaftNode {
@@ -452,7 +439,7 @@ impl RaftNode {
         let idx = |l: &Option<crate::types::LogId>| l.as_ref().map(|l| l.index);
         Ok(ClusterStatus {
             node: self.cfg.id,
-            state: state_name(&m).into(),
+            state: crate::metrics::state_name(&m).into(),
             term: m.current_term,
             leader: m.current_leader,
             leader_addr: m

@@ -179,7 +179,7 @@ impl RaftProposer {
 impl RaftProposer {
     /// The proposer of `raft`, and the task that writes its proposals.
     pub fn start(
-        raft: crate::types::Raft,
+        raft: crate::state_machine::Raft,
         metrics: Option<Arc<RaftMetrics>>,
     ) -> (Arc<RaftProposer>, tokio::task::JoinHandle<()>) {
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
@@ -250,7 +250,7 @@ async fn reap(unsettled: Unsettled, metrics: Option<Arc<RaftMetrics>>) {
 }
 
 async fn write_loop(
-    raft: crate::types::Raft,
+    raft: crate::state_machine::Raft,
     mut rx: tokio::sync::mpsc::UnboundedReceiver<Batch>,
     unsettled: Unsettled,
     metrics: Option<Arc<RaftMetrics>>,

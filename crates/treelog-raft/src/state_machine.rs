@@ -92,6 +92,9 @@ impl Snapshots {
     }
 }
 
+/// A node's openraft instance.
+pub type Raft = openraft::Raft<TypeConfig, StateMachine>;
+
 pub struct StateMachine {
     t: StoreRef,
     snapshots: Arc<Snapshots>,

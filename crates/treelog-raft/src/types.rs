@@ -84,8 +84,6 @@ impl openraft::RaftTypeConfig for TypeConfig {
     type ErrorSource = openraft::impls::BoxedErrorSource;
 }
 
-/// A node's openraft instance.
-pub type Raft = openraft::Raft<TypeConfig, crate::state_machine::StateMachine>;
 pub type NodeId = u64;
 pub type Node = openraft::impls::BasicNode;
 pub type LeaderId = openraft::alias::LeaderIdOf<TypeConfig>;

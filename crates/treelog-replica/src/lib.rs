@@ -34,7 +34,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 use treelog::error::{Error, ErrorKind, Result};
 use treelog::replication::{NodeRole, ReplicaState};
-use treelog_server::{Bound, Listeners, ServerConfig};
+use treelog_server::{Bound, Listeners, OnOpen, ServerConfig};
 
 /// How to run a replica.
 #[derive(Debug, Clone)]
@@ -233,13 +233,17 @@ async fn supervise(
         if *stop.borrow() {
             return Ok(());
         }
-        let mut handle =
-            treelog_server::start_on(cfg.server.clone(), listeners.try_clone()?).await?;
-        if let Some(t) = handle.store() {
-            metrics::ReplicaMetrics::register(&state, &t).map_err(|e| {
+        let mut server = cfg.server.clone();
+        let st = state.clone();
+        server.on_open = Some(OnOpen(Arc::new(move |t| {
+            if t.metrics().is_none() {
+                return Ok(());
+            }
+            metrics::ReplicaMetrics::register(&st, t).map_err(|e| {
                 Error::InvalidArgument(format!("cannot register the replica's metrics: {e}"))
-            })?;
-        }
+            })
+        })));
+        let mut handle = treelog_server::start_on(server, listeners.try_clone()?).await?;
         let store = handle.store_weak();
         let end = tokio::select! {
             end = follower::follow(store, &cfg, &state, stop.clone()) => end,

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use treelog::{Error, Options, Result};
+use treelog::{Error, Options, Result, Treelog};
 use treelog_proto::protocol;
 
 use crate::streams::delivery::DeliveryPriority;
@@ -65,6 +65,23 @@ pub struct ServerConfig {
     /// administration and linearizable reads go to the service put here
     /// once Raft runs (see [`ClusterService`]).
     pub cluster: Option<ClusterSlot>,
+    /// Runs once the store is open and before the server is ready: what is
+    /// built on the server registers its metrics here, so that no scrape
+    /// sees the store without them.
+    pub on_open: Option<OnOpen>,
+}
+
+/// See [`ServerConfig::on_open`]; an error stops the start.
+#[derive(Clone)]
+pub struct OnOpen(pub Arc<OnOpenFn>);
+
+/// What [`OnOpen`] runs.
+pub type OnOpenFn = dyn Fn(&Arc<Treelog>) -> Result<()> + Send + Sync;
+
+impl std::fmt::Debug for OnOpen {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("OnOpen")
+    }
 }
 
 /// A Raft cluster's node serves the other nodes' Raft messages, the
@@ -140,6 +157,7 @@ impl ServerConfig {
             stream_priority: Default::default(),
             store: Options::default(),
             cluster: None,
+            on_open: None,
         }
     }
 

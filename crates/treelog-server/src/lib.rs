@@ -49,8 +49,9 @@ mod state;
 mod streams;
 
 pub use config::{
-    request_runtime, BoxFuture, ClusterService, ClusterSlot, ServerConfig, WorkerPolicy,
-    DEFAULT_MAX_CONN_BUFFER_BYTES, FD_RESERVE, MAX_MAX_FRAME, MIN_CONN_BUFFER_BYTES, MIN_MAX_FRAME,
+    request_runtime, BoxFuture, ClusterService, ClusterSlot, OnOpen, OnOpenFn, ServerConfig,
+    WorkerPolicy, DEFAULT_MAX_CONN_BUFFER_BYTES, FD_RESERVE, MAX_MAX_FRAME, MIN_CONN_BUFFER_BYTES,
+    MIN_MAX_FRAME,
 };
 pub use listen::{signal_handlers, Bound, Listeners};
 pub use logging::{init_logging, LogFormat};

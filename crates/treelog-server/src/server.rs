@@ -9,7 +9,7 @@ use tokio::sync::watch;
 use treelog::metrics::Metrics;
 use treelog::{Error, Result, Treelog};
 
-use crate::config::ServerConfig;
+use crate::config::{OnOpen, ServerConfig};
 use crate::http;
 use crate::listen::{accept_loop, fit_fd_limit, signal_handlers, Bound, Listeners};
 use crate::logging::{init_logging, LogFormat};
@@ -133,6 +133,9 @@ async fn open_store(state: &State) -> Result<std::sync::Weak<Treelog>> {
         })?;
         m.connection_limit.set(state.cfg.max_connections as i64);
         let _ = state.metrics.set(Arc::new(m));
+    }
+    if let Some(OnOpen(f)) = &state.cfg.on_open {
+        f(&t)?;
     }
     let _ = state.store.set(t);
     state.ready.store(true, Ordering::Release);
