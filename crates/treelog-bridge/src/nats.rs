@@ -166,16 +166,22 @@ impl Sink for NatsSink {
                 self.cfg.stream, info.config.subjects
             )));
         }
-        let last = match st.get_last_raw_message_by_subject(&subject).await {
+        // The guard of the first message is the stream sequence of the very
+        // message we resume after, not the stream's last sequence as `info`
+        // read it earlier: another bridge may publish in between, and a
+        // guard one behind the mark would let a later message land after a
+        // gap.
+        let (last, last_seq) = match st.get_last_raw_message_by_subject(&subject).await {
             Ok(m) => {
                 let get = |k: &str| m.headers.get(k).map(|v| v.as_str().to_owned());
-                Some(
-                    payload::parse_mark(get, m.payload.len(), namespace).map_err(|e| {
-                        SinkError::fatal(format!("stream {}: {e}", self.cfg.stream))
-                    })?,
-                )
+                let mark = payload::parse_mark(get, m.payload.len(), namespace)
+                    .map_err(|e| SinkError::fatal(format!("stream {}: {e}", self.cfg.stream)))?;
+                (Some(mark), m.sequence)
             }
-            Err(e) if e.kind() == stream::LastRawMessageErrorKind::NoMessageFound => None,
+            // Empty (or emptied by a purge, which leaves its sequence).
+            Err(e) if e.kind() == stream::LastRawMessageErrorKind::NoMessageFound => {
+                (None, info.state.last_sequence)
+            }
             Err(e) => return Err(retry("cannot read the stream's last message", e)),
         };
         let server_max = client.server_info().max_payload;
@@ -192,7 +198,7 @@ impl Sink for NatsSink {
                 "the server's max_payload ({server_max}) leaves no room for a record"
             )));
         }
-        self.last_sent = info.state.last_sequence;
+        self.last_sent = last_seq;
         self.subject = subject;
         self.js = Some(js);
         self.client = Some(client);

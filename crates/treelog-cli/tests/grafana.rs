@@ -30,7 +30,10 @@ async fn replica_metrics_text(leader: &ServerHandle, dir: &std::path::Path) -> S
     // answers before that too, with nothing.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
     while http::get(r.bound.http, "/readyz").await.0 != 200 {
-        assert!(std::time::Instant::now() < deadline, "the replica never became ready");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the replica never became ready"
+        );
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
     let (status, text) = http::get(r.bound.http, "/metrics").await;
