@@ -182,10 +182,10 @@ fn apply_records(
                 .map_err(|e| refuse(format!("record {want} from the source: {e}")))?
         } else {
             let rec = record::decode_record(v, None).map_err(|e| refuse(e.to_string()))?;
-            let in_order = if first {
-                true
-            } else if rec.events.is_empty() {
-                rec.seq > prev
+            // The protocol's own entries (no events) may follow a gap, and
+            // the very first may be at 0 (openraft's log starts there).
+            let in_order = if rec.events.is_empty() {
+                rec.seq > prev || (first && rec.seq == 0)
             } else {
                 rec.seq == prev + 1
             };

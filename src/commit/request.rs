@@ -54,7 +54,7 @@ pub(crate) struct StoredRecords {
     /// committed entries of a log that a consensus protocol writes).
     pub(crate) append: bool,
     /// Records already in the log and nothing applied yet (a consensus
-    /// node's first entries): the first may be at any position, 0 too.
+    /// node's first entries): the first may be the protocol's entry 0.
     pub(crate) from_empty: bool,
     /// Written beside the records' index changes, in the same batch.
     pub(crate) meta: MetaWrites,
