@@ -170,20 +170,41 @@ impl Engine {
         view: &(impl IndexRead + ?Sized),
         events: &[Event],
     ) -> Result<()> {
-        for (id, (plus, minus)) in QuotaDeltas::of(events).0 {
-            if plus.is_zero() {
+        let deltas = QuotaDeltas::of(events);
+        if let Some(id) = deltas.overflow {
+            return Err(usage_out_of_range(view, id));
+        }
+        for (id, (plus, minus)) in deltas.by_quota {
+            if plus.is_zero() && minus.is_zero() {
                 continue;
             }
             let q = stored_quota(view, id)?
                 .ok_or_else(|| Error::corrupt("index", format!("quota of {id} is missing")))?
                 .to_quota();
-            let grown = q.usage.checked_add(&plus).unwrap_or(Usage {
-                files: u64::MAX,
-                directories: u64::MAX,
-                symlinks: u64::MAX,
-                bytes: u64::MAX,
-            });
-            let after = grown.checked_sub(&minus).unwrap_or_default();
+            // Applying charges the usage exactly so (add, then take away):
+            // what it could not hold is refused here, before the log has
+            // it, instead of stopping the writer at apply.
+            let Some(after) = q
+                .usage
+                .checked_add(&plus)
+                .and_then(|u| u.checked_sub(&minus))
+            else {
+                return Err(if q.usage.checked_add(&plus).is_none() {
+                    usage_out_of_range(view, id)
+                } else {
+                    Error::corrupt(
+                        "quota",
+                        format!(
+                            "the usage of {}'s quota is below what this takes away: \
+                             `quota clear` then `quota set` counts it again",
+                            path_of(view, id).unwrap_or_else(|_| format!("inode {id}"))
+                        ),
+                    )
+                });
+            };
+            if plus.is_zero() {
+                continue;
+            }
             let over = |limit: Option<u64>, grows: bool, would_be: u64, resource| match limit {
                 Some(l) if grows && would_be > l => Some((resource, l, would_be)),
                 _ => None,
@@ -838,4 +859,12 @@ impl Engine {
             ))),
         }
     }
+}
+
+/// A write that would take quota `id`'s usage past its counters' range.
+fn usage_out_of_range(view: &(impl IndexRead + ?Sized), id: u64) -> Error {
+    let path = path_of(view, id).unwrap_or_else(|_| format!("inode {id}"));
+    Error::InvalidArgument(format!(
+        "the usage of {path}'s quota would pass 2^64 (its counters' range)"
+    ))
 }

@@ -83,14 +83,20 @@ impl<'c> Perms<'c> {
 
 /// What the events of one command add to and take from each quota's usage.
 #[derive(Default)]
-pub(super) struct QuotaDeltas(pub(super) BTreeMap<u64, (Usage, Usage)>);
+pub(super) struct QuotaDeltas {
+    pub(super) by_quota: BTreeMap<u64, (Usage, Usage)>,
+    /// A quota whose deltas themselves pass the counters' range (2^64).
+    pub(super) overflow: Option<u64>,
+}
 
 impl QuotaDeltas {
     pub(super) fn add(&mut self, quotas: &[u64], plus: &Usage, minus: &Usage) {
         for q in quotas {
-            let e = self.0.entry(*q).or_default();
-            e.0 = e.0.checked_add(plus).unwrap_or(e.0);
-            e.1 = e.1.checked_add(minus).unwrap_or(e.1);
+            let e = self.by_quota.entry(*q).or_default();
+            match (e.0.checked_add(plus), e.1.checked_add(minus)) {
+                (Some(p), Some(m)) => *e = (p, m),
+                _ => self.overflow = self.overflow.or(Some(*q)),
+            }
         }
     }
 

@@ -2075,6 +2075,30 @@ fn a_quota_counts_its_subtree_and_refuses_what_would_pass_it() {
 }
 
 #[test]
+fn a_quotas_usage_past_its_counters_range_is_refused_before_the_log() {
+    // An inode limit and no byte limit: nothing but the counter's range
+    // bounds the bytes.
+    let mut h = Harness::new();
+    h.ok(mkdir("/q"));
+    h.ok(quota("/q", Some(100), None));
+    for f in ["/q/a", "/q/b", "/q/c"] {
+        h.ok(create(f));
+    }
+    let big = i64::MAX as u64;
+    h.ok(set_size("/q/a", big));
+    h.ok(set_size("/q/b", big));
+    let e = h.refused(set_size("/q/c", big));
+    assert_eq!(e.kind(), InvalidArgument, "{e}");
+    assert!(e.to_string().contains("/q's quota would pass 2^64"), "{e}");
+    assert_eq!(stored_quota_of(&h, "/q").unwrap().usage.bytes, 2 * big);
+    // The engine goes on: shrinking and other writes are applied.
+    h.ok(set_size("/q/a", 0));
+    h.ok(set_size("/q/c", big));
+    h.ok(rm("/q/b"));
+    assert_eq!(stored_quota_of(&h, "/q").unwrap().usage.bytes, big);
+}
+
+#[test]
 fn nested_quotas_and_moves_between_them_keep_exact_counts() {
     let mut h = Harness::new();
     h.ok(mkdir_p("/top/in"));
