@@ -184,23 +184,18 @@ impl Engine {
             // Applying charges the usage exactly so (add, then take away):
             // what it could not hold is refused here, before the log has
             // it, instead of stopping the writer at apply.
-            let Some(after) = q
-                .usage
-                .checked_add(&plus)
-                .and_then(|u| u.checked_sub(&minus))
-            else {
-                return Err(if q.usage.checked_add(&plus).is_none() {
-                    usage_out_of_range(view, id)
-                } else {
-                    Error::corrupt(
-                        "quota",
-                        format!(
-                            "the usage of {}'s quota is below what this takes away: \
-                             `quota clear` then `quota set` counts it again",
-                            path_of(view, id).unwrap_or_else(|_| format!("inode {id}"))
-                        ),
-                    )
-                });
+            let Some(grown) = q.usage.checked_add(&plus) else {
+                return Err(usage_out_of_range(view, id));
+            };
+            let Some(after) = grown.checked_sub(&minus) else {
+                return Err(Error::corrupt(
+                    "quota",
+                    format!(
+                        "the usage of {}'s quota is below what this takes away: \
+                         `quota clear` then `quota set` counts it again",
+                        path_of(view, id).unwrap_or_else(|_| format!("inode {id}"))
+                    ),
+                ));
             };
             if plus.is_zero() {
                 continue;
