@@ -69,7 +69,7 @@ pub use commit::{Durability, WriterConfig, WriterStatsSnapshot};
 pub use engine::{DEFAULT_MAX_DELETE_INODES, DEFAULT_MAX_RECORD_BYTES};
 pub use error::{Error, ErrorKind, Result};
 pub use event::{Event, EventKind, Record};
-pub use read::{Read, ReadAt};
+pub use read::{retained::ViewPins, Read, ReadAt};
 pub use types::{
     Attrs, ContentSummary, DirEntry, FileType, Inode, ListPage, Quota, Usage, Xattr, XattrFlag,
 };

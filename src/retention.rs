@@ -33,6 +33,11 @@ use crate::store::Store;
 
 pub use treelog_proto::cursor::{validate_cursor_name, CursorInfo, CursorState};
 
+/// Most durable cursors a store keeps (expired ones included, until they
+/// are dropped): each is a key and an entry every retention pass reads,
+/// and any subscriber may name a new one.
+pub const MAX_CURSORS: usize = 10_000;
+
 /// Bounds on the log. `None` means unbounded in that dimension.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RetentionPolicy {
@@ -146,6 +151,13 @@ impl LogRetention {
                 return Err(expired_error(name, st));
             }
             return Ok(st.acked);
+        }
+        if cursors.len() >= MAX_CURSORS {
+            return Err(Error::Busy(format!(
+                "{} cursors exist, the most a store keeps: drop unused ones \
+                 (`treelog admin cursors --drop NAME`) before naming a new one",
+                cursors.len()
+            )));
         }
         let start = self.log_start();
         if default_acked + 1 < start {

@@ -360,6 +360,18 @@ impl Model {
                 n.quota = Some((*inodes, *bytes));
                 Ok(true)
             }
+            Command::RecountQuota { path: p } => {
+                // The counters are exact, so a recount finds them right.
+                let k = self.resolve(&Self::comps(p)?)?;
+                let n = &self.nodes[&k];
+                if !n.dir() {
+                    return Err(ErrorKind::NotADirectory);
+                }
+                match n.quota {
+                    Some(_) => Ok(false),
+                    None => Err(ErrorKind::NotFound),
+                }
+            }
             Command::ClearQuota { path: p } => {
                 let k = self.resolve(&Self::comps(p)?)?;
                 let n = self.nodes.get_mut(&k).expect("resolved");
@@ -666,6 +678,7 @@ fn arb_cmd() -> impl Strategy<Value = Command> {
         2 => (arb_path(), arb_limit(), arb_limit())
             .prop_map(|(path, inodes, bytes)| Command::SetQuota { path, inodes, bytes }),
         1 => arb_path().prop_map(|path| Command::ClearQuota { path }),
+        1 => arb_path().prop_map(|path| Command::RecountQuota { path }),
         3 => (arb_path(), any::<bool>(), arb_mode(), arb_owner(), arb_owner())
             .prop_map(|(path, parents, mode, owner, group)| Command::Mkdir { path, parents, mode, owner, group }),
         3 => (arb_path(), any::<bool>(), arb_mode(), arb_owner())

@@ -311,6 +311,7 @@ impl Engine {
                 bytes,
             } => self.plan_set_quota(view, path, *inodes, *bytes),
             Command::ClearQuota { path } => self.plan_clear_quota(view, path),
+            Command::RecountQuota { path } => self.plan_recount_quota(view, path),
         }
     }
 
@@ -775,6 +776,42 @@ impl Engine {
             }])),
             None => Ok(Plan::NoOp),
         }
+    }
+
+    /// `quota recount P`: the usage a walk of the subtree finds (nested
+    /// quotas walked too, their counters not trusted), as a `SetQuota` of
+    /// the same limits; nothing when the counter already agrees.
+    pub(super) fn plan_recount_quota<R: IndexRead + ?Sized>(
+        &self,
+        view: &Overlay<'_, R>,
+        p: &str,
+    ) -> Result<Plan> {
+        let (r, canon) = self.resolve_canon(view, p, false)?;
+        if !r.inode.attrs.kind.is_dir() {
+            return Err(Error::NotADirectory(canon));
+        }
+        let Some(q) = stored_quota(view, r.inode.id)? else {
+            return Err(Error::NotFound(format!("{canon} has no quota")));
+        };
+        let q = q.to_quota();
+        let mut walked =
+            count_subtree_walking(view, r.inode.id, self.max_delete_inodes, &canon)?.usage;
+        // The directory itself is not in its own usage.
+        walked.directories -= 1;
+        if walked == q.usage {
+            return Ok(Plan::NoOp);
+        }
+        tracing::warn!(
+            path = %canon,
+            counted = ?q.usage,
+            walked = ?walked,
+            "recounting a quota whose usage disagreed with its subtree"
+        );
+        Ok(Plan::Events(vec![Event::SetQuota {
+            id: r.inode.id,
+            path: canon,
+            quota: Quota { usage: walked, ..q },
+        }]))
     }
 
     /// Create events for `comps[w.existing..]` under `w.id`: directories

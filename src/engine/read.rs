@@ -453,7 +453,11 @@ pub(super) fn count(
         match file_type(e.kind) {
             FileType::File => {
                 c.usage.files += 1;
-                c.usage.bytes = c.usage.bytes.saturating_add(e.size);
+                c.usage.bytes = c
+                    .usage
+                    .bytes
+                    .checked_add(e.size)
+                    .ok_or_else(|| past_counters(what))?;
             }
             FileType::Symlink => c.usage.symlinks += 1,
             FileType::Directory => {
@@ -465,9 +469,10 @@ pub(super) fn count(
                             format!("directory {cur} says it has a quota, but has none"),
                         )
                     })?;
-                    c.usage = c.usage.checked_add(&q.to_quota().usage).ok_or_else(|| {
-                        Error::corrupt("quota", format!("usage of {cur} overflows"))
-                    })?;
+                    c.usage = c
+                        .usage
+                        .checked_add(&q.to_quota().usage)
+                        .ok_or_else(|| past_counters(what))?;
                     c.from_counters += 1;
                     continue;
                 }
@@ -483,6 +488,16 @@ pub(super) fn count(
         }
     }
     Ok(c)
+}
+
+/// A subtree whose usage a counter cannot hold: files outside any quota
+/// may sum past 2^64 bytes, but nothing that counts them exactly (a quota
+/// set over them, a move into a quota, `count`) can take them, so the
+/// request is refused rather than counted short.
+fn past_counters(what: &str) -> Error {
+    Error::InvalidArgument(format!(
+        "the files under {what} sum past 2^64 bytes, more than a usage counter holds"
+    ))
 }
 
 pub(super) fn too_many(what: &str, max: usize) -> Error {

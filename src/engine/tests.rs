@@ -2099,6 +2099,42 @@ fn a_quotas_usage_past_its_counters_range_is_refused_before_the_log() {
 }
 
 #[test]
+fn a_subtree_past_a_counters_range_is_not_moved_into_a_quota_nor_given_one() {
+    // Outside any quota nothing counts the bytes, so they may sum past
+    // 2^64; what would have to count them exactly is refused, not
+    // saturated (a saturated counter stopped the writer later, when the
+    // files shrank).
+    let mut h = Harness::new();
+    h.ok(mkdir_p("/o/d"));
+    h.ok(mkdir("/q"));
+    h.ok(quota("/q", Some(100), None));
+    let big = i64::MAX as u64;
+    for f in ["/o/a", "/o/b", "/o/d/c"] {
+        h.ok(create(f));
+        h.ok(set_size(f, big));
+    }
+    let e = h.refused(mv("/o", "/q/o"));
+    assert_eq!(e.kind(), InvalidArgument, "{e}");
+    assert!(e.to_string().contains("past 2^64"), "{e}");
+    let e = h.refused(quota("/o", None, None));
+    assert_eq!(e.kind(), InvalidArgument, "{e}");
+    // A quota below, exact, and a sum of counters past the range above it.
+    h.ok(set_size("/o/a", 0));
+    h.ok(quota("/o/d", None, None));
+    assert_eq!(stored_quota_of(&h, "/o/d").unwrap().usage.bytes, big);
+    h.ok(set_size("/o/a", big));
+    let e = h.refused(quota("/o", None, None));
+    assert_eq!(e.kind(), InvalidArgument, "{e}");
+    // What fits is counted exactly and the writer goes on.
+    h.ok(mv("/o/d", "/q/d"));
+    assert_eq!(stored_quota_of(&h, "/q").unwrap().usage.bytes, big);
+    h.ok(set_size("/q/d/c", 0));
+    assert_eq!(stored_quota_of(&h, "/q").unwrap().usage.bytes, 0);
+    h.ok(rm_r("/q/d"));
+    assert_eq!(stored_quota_of(&h, "/q").unwrap().usage.bytes, 0);
+}
+
+#[test]
 fn nested_quotas_and_moves_between_them_keep_exact_counts() {
     let mut h = Harness::new();
     h.ok(mkdir_p("/top/in"));

@@ -12,6 +12,8 @@ pub struct RocksDbMetrics {
     cf_memtable_bytes: IntGaugeVec,
     cf_pending_compaction_bytes: IntGaugeVec,
     block_cache_bytes: IntGauge,
+    snapshots: IntGauge,
+    oldest_snapshot_age: IntGauge,
 }
 
 impl RocksDbMetrics {
@@ -43,6 +45,22 @@ impl RocksDbMetrics {
                     "Block cache usage",
                 )?,
             )?,
+            snapshots: registered(
+                r,
+                IntGauge::new(
+                    "treelog_rocksdb_snapshots",
+                    "RocksDB snapshots held (rocksdb.num-snapshots): the published state, \
+                     pinned read views, snapshot subscriptions, reads in progress",
+                )?,
+            )?,
+            oldest_snapshot_age: registered(
+                r,
+                IntGauge::new(
+                    "treelog_rocksdb_oldest_snapshot_age_seconds",
+                    "Age of the oldest RocksDB snapshot held: what compaction must keep \
+                     versions for",
+                )?,
+            )?,
         })
     }
 
@@ -65,6 +83,14 @@ impl RocksDbMetrics {
             if name == CF_INODES {
                 self.block_cache_bytes
                     .set(prop("rocksdb.block-cache-usage"));
+                // Database-wide properties, read through one family.
+                self.snapshots.set(prop("rocksdb.num-snapshots"));
+                let oldest = prop("rocksdb.oldest-snapshot-time");
+                let now = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_secs() as i64);
+                self.oldest_snapshot_age
+                    .set(if oldest > 0 { (now - oldest).max(0) } else { 0 });
             }
         }
     }

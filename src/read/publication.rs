@@ -72,7 +72,7 @@ pub(crate) struct Publication {
     /// The latest committed records, decoded, for caught-up subscribers.
     tail: TailCache,
     /// States pinned for reads at an exact sequence.
-    retained: RetainedViews,
+    retained: Arc<RetainedViews>,
     /// The owner and group names readers decode entries with.
     names: Names,
 }
@@ -99,7 +99,7 @@ impl Publication {
                 None => cache,
             },
             tail: TailCache::new(o.tail_records),
-            retained: RetainedViews::new(o.pinned_gauge),
+            retained: Arc::new(RetainedViews::new(o.pinned_gauge)),
             names: Names::new(),
         })
     }
@@ -245,12 +245,18 @@ impl Publication {
     /// Retains the newest committed state for reads at exactly its
     /// sequence (returned).
     pub(crate) fn pin(&self) -> Result<u64> {
-        self.retained.pin(self.view.load_full())
+        let view = self.view();
+        self.retained.pin_local(view.seq, view)
     }
 
     /// Releases a pin of [`Publication::pin`]; false if it had expired.
     pub(crate) fn unpin(&self, seq: u64) -> bool {
-        self.retained.unpin(seq)
+        self.retained.unpin_local(seq)
+    }
+
+    /// The table of pinned states ([`crate::ViewPins`] pin into it).
+    pub(crate) fn retained(&self) -> &Arc<RetainedViews> {
+        &self.retained
     }
 
     /// The state at exactly `seq`: retained, or the newest if it is at

@@ -123,6 +123,14 @@ impl Subscription {
         self.snapshot.is_some()
     }
 
+    /// When the RocksDB snapshot this subscription's snapshot (or resync)
+    /// reads was taken; `None` outside a snapshot. A snapshot keeps every
+    /// version it sees from compaction, so a server bounds how long a
+    /// client may take to read one.
+    pub fn snapshot_taken(&self) -> Option<Instant> {
+        self.snapshot.as_ref().map(|w| w.taken)
+    }
+
     /// The durable cursor this subscription follows, if any.
     pub fn cursor(&self) -> Option<&str> {
         self.cursor.as_deref()
@@ -136,6 +144,7 @@ impl Subscription {
             // The committed index (RocksDB's latest state may hold a round
             // whose fsync has not finished).
             snap: self.shared.publication().view(),
+            taken: Instant::now(),
             prefix,
             resync,
             seq: 0,
@@ -339,6 +348,8 @@ enum WalkStep {
 struct SnapshotWalk {
     /// The committed state walked (its snapshot and sequence).
     snap: Arc<PublishedView>,
+    /// When `snap` was taken.
+    taken: Instant,
     prefix: String,
     resync: bool,
     /// The sequence of the state walked.

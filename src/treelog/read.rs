@@ -8,6 +8,7 @@ use crate::error::{Error, Result};
 use crate::format::ROOT_ID;
 use crate::index::IndexRead;
 use crate::path;
+use crate::read::retained::ViewPins;
 use crate::read::walk::TreeWalk;
 use crate::read::{Read, ReadAt};
 use crate::treelog::Treelog;
@@ -178,6 +179,19 @@ impl Treelog {
     /// Releases a pin of [`Treelog::pin_view`]; false if it had expired.
     pub fn unpin_view(&self, seq: u64) -> bool {
         self.publication().unpin(seq)
+    }
+
+    /// A pin owner for one client (a server connection): its pins count
+    /// against its own share of the table (64 states), only it releases
+    /// them, and dropping it releases them all. When the table is full, a
+    /// client holding fewer pins takes the oldest state of the one holding
+    /// the most, so one client cannot lock the others' listings out.
+    pub fn view_pins(&self) -> ViewPins {
+        let shared = self.shared.clone();
+        ViewPins::new(
+            self.publication().retained().clone(),
+            Box::new(move || shared.publication().view()),
+        )
     }
 
     /// Every entry of a directory (all pages), at one committed state.

@@ -145,4 +145,11 @@ impl Treelog {
             path: path.to_owned(),
         })
     }
+
+    /// Counts the quota of `path` again (see [`Command::RecountQuota`]).
+    pub fn recount_quota(&self, path: &str) -> Result<u64> {
+        self.submit(Command::RecountQuota {
+            path: path.to_owned(),
+        })
+    }
 }

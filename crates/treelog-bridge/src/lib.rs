@@ -85,11 +85,9 @@ pub fn start_nats(
 
 /// Serves `registry` as Prometheus text on `GET /metrics` (a bridge run on
 /// its own, `treelog bridge nats --metrics-listen`), until the task is
-/// dropped.
-pub async fn serve_metrics(
-    listener: tokio::net::TcpListener,
-    registry: prometheus::Registry,
-) -> std::io::Result<()> {
+/// dropped: bounded as a server's HTTP port is ([`treelog_http::Limits`]'s
+/// defaults: connections, per address, header time, age).
+pub async fn serve_metrics(listener: tokio::net::TcpListener, registry: prometheus::Registry) {
     let app = axum::Router::new().route(
         "/metrics",
         axum::routing::get(move || {
@@ -102,7 +100,16 @@ pub async fn serve_metrics(
             }
         }),
     );
-    axum::serve(listener, app).await
+    // Never shut down: the task is dropped with the bridge.
+    let (_keep, never) = tokio::sync::watch::channel(false);
+    treelog_http::serve(
+        listener,
+        app,
+        treelog_http::Limits::default(),
+        never,
+        |peer| tracing::debug!(%peer, "refused a metrics connection: too many"),
+    )
+    .await
 }
 
 /// The default cursor of a bridge publishing into `stream`.

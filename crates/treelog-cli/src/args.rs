@@ -393,6 +393,18 @@ pub(crate) struct ServeArgs {
     pub max_handshaking: Option<usize>,
     #[arg(long, default_value_t = 256)]
     pub max_in_flight: usize,
+    /// Bytes of requests one connection may have being answered at once;
+    /// past it the server reads no more of its requests until one ends.
+    #[arg(long, default_value_t = crate::server::DEFAULT_MAX_IN_FLIGHT_BYTES)]
+    pub max_in_flight_bytes: usize,
+    /// Seconds a snapshot subscriber may hold its snapshot (which keeps
+    /// old versions from compaction) before it is cut off (`Busy`).
+    #[arg(long, default_value_t = 3600)]
+    pub max_snapshot_age_secs: u64,
+    /// Seconds a snapshot subscriber may hold its snapshot without reading
+    /// before it is cut off.
+    #[arg(long, default_value_t = 120)]
+    pub snapshot_stall_secs: u64,
     /// Largest frame a client may send, 65536..=268435456 bytes.
     #[arg(long, default_value_t = crate::protocol::DEFAULT_MAX_FRAME)]
     pub max_frame: usize,
@@ -406,6 +418,14 @@ pub(crate) struct ServeArgs {
     /// Seconds an HTTP client has to send a request's headers.
     #[arg(long, default_value_t = 10)]
     pub http_header_timeout_secs: u64,
+    /// HTTP connections from one address (an IPv6 /64) at once; past it
+    /// probes are still answered, other requests get 503.
+    #[arg(long, default_value_t = 16)]
+    pub max_http_per_address: usize,
+    /// Seconds after which an HTTP connection is closed (after its request
+    /// in progress).
+    #[arg(long, default_value_t = 300)]
+    pub http_connection_age_secs: u64,
     /// Serve --listen on a non-loopback address without a token.
     #[arg(long)]
     pub allow_insecure_listen: bool,
@@ -547,6 +567,10 @@ pub(crate) enum QuotaCmd {
     },
     /// Remove a directory's quota (a directory without one is left alone).
     Clear { path: String },
+    /// Count a quota's subtree again, entry by entry, and set its usage
+    /// to what was found: the repair when `admin verify` reports a quota
+    /// whose usage disagrees with its subtree. Logged by the server.
+    Recount { path: String },
     /// A directory's quota: limits, usage, what remains.
     Show { path: String },
 }

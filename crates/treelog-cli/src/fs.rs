@@ -492,3 +492,15 @@ pub(crate) fn quota_clear(cli: &Cli, out: &Out, path: &str) -> Result<u8> {
     );
     run_ops(cli, out, vec![op], |_| "cannot clear the quota of", never)
 }
+
+/// `quota recount PATH`.
+pub(crate) fn quota_recount(cli: &Cli, out: &Out, path: &str) -> Result<u8> {
+    let op = Op::new(
+        "recount_quota",
+        path,
+        Command::RecountQuota {
+            path: path.to_owned(),
+        },
+    );
+    run_ops(cli, out, vec![op], |_| "cannot recount the quota of", never)
+}

@@ -112,6 +112,7 @@ fn dispatch(cli: &Cli, out: &Out) -> Result<u8> {
                 bytes,
             } => crate::fs::quota_set(cli, out, path, *inodes, *bytes),
             QuotaCmd::Clear { path } => crate::fs::quota_clear(cli, out, path),
+            QuotaCmd::Recount { path } => crate::fs::quota_recount(cli, out, path),
             QuotaCmd::Show { path } => crate::usage::quota_show(cli, out, path),
         },
         Cmd::Count {

@@ -14,10 +14,15 @@ pub(crate) fn run(cli: &Cli, a: &ServeArgs) -> Result<u8> {
     cfg.max_connections = a.max_connections;
     cfg.max_handshaking = a.max_handshaking;
     cfg.max_in_flight = a.max_in_flight;
+    cfg.max_in_flight_bytes = a.max_in_flight_bytes;
+    cfg.max_snapshot_age = std::time::Duration::from_secs(a.max_snapshot_age_secs);
+    cfg.snapshot_stall_timeout = std::time::Duration::from_secs(a.snapshot_stall_secs);
     cfg.max_frame = a.max_frame;
     cfg.max_conn_buffer_bytes = a.max_conn_buffer_bytes;
     cfg.max_http_connections = a.max_http_connections;
     cfg.http_header_timeout = std::time::Duration::from_secs(a.http_header_timeout_secs);
+    cfg.max_http_per_address = a.max_http_per_address;
+    cfg.http_connection_age = std::time::Duration::from_secs(a.http_connection_age_secs);
     cfg.allow_insecure_listen = a.allow_insecure_listen;
     cfg.exit_on_writer_failure = a.on_writer_failure == crate::args::OnWriterFailure::Exit;
     cfg.idle_timeout = std::time::Duration::from_secs(a.idle_timeout_secs);

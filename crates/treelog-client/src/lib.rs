@@ -794,6 +794,14 @@ impl Client {
         .await
     }
 
+    /// Counts the quota of `path` again (see [`Command::RecountQuota`]).
+    pub async fn recount_quota(&self, path: &str) -> Result<u64> {
+        self.submit(Command::RecountQuota {
+            path: path.to_owned(),
+        })
+        .await
+    }
+
     /// A symbolic link's target, read-your-writes as [`Client::stat`].
     pub async fn readlink(&self, path: &str) -> Result<String> {
         let body = RequestBody::Readlink {

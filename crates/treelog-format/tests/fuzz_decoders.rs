@@ -691,6 +691,7 @@ fn command() -> impl Strategy<Value = Command> {
             }
         }),
         text().prop_map(|path| Command::ClearQuota { path }),
+        text().prop_map(|path| Command::RecountQuota { path }),
     ]
 }
 

@@ -78,6 +78,11 @@ pub enum Command {
     },
     /// Remove a directory's quota (`NotFound` if it has none).
     ClearQuota { path: String },
+    /// Count a quota's subtree again, entry by entry, and set its usage to
+    /// what the walk found (an admin's repair when `admin verify` reports
+    /// a counter that disagrees with its subtree; nothing to do when they
+    /// agree). `NotFound` if the directory has no quota.
+    RecountQuota { path: String },
 }
 
 impl Command {
@@ -96,6 +101,7 @@ impl Command {
             Command::RemoveXattr { .. } => "remove_xattr",
             Command::SetQuota { .. } => "set_quota",
             Command::ClearQuota { .. } => "clear_quota",
+            Command::RecountQuota { .. } => "recount_quota",
         }
     }
 
@@ -130,7 +136,9 @@ impl Command {
                 path, name, value, ..
             } => path.len() + name.len() + value.len(),
             Command::RemoveXattr { path, name } => path.len() + name.len(),
-            Command::SetQuota { path, .. } | Command::ClearQuota { path } => path.len(),
+            Command::SetQuota { path, .. }
+            | Command::ClearQuota { path }
+            | Command::RecountQuota { path } => path.len(),
         }
     }
 }

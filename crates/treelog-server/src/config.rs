@@ -34,7 +34,19 @@ pub struct ServerConfig {
     /// connections that never say Hello cannot lock clients out.
     pub max_handshaking: Option<usize>,
     pub max_in_flight: usize,
+    /// Bytes of request frames one connection may have being answered at
+    /// once; past it the server reads none of its requests until one
+    /// finishes (a frame larger than this is answered alone).
+    pub max_in_flight_bytes: usize,
     pub max_subscriptions: usize,
+    /// Longest a snapshot subscription holds its RocksDB snapshot (which
+    /// keeps every version it sees from compaction): a subscriber that has
+    /// not read its snapshot by then is cut off with `Busy` (its stream
+    /// resumes with a new snapshot when it subscribes again).
+    pub max_snapshot_age: Duration,
+    /// Longest a snapshot subscription may hold its snapshot without
+    /// reading (its connection's queue full): then it is cut off as above.
+    pub snapshot_stall_timeout: Duration,
     /// Bytes of encoded replies queued for one connection beyond which the
     /// server stops reading its requests and its subscriptions stop
     /// producing, until the client reads.
@@ -51,8 +63,13 @@ pub struct ServerConfig {
     /// acknowledged is lost). Otherwise keep serving reads, with writes
     /// refused and `/readyz` failing, until an operator restarts it.
     pub exit_on_writer_failure: bool,
-    /// HTTP connections at once; more are answered 503 and closed.
+    /// HTTP connections at once; past it (or past the address's share) a
+    /// probe is answered on a reserved slot and anything else 503.
     pub max_http_connections: usize,
+    /// HTTP connections from one address (an IPv6 /64) at once.
+    pub max_http_per_address: usize,
+    /// An HTTP connection is closed this long after it was accepted.
+    pub http_connection_age: Duration,
     /// Time an HTTP client has to send a request's headers (also the
     /// longest an idle keep-alive connection stays open).
     pub http_header_timeout: Duration,
@@ -145,13 +162,18 @@ impl ServerConfig {
             max_connections: 1024,
             max_handshaking: None,
             max_in_flight: 256,
+            max_in_flight_bytes: DEFAULT_MAX_IN_FLIGHT_BYTES,
             max_subscriptions: 64,
+            max_snapshot_age: Duration::from_secs(3600),
+            snapshot_stall_timeout: Duration::from_secs(120),
             max_conn_buffer_bytes: DEFAULT_MAX_CONN_BUFFER_BYTES,
             handshake_timeout: Duration::from_secs(5),
             idle_timeout: Duration::from_secs(300),
             shutdown_grace: Duration::from_secs(10),
             exit_on_writer_failure: true,
             max_http_connections: 64,
+            max_http_per_address: 16,
+            http_connection_age: Duration::from_secs(300),
             http_header_timeout: Duration::from_secs(10),
             allow_insecure_listen: false,
             stream_priority: Default::default(),
@@ -186,11 +208,19 @@ impl ServerConfig {
             ("--max-connections", self.max_connections),
             ("--max-in-flight", self.max_in_flight),
             ("--max-http-connections", self.max_http_connections),
+            ("--max-http-per-address", self.max_http_per_address),
             ("max_subscriptions", self.max_subscriptions),
+            ("--max-in-flight-bytes", self.max_in_flight_bytes),
         ] {
             if v == 0 {
                 return Err(Error::InvalidArgument(format!("{name} must be at least 1")));
             }
+        }
+        if u32::try_from(self.max_in_flight_bytes).is_err() {
+            return Err(Error::InvalidArgument(format!(
+                "--max-in-flight-bytes {}: must be below 4 GiB",
+                self.max_in_flight_bytes
+            )));
         }
         if self.max_handshaking == Some(0) {
             return Err(Error::InvalidArgument(
@@ -217,6 +247,10 @@ pub const MIN_MAX_FRAME: usize = 64 << 10;
 pub const MAX_MAX_FRAME: usize = 256 << 20;
 /// Default `--max-conn-buffer-bytes`.
 pub const DEFAULT_MAX_CONN_BUFFER_BYTES: usize = 8 << 20;
+
+/// See [`ServerConfig::max_in_flight_bytes`]: a Raft node's largest frames
+/// (64 MiB) one at a time, a client's requests many at once.
+pub const DEFAULT_MAX_IN_FLIGHT_BYTES: usize = 64 << 20;
 /// Smallest `--max-conn-buffer-bytes`.
 pub const MIN_CONN_BUFFER_BYTES: usize = 64 << 10;
 /// File descriptors kept for everything but client connections: RocksDB's

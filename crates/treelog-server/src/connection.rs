@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::TcpStream;
-use tokio::sync::{watch, OwnedSemaphorePermit};
+use tokio::sync::watch;
 use tokio::task::JoinSet;
 use treelog::{Error, ErrorKind, Result, Treelog};
 use treelog_proto::protocol::{self, ClientMsg, RequestBody, ServerMsg};
@@ -18,7 +18,7 @@ use crate::admission::Admission;
 use crate::context::ConnCtx;
 use crate::dispatch::{answer_reads, handle};
 use crate::handshake::handshake;
-use crate::incoming::{buffered, frame_buffered, read_msg, ReadHalf};
+use crate::incoming::{buffered, frame_buffered, read_sized, ReadHalf};
 use crate::out::{respond, send, Out};
 use crate::reads::{read_ready, READ_BATCH};
 use crate::state::State;
@@ -128,7 +128,7 @@ struct Requests<'a> {
     ctx: Arc<ConnCtx>,
     tasks: JoinSet<()>,
     /// A message read while gathering a batch of reads, not part of it.
-    carried: Option<Result<Option<ClientMsg>>>,
+    carried: Option<Result<Option<(ClientMsg, usize)>>>,
     shutdown: watch::Receiver<bool>,
     max_frame: usize,
     idle_timeout: Duration,
@@ -138,7 +138,7 @@ impl Requests<'_> {
     /// Reads and starts requests until the client closes the connection,
     /// an error, or the server shuts down.
     async fn serve(&mut self) -> Result<()> {
-        while let Some((id, body)) = self.next_request().await? {
+        while let Some((id, body, bytes)) = self.next_request().await? {
             // Subscriptions register before the next read, so that the
             // idle timeout never applies to a connection that carries one.
             let mut cancel = None;
@@ -156,9 +156,9 @@ impl Requests<'_> {
                 }
             }
             let started = if read_ready(&self.ctx, &body) {
-                self.start_reads(id, body).await
+                self.start_reads(id, body, bytes).await
             } else {
-                self.start(id, body, cancel).await
+                self.start(id, body, bytes, cancel).await
             };
             if !started {
                 break;
@@ -170,7 +170,7 @@ impl Requests<'_> {
 
     /// The next request, read once the client's queue has room; `None`
     /// when the client closed the connection or the server shuts down.
-    async fn next_request(&mut self) -> Result<Option<(u64, RequestBody)>> {
+    async fn next_request(&mut self) -> Result<Option<(u64, RequestBody, usize)>> {
         if !self.wait_for_room().await {
             return Ok(None);
         }
@@ -181,13 +181,13 @@ impl Requests<'_> {
                 let wait = (!self.ctx.has_streams()).then_some(self.idle_timeout);
                 tokio::select! {
                     _ = self.shutdown.changed() => return Ok(None),
-                    m = read_msg(self.rd, self.max_frame, wait) => m,
+                    m = read_sized(self.rd, self.max_frame, wait) => m,
                 }
             }
         };
         match msg? {
-            Some(ClientMsg::Request { id, body }) => Ok(Some((id, body))),
-            Some(ClientMsg::Hello(_)) => Err(Error::Protocol("Hello sent twice".into())),
+            Some((ClientMsg::Request { id, body }, bytes)) => Ok(Some((id, body, bytes))),
+            Some((ClientMsg::Hello(_), _)) => Err(Error::Protocol("Hello sent twice".into())),
             None => Ok(None),
         }
     }
@@ -213,12 +213,16 @@ impl Requests<'_> {
     /// burst), answered by one task. A task per request cost more than the
     /// stat itself; answering here instead would keep a connection's reads
     /// on one core. False when the connection is ending.
-    async fn start_reads(&mut self, id: u64, body: RequestBody) -> bool {
+    async fn start_reads(&mut self, id: u64, body: RequestBody, bytes: usize) -> bool {
         let mut batch = vec![(id, body)];
+        let mut total = bytes;
         while batch.len() < READ_BATCH && frame_buffered(self.rd) {
-            match read_msg(self.rd, self.max_frame, None).await {
-                Ok(Some(ClientMsg::Request { id, body })) if read_ready(&self.ctx, &body) => {
-                    batch.push((id, body))
+            match read_sized(self.rd, self.max_frame, None).await {
+                Ok(Some((ClientMsg::Request { id, body }, bytes)))
+                    if read_ready(&self.ctx, &body) =>
+                {
+                    batch.push((id, body));
+                    total += bytes;
                 }
                 other => {
                     self.carried = Some(other);
@@ -226,7 +230,7 @@ impl Requests<'_> {
                 }
             }
         }
-        let Some(permit) = self.permit().await else {
+        let Some(permit) = self.ctx.admit(total).await else {
             return false;
         };
         self.tasks
@@ -240,9 +244,10 @@ impl Requests<'_> {
         &mut self,
         id: u64,
         body: RequestBody,
+        bytes: usize,
         cancel: Option<watch::Receiver<bool>>,
     ) -> bool {
-        let Some(permit) = self.permit().await else {
+        let Some(permit) = self.ctx.admit(bytes).await else {
             return false;
         };
         let is_stream = cancel.is_some();
@@ -262,12 +267,6 @@ impl Requests<'_> {
             self.tasks.spawn(task);
         }
         true
-    }
-
-    /// Back-pressure: at most `max_in_flight` requests per connection; the
-    /// connection stops reading until one finishes.
-    async fn permit(&self) -> Option<OwnedSemaphorePermit> {
-        self.ctx.in_flight.clone().acquire_owned().await.ok()
     }
 
     /// Stops the streams; lets the other requests in flight finish and

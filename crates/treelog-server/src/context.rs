@@ -5,32 +5,50 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use tokio::sync::{watch, Semaphore};
+use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 use treelog::metrics::READ_OPS;
 
 use crate::metrics::ServerMetrics;
-use treelog::{Error, Result, Treelog};
+use treelog::{Error, Result, Treelog, ViewPins};
 
 use crate::backups::Backups;
 use crate::config::{ClusterService, ClusterSlot};
 use crate::out::Out;
 use crate::state::State;
 
+/// A request's place among the connection's requests in flight (see
+/// [`ConnCtx::admit`]): given back when dropped.
+pub(crate) struct InFlight {
+    _count: OwnedSemaphorePermit,
+    _bytes: OwnedSemaphorePermit,
+}
+
 pub(crate) struct ConnCtx {
     pub(crate) t: Arc<Treelog>,
     pub(crate) out: Out,
     /// Requests being answered at once, at most `max_in_flight`.
-    pub(crate) in_flight: Arc<Semaphore>,
+    in_flight: Arc<Semaphore>,
+    /// Bytes of the frames of the requests being answered, at most
+    /// `max_in_flight_bytes` (a larger frame takes them all, alone).
+    in_flight_bytes: Arc<Semaphore>,
+    max_in_flight_bytes: usize,
     /// The connection's live streams (subscriptions, replication), by
     /// request id: each one's cancel signal.
     subs: Mutex<HashMap<u64, watch::Sender<bool>>>,
     pub(crate) metrics: Option<Arc<ServerMetrics>>,
     pub(crate) shutdown: watch::Receiver<bool>,
     max_subscriptions: usize,
+    /// See [`crate::ServerConfig::max_snapshot_age`].
+    pub(crate) max_snapshot_age: std::time::Duration,
+    /// See [`crate::ServerConfig::snapshot_stall_timeout`].
+    pub(crate) snapshot_stall_timeout: std::time::Duration,
     /// Where streams run (see [`State::delivery`]).
     pub(crate) delivery: tokio::runtime::Handle,
     pub(crate) backups: Arc<Backups>,
     cluster: Option<ClusterSlot>,
+    /// The read views this connection pinned: its own share, released
+    /// when the connection closes.
+    pub(crate) pins: ViewPins,
 }
 
 impl ConnCtx {
@@ -39,17 +57,41 @@ impl ConnCtx {
     pub(crate) fn new(t: Arc<Treelog>, out: Out, state: &State) -> ConnCtx {
         let cfg = &state.cfg;
         ConnCtx {
+            pins: t.view_pins(),
             t,
             out,
             in_flight: Arc::new(Semaphore::new(cfg.max_in_flight)),
+            in_flight_bytes: Arc::new(Semaphore::new(cfg.max_in_flight_bytes)),
+            max_in_flight_bytes: cfg.max_in_flight_bytes,
             subs: Default::default(),
             metrics: state.metrics().cloned(),
             shutdown: state.shutdown.clone(),
             max_subscriptions: cfg.max_subscriptions,
+            max_snapshot_age: cfg.max_snapshot_age,
+            snapshot_stall_timeout: cfg.snapshot_stall_timeout,
             delivery: state.delivery.handle().clone(),
             backups: state.backups.clone(),
             cluster: cfg.cluster.clone(),
         }
+    }
+
+    /// A place among the requests in flight for requests whose frames
+    /// took `bytes`: waits (the connection reading nothing more meanwhile)
+    /// until both their number and their bytes fit. `None` once the
+    /// connection is closing.
+    pub(crate) async fn admit(&self, bytes: usize) -> Option<InFlight> {
+        let count = self.in_flight.clone().acquire_owned().await.ok()?;
+        let n = bytes.clamp(1, self.max_in_flight_bytes);
+        let bytes = self
+            .in_flight_bytes
+            .clone()
+            .acquire_many_owned(u32::try_from(n).unwrap_or(u32::MAX))
+            .await
+            .ok()?;
+        Some(InFlight {
+            _count: count,
+            _bytes: bytes,
+        })
     }
 
     /// The node's cluster service; `InvalidArgument` on a single node,

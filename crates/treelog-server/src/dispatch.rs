@@ -5,11 +5,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{watch, OwnedSemaphorePermit};
+use tokio::sync::watch;
 use treelog::{Error, Result, Treelog};
 use treelog_proto::protocol::{self, RequestBody, ResponseBody};
 
-use crate::context::ConnCtx;
+use crate::context::{ConnCtx, InFlight};
 use crate::out::respond;
 use crate::reads::{self, read_now};
 use crate::replication::replication;
@@ -22,7 +22,7 @@ pub(crate) async fn handle(
     ctx: &Arc<ConnCtx>,
     id: u64,
     body: RequestBody,
-    permit: OwnedSemaphorePermit,
+    permit: InFlight,
     cancel: Option<watch::Receiver<bool>>,
 ) {
     let name = request_name(&body);
@@ -79,8 +79,8 @@ async fn answer(ctx: &ConnCtx, body: RequestBody) -> Result<ResponseBody> {
         RequestBody::Info => Ok(info(t)),
         RequestBody::WaitFor { seq, timeout_ms } => Ok(wait_for(t, seq, timeout_ms).await),
         RequestBody::Cancel { target } => cancel(ctx, target),
-        RequestBody::PinView => t.pin_view().map(ResponseBody::Seq),
-        RequestBody::UnpinView { seq } => unpin_view(t, seq),
+        RequestBody::PinView => ctx.pins.pin().map(ResponseBody::Seq),
+        RequestBody::UnpinView { seq } => unpin_view(ctx, seq),
         RequestBody::BackupBegin { resume } => ctx.backups.begin(t, resume).await,
         RequestBody::BackupChunk {
             id,
@@ -135,11 +135,13 @@ fn cancel(ctx: &ConnCtx, target: u64) -> Result<ResponseBody> {
     }
 }
 
-fn unpin_view(t: &Treelog, seq: u64) -> Result<ResponseBody> {
-    if t.unpin_view(seq) {
+fn unpin_view(ctx: &ConnCtx, seq: u64) -> Result<ResponseBody> {
+    if ctx.pins.unpin(seq) {
         Ok(ResponseBody::Done)
     } else {
-        Err(Error::NotFound(format!("no pinned read view at {seq}")))
+        Err(Error::NotFound(format!(
+            "this connection pins no read view at {seq}"
+        )))
     }
 }
 
@@ -157,7 +159,7 @@ fn status(ctx: &ConnCtx) -> ResponseBody {
 async fn streamed<F, Fut>(
     ctx: &ConnCtx,
     name: &str,
-    permit: OwnedSemaphorePermit,
+    permit: InFlight,
     cancel: Option<watch::Receiver<bool>>,
     run: F,
 ) where
@@ -177,7 +179,7 @@ async fn streamed<F, Fut>(
 pub(crate) async fn answer_reads(
     ctx: Arc<ConnCtx>,
     batch: Vec<(u64, RequestBody)>,
-    permit: OwnedSemaphorePermit,
+    permit: InFlight,
 ) {
     for (id, body) in batch {
         let name = request_name(&body);

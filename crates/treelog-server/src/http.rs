@@ -1,15 +1,15 @@
 //! The HTTP port: `/healthz`, `/readyz` and `/metrics` (behind the token,
-//! when one is required), with a bound on its connections and on the time
-//! they take to send their headers.
+//! when one is required), bounded as `treelog_http` bounds a port: in
+//! connections, per address, in the time they take to send their headers
+//! and in age, with probes answered even when the port is full.
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Duration;
 
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
+use treelog_http::{Admitted, Limits, Slot, Slots};
 
 use crate::listen::AcceptBackoff;
 use crate::state::State;
@@ -18,13 +18,21 @@ use crate::state::State;
 #[derive(Clone, Copy)]
 struct HttpPeer(IpAddr);
 
-/// Serves the HTTP port: at most `max_http_connections` at once (more are
-/// answered 503 and closed), each given `http_header_timeout` to send a
-/// request's headers (slow or silent clients are closed, idle keep-alive
-/// ones too).
+/// Serves the HTTP port: at most `max_http_connections` at once and
+/// `max_http_per_address` from one address, each given
+/// `http_header_timeout` to send a request's headers (slow or silent
+/// clients are closed, idle keep-alive ones too) and closed after
+/// `http_connection_age`. Past those, a probe is answered on a reserved
+/// slot and anything else 503.
 pub(crate) async fn serve(listener: TcpListener, state: Arc<State>) {
     let app = router(&state);
-    let slots = Arc::new(Semaphore::new(state.cfg.max_http_connections));
+    let probes = probe_router(&state);
+    let slots = Slots::new(Limits {
+        max_connections: state.cfg.max_http_connections,
+        max_per_address: state.cfg.max_http_per_address,
+        header_timeout: state.cfg.http_header_timeout,
+        max_age: state.cfg.http_connection_age,
+    });
     let mut shutdown = state.shutdown.clone();
     let mut conns = JoinSet::new();
     let mut backoff = AcceptBackoff::new();
@@ -46,17 +54,46 @@ pub(crate) async fn serve(listener: TcpListener, state: Arc<State>) {
                 }
             },
         };
-        let Ok(permit) = slots.clone().try_acquire_owned() else {
-            refuse(&sock, peer, &state);
-            continue;
-        };
-        let app = app.clone().layer(axum::Extension(HttpPeer(peer.ip())));
-        conns.spawn(connection(sock, app, permit, state.clone()));
+        match slots.admit(peer.ip()) {
+            Admitted::Slot(slot) => {
+                let app = app.clone().layer(axum::Extension(HttpPeer(peer.ip())));
+                let limits = slots.limits().clone();
+                conns.spawn(connection(sock, app, slot, limits, state.clone()));
+            }
+            Admitted::Probe(slot) => {
+                refused(peer, &state);
+                let probes = probes.clone();
+                conns.spawn(async move {
+                    treelog_http::serve_probe(sock, probes).await;
+                    drop(slot);
+                });
+            }
+            Admitted::Refused => {
+                refused(peer, &state);
+                // Best effort, without waiting: the socket buffer is empty.
+                let _ = sock.try_write(treelog_http::BUSY_RESPONSE);
+            }
+        }
     }
     // Each connection finishes its request in progress within a second of
     // the signal (see `connection`); wait for them, so that nothing of this
     // port holds the store once this returns.
     while conns.join_next().await.is_some() {}
+}
+
+/// The probes, answered even when the port is full.
+fn probe_router(state: &Arc<State>) -> axum::Router {
+    use axum::routing::get;
+    axum::Router::new()
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route(
+            "/readyz",
+            get({
+                let st = state.clone();
+                move || readyz(st.clone())
+            }),
+        )
+        .fallback(treelog_http::busy)
 }
 
 fn router(state: &Arc<State>) -> axum::Router {
@@ -82,8 +119,8 @@ fn router(state: &Arc<State>) -> axum::Router {
         )
 }
 
-/// Answers a connection beyond `max_http_connections` 503.
-fn refuse(sock: &TcpStream, peer: SocketAddr, state: &State) {
+/// Counts and logs a connection past the port's bounds.
+fn refused(peer: SocketAddr, state: &State) {
     if let Some(m) = state.metrics() {
         m.http_rejected.inc();
     }
@@ -92,48 +129,31 @@ fn refuse(sock: &TcpStream, peer: SocketAddr, state: &State) {
             %peer,
             port = "http",
             limit = state.cfg.max_http_connections,
+            per_address = state.cfg.max_http_per_address,
             suppressed,
-            "refused an HTTP connection: too many connections"
+            "refused an HTTP connection: too many connections (a probe is still answered)"
         );
     }
-    // Best effort, without waiting: the socket buffer is empty.
-    let _ = sock.try_write(
-        b"HTTP/1.1 503 Service Unavailable\r\ncontent-length: 21\r\nconnection: close\r\n\r\ntoo many connections\n",
-    );
 }
 
-/// Serves one HTTP connection (holding `permit`, its slot) until the
-/// client closes it or the server shuts down.
+/// Serves one HTTP connection (holding `slot`) until the client closes
+/// it, it reaches its age, or the server shuts down.
 async fn connection(
     sock: TcpStream,
     app: axum::Router,
-    permit: OwnedSemaphorePermit,
+    slot: Slot,
+    limits: Limits,
     state: Arc<State>,
 ) {
     let metrics = state.metrics().cloned();
     if let Some(m) = &metrics {
         m.http_connections.inc();
     }
-    let io = hyper_util::rt::TokioIo::new(sock);
-    let svc = hyper_util::service::TowerToHyperService::new(app);
-    let conn = hyper::server::conn::http1::Builder::new()
-        .timer(hyper_util::rt::TokioTimer::new())
-        .header_read_timeout(state.cfg.http_header_timeout)
-        .serve_connection(io, svc);
-    tokio::pin!(conn);
-    let mut shutdown = state.shutdown.clone();
-    tokio::select! {
-        _ = conn.as_mut() => {}
-        _ = shutdown.changed() => {
-            // Finish the request in progress, if any, then close.
-            conn.as_mut().graceful_shutdown();
-            let _ = tokio::time::timeout(Duration::from_secs(1), conn).await;
-        }
-    }
+    treelog_http::serve_connection(sock, app, &limits, state.shutdown.clone()).await;
     if let Some(m) = &metrics {
         m.http_connections.dec();
     }
-    drop(permit);
+    drop(slot);
 }
 
 async fn readyz(state: Arc<State>) -> (axum::http::StatusCode, String) {

@@ -24,6 +24,16 @@ pub(crate) async fn read_msg(
     max: usize,
     wait: Option<Duration>,
 ) -> Result<Option<ClientMsg>> {
+    Ok(read_sized(rd, max, wait).await?.map(|(m, _)| m))
+}
+
+/// [`read_msg`], with the size of the frame the message came in (what
+/// the connection's budget of request bytes in flight charges it).
+pub(crate) async fn read_sized(
+    rd: &mut ReadHalf,
+    max: usize,
+    wait: Option<Duration>,
+) -> Result<Option<(ClientMsg, usize)>> {
     // A frame already whole in the buffer is read without arming a timer
     // (a pipelining client's frames mostly are).
     let frame = match wait.filter(|_| !frame_buffered(rd)) {
@@ -39,7 +49,7 @@ pub(crate) async fn read_msg(
         None => protocol::read_frame(rd, max).await?,
     };
     match frame {
-        Some(f) => Ok(Some(protocol::decode::<ClientMsg>(&f)?)),
+        Some(f) => Ok(Some((protocol::decode::<ClientMsg>(&f)?, f.len()))),
         None => Ok(None),
     }
 }

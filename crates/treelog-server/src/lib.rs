@@ -50,8 +50,8 @@ mod streams;
 
 pub use config::{
     request_runtime, BoxFuture, ClusterService, ClusterSlot, OnOpen, OnOpenFn, ServerConfig,
-    WorkerPolicy, DEFAULT_MAX_CONN_BUFFER_BYTES, FD_RESERVE, MAX_MAX_FRAME, MIN_CONN_BUFFER_BYTES,
-    MIN_MAX_FRAME,
+    WorkerPolicy, DEFAULT_MAX_CONN_BUFFER_BYTES, DEFAULT_MAX_IN_FLIGHT_BYTES, FD_RESERVE,
+    MAX_MAX_FRAME, MIN_CONN_BUFFER_BYTES, MIN_MAX_FRAME,
 };
 pub use listen::{signal_handlers, Bound, Listeners};
 pub use logging::{init_logging, LogFormat};

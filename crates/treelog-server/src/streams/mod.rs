@@ -26,15 +26,42 @@ pub(crate) async fn ended_before_room(
     cancel_rx: &mut watch::Receiver<bool>,
     shutdown: &mut watch::Receiver<bool>,
 ) -> bool {
-    let ended = tokio::select! {
-        _ = cancel_rx.changed() => true,
-        _ = shutdown.changed() => true,
-        _ = ctx.out.room() => false,
+    room_by(ctx, id, cancel_rx, shutdown, None).await != Room::Made
+}
+
+#[derive(PartialEq, Eq)]
+enum Room {
+    Made,
+    /// `StreamEnd` sent: cancelled, or the server shuts down.
+    Ended,
+    /// `deadline` passed first.
+    Late,
+}
+
+/// [`ended_before_room`], giving up at `deadline`.
+async fn room_by(
+    ctx: &ConnCtx,
+    id: u64,
+    cancel_rx: &mut watch::Receiver<bool>,
+    shutdown: &mut watch::Receiver<bool>,
+    deadline: Option<tokio::time::Instant>,
+) -> Room {
+    let late = async {
+        match deadline {
+            Some(d) => tokio::time::sleep_until(d).await,
+            None => std::future::pending().await,
+        }
     };
-    if ended {
+    let room = tokio::select! {
+        _ = cancel_rx.changed() => Room::Ended,
+        _ = shutdown.changed() => Room::Ended,
+        _ = ctx.out.room() => Room::Made,
+        _ = late => Room::Late,
+    };
+    if room == Room::Ended {
         let _ = respond(&ctx.out, id, ResponseBody::StreamEnd).await;
     }
-    ended
+    room
 }
 
 /// Streams a subscription until it is cancelled, fails, or the server
@@ -84,9 +111,23 @@ pub(crate) async fn subscription(
         // then waits here, holding one item (shared with the other
         // subscribers until it is encoded) and making no more, instead of
         // buffering without bound. It encodes and queues the item only
-        // once there is room.
-        if ended_before_room(ctx, id, &mut cancel_rx, &mut shutdown).await {
-            break "ok";
+        // once there is room. In a snapshot it also holds a RocksDB
+        // snapshot, which keeps old versions from compaction: that wait,
+        // and the snapshot's age, are bounded.
+        let deadline = sub.snapshot_taken().map(|taken| {
+            let old = tokio::time::Instant::from_std(taken + ctx.max_snapshot_age);
+            old.min(tokio::time::Instant::now() + ctx.snapshot_stall_timeout)
+        });
+        match room_by(ctx, id, &mut cancel_rx, &mut shutdown, deadline).await {
+            Room::Made => {}
+            Room::Ended => break "ok",
+            Room::Late => {
+                drop(sub);
+                let e = snapshot_too_slow(ctx);
+                tracing::warn!(error = %e, "cut off a snapshot subscriber");
+                let _ = respond(&ctx.out, id, protocol::error_body(&e)).await;
+                break "snapshot_expired";
+            }
         }
         if !respond(&ctx.out, id, body).await {
             break "disconnected";
@@ -100,4 +141,14 @@ pub(crate) async fn subscription(
         m.store.streams().subscribers.dec();
     }
     outcome
+}
+
+fn snapshot_too_slow(ctx: &ConnCtx) -> treelog::Error {
+    treelog::Error::Busy(format!(
+        "the snapshot was not read in time (a subscriber may hold one at most {} s, \
+         and at most {} s without reading): its RocksDB snapshot is released; subscribe \
+         again for a new one",
+        ctx.max_snapshot_age.as_secs(),
+        ctx.snapshot_stall_timeout.as_secs()
+    ))
 }
