@@ -598,8 +598,15 @@ pub(crate) enum BridgeCmd {
 
 #[derive(Args, Debug)]
 pub(crate) struct BridgeNatsArgs {
-    /// NATS server URL(s), comma-separated for a cluster.
-    #[arg(long, value_name = "URL", default_value = "nats://127.0.0.1:4222")]
+    /// NATS server URL(s), comma-separated for a cluster. A URL with a
+    /// user and password belongs in the environment
+    /// (`TREELOG_NATS_URL`), not the command line.
+    #[arg(
+        long,
+        value_name = "URL",
+        env = "TREELOG_NATS_URL",
+        default_value = "nats://127.0.0.1:4222"
+    )]
     pub nats: String,
     /// The JetStream stream (one per namespace: it holds only --subject).
     #[arg(long, value_name = "NAME")]
