@@ -30,8 +30,8 @@ pub enum Start {
     Now,
 }
 
-/// How to run a bridge.
-#[derive(Debug, Clone)]
+/// How to run a bridge. (Its `Debug` leaves the token out.)
+#[derive(Clone)]
 pub struct BridgeConfig {
     /// The treelog server whose committed log is published (a leader or a
     /// replica: both serve the same records at the same sequences).
@@ -48,6 +48,21 @@ pub struct BridgeConfig {
     pub ack_interval: Duration,
     /// The longest pause between two attempts after errors.
     pub max_backoff: Duration,
+}
+
+impl std::fmt::Debug for BridgeConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BridgeConfig")
+            .field("server", &self.server)
+            .field("token", &self.token.as_ref().map(|_| "<redacted>"))
+            .field("cursor", &self.cursor)
+            .field("encoding", &self.encoding)
+            .field("start", &self.start)
+            .field("max_in_flight", &self.max_in_flight)
+            .field("ack_interval", &self.ack_interval)
+            .field("max_backoff", &self.max_backoff)
+            .finish_non_exhaustive()
+    }
 }
 
 impl BridgeConfig {

@@ -24,7 +24,8 @@ use crate::sink::{Acked, Opened, Sink, SinkError};
 pub const HEADER_ROOM: usize = 1024;
 
 /// How to reach the stream.
-#[derive(Debug, Clone)]
+/// (Its `Debug` shows the URL without a user and password in it.)
+#[derive(Clone)]
 pub struct NatsConfig {
     /// `nats://host:port` (several, comma-separated, for a cluster).
     pub url: String,
@@ -37,6 +38,39 @@ pub struct NatsConfig {
     pub ack_timeout: Duration,
     /// Cut records at most this many bytes (below the server's limit).
     pub max_payload: Option<usize>,
+}
+
+impl std::fmt::Debug for NatsConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NatsConfig")
+            .field("url", &redact_userinfo(&self.url))
+            .field("stream", &self.stream)
+            .field("subject", &self.subject)
+            .field("create_replicas", &self.create_replicas)
+            .field("ack_timeout", &self.ack_timeout)
+            .field("max_payload", &self.max_payload)
+            .finish_non_exhaustive()
+    }
+}
+
+/// `url` (comma-separated URLs) with each `user:password@` or `token@`
+/// replaced by `<redacted>@`.
+pub(crate) fn redact_userinfo(url: &str) -> String {
+    url.split(',')
+        .map(|u| {
+            let (scheme, rest) = u.split_once("://").unwrap_or(("", u));
+            let rest = match rest.split_once('@') {
+                Some((_, host)) => format!("<redacted>@{host}"),
+                None => rest.to_owned(),
+            };
+            if scheme.is_empty() {
+                rest
+            } else {
+                format!("{scheme}://{rest}")
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 impl NatsConfig {
@@ -119,7 +153,15 @@ impl Sink for NatsSink {
             .connection_timeout(Duration::from_secs(5))
             .connect(servers)
             .await
-            .map_err(|e| retry(&format!("cannot connect to NATS at {}", self.cfg.url), e))?;
+            .map_err(|e| {
+                retry(
+                    &format!(
+                        "cannot connect to NATS at {}",
+                        redact_userinfo(&self.cfg.url)
+                    ),
+                    e,
+                )
+            })?;
         let mut js = jetstream::new(client.clone());
         js.set_timeout(self.cfg.ack_timeout);
         let subject = self.cfg.subject_for(namespace);
@@ -238,5 +280,25 @@ impl Sink for NatsSink {
             }
         }
         .boxed())
+    }
+}
+
+#[cfg(test)]
+mod redaction_tests {
+    use super::*;
+
+    #[test]
+    fn debug_and_messages_leave_nats_credentials_out() {
+        let c = NatsConfig::new("nats://bob:pa55word@h1:4222,tls://tok3n@h2:4222", "s");
+        let d = format!("{c:?}");
+        assert!(
+            !d.contains("pa55word") && !d.contains("bob") && !d.contains("tok3n"),
+            "{d}"
+        );
+        assert!(
+            d.contains("nats://<redacted>@h1:4222,tls://<redacted>@h2:4222"),
+            "{d}"
+        );
+        assert_eq!(redact_userinfo("nats://h:4222"), "nats://h:4222");
     }
 }

@@ -262,6 +262,7 @@ pub(crate) fn run(cli: &Cli, out: &Out, cmd: &AdminCmd) -> Result<u8> {
             }
             Ok(0)
         }
+        AdminCmd::Credential { cmd } => crate::credential::run(out, cmd),
         AdminCmd::Info => {
             // Any version: a database to migrate says so here.
             let store = Store::open_unmigrated(&cli.data, &so).map_err(|e| naming(&cli.data, e))?;

@@ -469,9 +469,29 @@ pub(crate) struct ServeArgs {
     /// long paths beyond it is refused with InvalidArgument).
     #[arg(long, default_value_t = treelog::DEFAULT_MAX_RECORD_BYTES)]
     pub max_record_bytes: usize,
-    /// Token file (also accepted as the global --token-file).
+    /// Token file (also accepted as the global --token-file): one shared
+    /// secret of at least 32 characters, an admin with the node powers
+    /// (the single-token cluster; --credentials separates them).
     #[arg(long = "require-token-file")]
     pub token_file: Option<PathBuf>,
+    /// The credentials file: a role and a hashed secret per credential
+    /// (`admin credential add`; docs/SECURITY.md). Reloaded when it
+    /// changes and on SIGHUP.
+    #[arg(long, value_name = "FILE")]
+    pub credentials: Option<PathBuf>,
+    /// The secret this node presents to the other nodes of its Raft
+    /// cluster (a `peer` credential of theirs); default: the token of
+    /// --require-token-file.
+    #[arg(long, value_name = "FILE", requires = "node_id")]
+    pub peer_token_file: Option<PathBuf>,
+    /// A TLS identity (client certificate name) of a node of the cluster:
+    /// connections presenting it get node powers. Repeat for each node.
+    #[arg(long = "peer-tls-name", value_name = "NAME")]
+    pub peer_tls_names: Vec<String>,
+    /// Append a JSON line per mutation and per admin, membership or node
+    /// operation to this file (`-`: the log's `treelog::audit` target).
+    #[arg(long, value_name = "PATH")]
+    pub audit_log: Option<crate::server::AuditTarget>,
     /// Run as a replica of the server at this RPC address: bootstrap the
     /// data directory from its checkpoint when it holds no database, then
     /// follow its log; writes are refused (NotLeader, naming it). See
@@ -602,8 +622,15 @@ pub(crate) enum BridgeCmd {
 
 #[derive(Args, Debug)]
 pub(crate) struct BridgeNatsArgs {
-    /// NATS server URL(s), comma-separated for a cluster.
-    #[arg(long, value_name = "URL", default_value = "nats://127.0.0.1:4222")]
+    /// NATS server URL(s), comma-separated for a cluster. A URL with a
+    /// user and password belongs in the environment
+    /// (`TREELOG_NATS_URL`), not the command line.
+    #[arg(
+        long,
+        value_name = "URL",
+        env = "TREELOG_NATS_URL",
+        default_value = "nats://127.0.0.1:4222"
+    )]
     pub nats: String,
     /// The JetStream stream (one per namespace: it holds only --subject).
     #[arg(long, value_name = "NAME")]
@@ -732,6 +759,11 @@ pub(crate) enum AdminCmd {
         #[arg(long)]
         drop: Option<String>,
     },
+    /// Manage the credentials file of `serve --credentials`.
+    Credential {
+        #[command(subcommand)]
+        cmd: CredentialCmd,
+    },
     /// Run one retention pass now.
     Retention {
         #[arg(long)]
@@ -743,6 +775,22 @@ pub(crate) enum AdminCmd {
         max_bytes: Option<u64>,
         #[arg(long)]
         max_cursor_lag: Option<u64>,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub(crate) enum CredentialCmd {
+    /// Add a credential: generates its secret, prints it once on standard
+    /// output, and writes its name, role and the secret's SHA-256 to FILE
+    /// (made if missing, mode 0600). A running server picks it up.
+    Add {
+        #[arg(long, value_name = "FILE")]
+        file: PathBuf,
+        #[arg(long)]
+        name: String,
+        /// admin, write, read, stream or peer.
+        #[arg(long)]
+        role: crate::server::Role,
     },
 }
 

@@ -22,6 +22,7 @@ pub(crate) fn exit_code(kind: ErrorKind) -> u8 {
         // applied as if it had failed.
         ErrorKind::OutcomeUnknown => 13,
         ErrorKind::QuotaExceeded => 14,
+        ErrorKind::PermissionDenied => 15,
         _ => 1,
     }
 }

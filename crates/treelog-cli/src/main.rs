@@ -8,6 +8,7 @@ mod args;
 mod backend;
 mod bridge;
 mod cluster;
+mod credential;
 mod demo;
 mod describe;
 mod exit;

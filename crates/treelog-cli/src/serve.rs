@@ -3,6 +3,7 @@
 use crate::args::{Cli, ServeArgs};
 use crate::backend::read_token;
 use crate::error::Result;
+use crate::server::check_secret_len;
 use treelog::Options;
 
 pub(crate) fn run(cli: &Cli, a: &ServeArgs) -> Result<u8> {
@@ -10,7 +11,14 @@ pub(crate) fn run(cli: &Cli, a: &ServeArgs) -> Result<u8> {
     let mut cfg = crate::server::ServerConfig::new(cli.data.clone());
     cfg.listen = a.listen;
     cfg.http = a.http;
-    cfg.token = read_token(a.token_file.as_deref().or(cli.token_file.as_deref()))?;
+    let token_file = a.token_file.as_deref().or(cli.token_file.as_deref());
+    cfg.token = read_token(token_file)?;
+    if let (Some(p), Some(t)) = (token_file, &cfg.token) {
+        check_secret_len(&format!("token file {}", p.display()), t)?;
+    }
+    cfg.credentials = a.credentials.clone();
+    cfg.peer_tls_names = a.peer_tls_names.clone();
+    cfg.audit_log = a.audit_log.clone();
     cfg.max_connections = a.max_connections;
     cfg.max_handshaking = a.max_handshaking;
     cfg.max_in_flight = a.max_in_flight;
@@ -46,7 +54,16 @@ pub(crate) fn run(cli: &Cli, a: &ServeArgs) -> Result<u8> {
                 .clone()
                 .unwrap_or_else(|| cfg.listen.to_string()),
         );
-        node.token = cfg.token.clone();
+        node.token = match &a.peer_token_file {
+            Some(p) => {
+                let t = read_token(Some(p))?;
+                if let Some(t) = &t {
+                    check_secret_len(&format!("--peer-token-file {}", p.display()), t)?;
+                }
+                t
+            }
+            None => cfg.token.clone(),
+        };
         node.durability = cli.durability.into();
         node.heartbeat_ms = a.raft_heartbeat_ms;
         node.snapshot_every = a.raft_snapshot_every;

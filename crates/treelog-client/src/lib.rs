@@ -26,8 +26,8 @@ use crate::stream::{StartFrom, StreamItem, SubscribeOptions};
 use crate::types::{ContentSummary, DirEntry, Inode, ListPage, Xattr, XattrFlag};
 use treelog_proto::{command, cursor, error, path, protocol, read, stream, types};
 
-/// How to reach a server.
-#[derive(Debug, Clone)]
+/// How to reach a server. (Its `Debug` leaves the token out.)
+#[derive(Clone)]
 pub struct ClientOptions {
     pub token: Option<String>,
     pub max_frame: usize,
@@ -70,6 +70,20 @@ impl SeenSeq {
     /// Raises the token to `seq` (a sequence learned elsewhere).
     pub fn saw(&self, seq: u64) {
         self.0.fetch_max(seq, Ordering::AcqRel);
+    }
+}
+
+impl std::fmt::Debug for ClientOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClientOptions")
+            .field("token", &self.token.as_ref().map(|_| "<redacted>"))
+            .field("max_frame", &self.max_frame)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("resume_for", &self.resume_for)
+            .field("seen_seq", &self.seen_seq)
+            .field("follow_leader", &self.follow_leader)
+            .field("leader_wait", &self.leader_wait)
+            .finish_non_exhaustive()
     }
 }
 

@@ -599,6 +599,7 @@ fn error_kind() -> impl Strategy<Value = ErrorKind> {
         ErrorKind::OutcomeUnknown,
         ErrorKind::Lagging,
         ErrorKind::QuotaExceeded,
+        ErrorKind::PermissionDenied,
     ])
 }
 

@@ -72,9 +72,12 @@ pub enum ErrorKind {
     /// is and where the leader is. Retry, or read on the leader.
     Lagging,
     /// A write would pass a directory's quota (its inodes or bytes); it
-    /// was refused and wrote nothing. (Last: the kinds are numbered on the
-    /// wire in this order.)
+    /// was refused and wrote nothing.
     QuotaExceeded,
+    /// The connection's credential does not grant the request (its role,
+    /// docs/SECURITY.md); nothing was done. (Last: the kinds are numbered
+    /// on the wire in this order.)
+    PermissionDenied,
 }
 
 impl ErrorKind {
@@ -104,6 +107,7 @@ impl ErrorKind {
             ErrorKind::Io => "io",
             ErrorKind::OutcomeUnknown => "outcome_unknown",
             ErrorKind::QuotaExceeded => "quota_exceeded",
+            ErrorKind::PermissionDenied => "permission_denied",
         }
     }
 
@@ -122,6 +126,7 @@ impl ErrorKind {
                 | ErrorKind::InvalidArgument
                 | ErrorKind::DictionaryFull
                 | ErrorKind::QuotaExceeded
+                | ErrorKind::PermissionDenied
         )
     }
 }
@@ -233,6 +238,9 @@ pub enum Error {
     /// An error reported by a treelog server.
     #[error("{message}")]
     Remote { kind: ErrorKind, message: String },
+    /// The connection's role does not grant the request.
+    #[error("permission denied: {0}")]
+    PermissionDenied(String),
     /// A server limit was reached.
     #[error("busy: {0}")]
     Busy(String),
@@ -276,6 +284,7 @@ impl Error {
             Error::Remote { kind, .. } => *kind,
             Error::Protocol(_) => ErrorKind::Protocol,
             Error::Busy(_) => ErrorKind::Busy,
+            Error::PermissionDenied(_) => ErrorKind::PermissionDenied,
             // A failed checksum or a damaged file is the database's
             // corruption, not a passing I/O failure.
             #[cfg(feature = "rocksdb")]

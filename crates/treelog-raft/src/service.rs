@@ -62,7 +62,8 @@ impl RaftService {
             }
             RaftRpc::SnapshotBegin => {
                 let req: SnapshotBegin = decode(rpc, &payload)?;
-                let r = node.receiver.begin(req);
+                let current = raft.metrics().borrow_watched().vote;
+                let r = node.receiver.begin(req, &current);
                 answer(r)
             }
             RaftRpc::SnapshotChunk => {
@@ -72,7 +73,8 @@ impl RaftService {
             }
             RaftRpc::SnapshotEnd => {
                 let req: SnapshotEnd = decode(rpc, &payload)?;
-                let dir = match node.receiver.end(&req.id) {
+                let current = raft.metrics().borrow_watched().vote;
+                let dir = match node.receiver.end(&req.id, &req.vote, &current) {
                     Ok(d) => d,
                     Err(e) => return answer::<(), _>(Err(e)),
                 };

@@ -83,6 +83,8 @@ pub struct Receiver {
 
 struct Incoming {
     id: String,
+    /// The sender's vote: the end of the transfer must carry the same.
+    vote: Vote,
     dir: PathBuf,
     manifest: Manifest,
 }
@@ -103,8 +105,13 @@ impl Receiver {
         self.data.join(INCOMING_DIR)
     }
 
-    /// Starts receiving a snapshot (any other being received is dropped).
-    pub fn begin(&self, b: SnapshotBegin) -> Result<()> {
+    /// Starts receiving a snapshot (any other being received is dropped),
+    /// if it comes from the leader of this node's current term or a newer
+    /// one (`current`: this node's vote), as AppendEntries would be: an
+    /// older leader, or a node that is no leader, cannot even replace the
+    /// transfer under way.
+    pub fn begin(&self, b: SnapshotBegin, current: &Vote) -> Result<()> {
+        check_sender(current, &b.vote)?;
         let dir = self.dir();
         let manifest = Manifest::decode(&b.manifest, &dir.join(MANIFEST_FILE))?;
         let mut cur = self.current.lock().unwrap_or_else(|p| p.into_inner());
@@ -120,6 +127,7 @@ impl Receiver {
         std::fs::write(dir.join(MANIFEST_FILE), &b.manifest)?;
         *cur = Some(Incoming {
             id: b.id,
+            vote: b.vote,
             dir,
             manifest,
         });
@@ -164,16 +172,89 @@ impl Receiver {
 
     /// The transfer `id` is complete: its directory, for the install
     /// (which checks every file against the manifest).
-    pub fn end(&self, id: &str) -> Result<PathBuf> {
+    pub fn end(&self, id: &str, vote: &Vote, current: &Vote) -> Result<PathBuf> {
+        check_sender(current, vote)?;
         let mut cur = self.current.lock().unwrap_or_else(|p| p.into_inner());
         let inc = cur
             .take()
             .filter(|i| i.id == id)
             .ok_or_else(|| refused(format!("no transfer {id} under way")))?;
+        if inc.vote != *vote {
+            return Err(refused(format!(
+                "transfer {id} began under another leader's vote"
+            )));
+        }
         for f in &inc.manifest.files {
             std::fs::File::open(inc.dir.join(DB_DIR).join(&f.name))?.sync_all()?;
         }
         treelog::backup::sync_dir(&inc.dir.join(DB_DIR))?;
         Ok(inc.dir)
+    }
+}
+
+/// Whether a snapshot from the sender of `sender` may be taken by a node
+/// whose vote is `current`: only from a leader (a committed vote) of the
+/// current term or a newer one; within the current term, only from the
+/// leader this node knows, if it knows one.
+pub fn check_sender(current: &Vote, sender: &Vote) -> Result<()> {
+    let (cur, snd) = (&current.leader_id, &sender.leader_id);
+    if !sender.committed {
+        return Err(refused(format!(
+            "node {} is not a leader (its vote in term {} is not committed)",
+            snd.node_id, snd.term
+        )));
+    }
+    if snd.term < cur.term {
+        return Err(refused(format!(
+            "node {} led term {}, and this node is in term {}",
+            snd.node_id, snd.term, cur.term
+        )));
+    }
+    if snd.term == cur.term && current.committed && snd.node_id != cur.node_id {
+        return Err(refused(format!(
+            "node {} is not the leader of term {} (node {} is)",
+            snd.node_id, snd.term, cur.node_id
+        )));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn leader(term: u64, node: u64) -> Vote {
+        Vote::new_committed(term, node)
+    }
+
+    #[test]
+    fn a_snapshot_comes_only_from_the_current_leader() {
+        let current = leader(5, 1);
+        check_sender(&current, &leader(5, 1)).unwrap();
+        check_sender(&current, &leader(6, 2)).unwrap();
+        // A stale leader, another node claiming the same term, a candidate.
+        for bad in [leader(4, 1), leader(5, 2), Vote::new(6, 2)] {
+            let e = check_sender(&current, &bad).unwrap_err();
+            assert_eq!(e.kind(), treelog::ErrorKind::InvalidArgument, "{e}");
+        }
+        // A node that has only voted (no leader known) takes the term's
+        // leader.
+        check_sender(&Vote::new(5, 3), &leader(5, 2)).unwrap();
+    }
+
+    #[test]
+    fn a_stale_begin_does_not_touch_the_transfer_under_way() {
+        let dir = tempfile::tempdir().unwrap();
+        let r = Receiver::new(dir.path());
+        let b = SnapshotBegin {
+            vote: leader(3, 2),
+            id: "x".into(),
+            manifest: vec![],
+        };
+        let e = r.begin(b, &leader(4, 1)).unwrap_err();
+        assert!(e.to_string().contains("led term 3"), "{e}");
+        assert!(!r.dir().exists(), "nothing written for a refused sender");
+        let e = r.end("x", &leader(3, 2), &leader(4, 1)).unwrap_err();
+        assert!(e.to_string().contains("led term 3"), "{e}");
     }
 }

@@ -36,8 +36,8 @@ use treelog::error::{Error, ErrorKind, Result};
 use treelog::replication::{NodeRole, ReplicaState};
 use treelog_server::{Bound, Listeners, OnOpen, ServerConfig};
 
-/// How to run a replica.
-#[derive(Debug, Clone)]
+/// How to run a replica. (Its `Debug` leaves the tokens out.)
+#[derive(Clone)]
 pub struct ReplicaConfig {
     /// The server the replica runs (its data directory, ports, limits and
     /// store options; the store is opened as a replica).
@@ -59,6 +59,23 @@ pub struct ReplicaConfig {
     /// it serves (appending to its log and applying with the replay)
     /// rather than through its writer, one group commit per batch.
     pub catch_up_min: u64,
+}
+
+impl std::fmt::Debug for ReplicaConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReplicaConfig")
+            .field("server", &self.server)
+            .field("source", &self.source)
+            .field(
+                "source_token",
+                &self.source_token.as_ref().map(|_| "<redacted>"),
+            )
+            .field("max_batch_bytes", &self.max_batch_bytes)
+            .field("fetch_chunk", &self.fetch_chunk)
+            .field("cursor", &self.cursor)
+            .field("catch_up_min", &self.catch_up_min)
+            .finish_non_exhaustive()
+    }
 }
 
 /// `replica-<listen address>` (with the machine's host name for an

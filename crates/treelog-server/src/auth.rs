@@ -1,6 +1,6 @@
-//! Who may use the ports: the shared token (checked in constant time), and
-//! the delay that makes guessing it from one address slow
-//! ([`AuthThrottle`]).
+//! Who may use the ports: the shared token (checked in constant time) or
+//! a credential of the credentials file, and the delay that makes guessing
+//! them from one address slow ([`AuthThrottle`]).
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -10,25 +10,30 @@ use std::time::{Duration, Instant};
 use subtle::ConstantTimeEq;
 use treelog::{Error, Result};
 
+use crate::credentials::Credentials;
 use crate::metrics::ServerMetrics;
+use crate::roles::{Identity, Role};
 
-/// The token clients must present (if any), and the failed checks of each
-/// address.
+/// The secrets clients must present (if any): the shared token, the
+/// credentials file; and the failed checks of each address.
 pub(crate) struct Auth {
     token: Option<String>,
+    credentials: Option<Arc<Credentials>>,
     throttle: Mutex<AuthThrottle>,
 }
 
 impl Auth {
-    pub(crate) fn new(token: Option<String>) -> Auth {
+    pub(crate) fn new(token: Option<String>, credentials: Option<Arc<Credentials>>) -> Auth {
         Auth {
             token,
+            credentials,
             throttle: Default::default(),
         }
     }
 
-    fn throttle(&self) -> MutexGuard<'_, AuthThrottle> {
-        self.throttle.lock().unwrap_or_else(|e| e.into_inner())
+    /// Whether clients must present a secret.
+    pub(crate) fn required(&self) -> bool {
+        self.token.is_some() || self.credentials.is_some()
     }
 
     /// Checks `given` against the configured token, first waiting as long
@@ -40,8 +45,21 @@ impl Auth {
         given: &Option<String>,
         metrics: Option<&Arc<ServerMetrics>>,
     ) -> Result<bool> {
-        if self.token.is_none() {
-            return Ok(true);
+        Ok(self.identify(peer, given, metrics).await?.is_some())
+    }
+
+    /// Whose secret `given` is: the shared token (an admin with node
+    /// powers: the single-token cluster), a credential, or `None` (a wrong
+    /// or missing secret). Waits first as long as [`AuthThrottle`] says for
+    /// `peer`; `Err` when the wait would be too long.
+    pub(crate) async fn identify(
+        &self,
+        peer: IpAddr,
+        given: &Option<String>,
+        metrics: Option<&Arc<ServerMetrics>>,
+    ) -> Result<Option<Identity>> {
+        if !self.required() {
+            return Ok(Some(Identity::anonymous()));
         }
         let wait = self.throttle().reserve(peer, Instant::now());
         match wait {
@@ -53,9 +71,20 @@ impl Auth {
             Some(d) if !d.is_zero() => tokio::time::sleep(d).await,
             Some(_) => {}
         }
-        let ok = token_ok(&self.token, given);
+        let who = if self.token.is_some() && token_ok(&self.token, given) {
+            Some(Identity {
+                name: "token".into(),
+                role: Role::Admin,
+                node: true,
+            })
+        } else {
+            match (&self.credentials, given) {
+                (Some(c), Some(g)) => c.find(g),
+                _ => None,
+            }
+        };
         let mut throttle = self.throttle();
-        if ok {
+        if who.is_some() {
             throttle.succeeded(peer);
         } else {
             throttle.failed(peer, Instant::now());
@@ -63,7 +92,11 @@ impl Auth {
                 m.auth_failures.inc();
             }
         }
-        Ok(ok)
+        Ok(who)
+    }
+
+    fn throttle(&self) -> MutexGuard<'_, AuthThrottle> {
+        self.throttle.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 

@@ -12,8 +12,8 @@ use treelog_proto::protocol;
 
 use crate::streams::delivery::DeliveryPriority;
 
-/// Server settings.
-#[derive(Debug, Clone)]
+/// Server settings. (Its `Debug` leaves the token out.)
+#[derive(Clone)]
 pub struct ServerConfig {
     pub data: PathBuf,
     pub listen: SocketAddr,
@@ -21,6 +21,15 @@ pub struct ServerConfig {
     /// When set, clients must present it in the handshake and HTTP callers
     /// (except `/healthz`, `/readyz`) as `Authorization: Bearer <token>`.
     pub token: Option<String>,
+    /// The credentials file (docs/SECURITY.md): each credential's role and
+    /// secret's hash; reloaded when it changes and on SIGHUP.
+    pub credentials: Option<PathBuf>,
+    /// The TLS identities (certificate names) of the cluster's nodes: a
+    /// connection presenting one has node powers (Raft, the replica
+    /// stream, backup fetches) whatever its credential.
+    pub peer_tls_names: Vec<String>,
+    /// Where the audit log goes (`None`: off).
+    pub audit_log: Option<crate::audit::AuditTarget>,
     /// Largest frame a client may send (see [`MIN_MAX_FRAME`],
     /// [`MAX_MAX_FRAME`]).
     pub max_frame: usize,
@@ -151,6 +160,38 @@ impl std::fmt::Debug for ClusterSlot {
     }
 }
 
+impl std::fmt::Debug for ServerConfig {
+    /// Every setting but the secret: the token shows as whether one is set.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServerConfig")
+            .field("data", &self.data)
+            .field("listen", &self.listen)
+            .field("http", &self.http)
+            .field("token", &self.token.as_ref().map(|_| "<redacted>"))
+            .field("credentials", &self.credentials)
+            .field("peer_tls_names", &self.peer_tls_names)
+            .field("audit_log", &self.audit_log)
+            .field("max_frame", &self.max_frame)
+            .field("max_connections", &self.max_connections)
+            .field("max_handshaking", &self.max_handshaking)
+            .field("max_in_flight", &self.max_in_flight)
+            .field("max_subscriptions", &self.max_subscriptions)
+            .field("max_conn_buffer_bytes", &self.max_conn_buffer_bytes)
+            .field("handshake_timeout", &self.handshake_timeout)
+            .field("idle_timeout", &self.idle_timeout)
+            .field("shutdown_grace", &self.shutdown_grace)
+            .field("exit_on_writer_failure", &self.exit_on_writer_failure)
+            .field("max_http_connections", &self.max_http_connections)
+            .field("http_header_timeout", &self.http_header_timeout)
+            .field("allow_insecure_listen", &self.allow_insecure_listen)
+            .field("stream_priority", &self.stream_priority)
+            .field("store", &self.store)
+            .field("cluster", &self.cluster)
+            .field("on_open", &self.on_open)
+            .finish_non_exhaustive()
+    }
+}
+
 impl ServerConfig {
     pub fn new(data: PathBuf) -> ServerConfig {
         ServerConfig {
@@ -158,6 +199,9 @@ impl ServerConfig {
             listen: ([127, 0, 0, 1], 7400).into(),
             http: ([127, 0, 0, 1], 7401).into(),
             token: None,
+            credentials: None,
+            peer_tls_names: Vec::new(),
+            audit_log: None,
             max_frame: protocol::DEFAULT_MAX_FRAME,
             max_connections: 1024,
             max_handshaking: None,
@@ -227,7 +271,11 @@ impl ServerConfig {
                 "--max-handshaking must be at least 1".into(),
             ));
         }
-        if self.token.is_none() && !self.listen.ip().is_loopback() && !self.allow_insecure_listen {
+        if self.token.is_none()
+            && self.credentials.is_none()
+            && !self.listen.ip().is_loopback()
+            && !self.allow_insecure_listen
+        {
             return Err(Error::InvalidArgument(format!(
                 "--listen {} is not a loopback address and no token is required: anyone who \
                  can reach it could read and change the namespace; give --require-token-file, \
@@ -327,6 +375,15 @@ fn set_worker_policy(policy: WorkerPolicy) {
 mod tests {
     use super::*;
     use treelog::ErrorKind;
+
+    #[test]
+    fn debug_leaves_the_token_out() {
+        let mut c = ServerConfig::new("/d".into());
+        c.token = Some("hunter2-very-secret-token-value-xyz".into());
+        let d = format!("{c:?}");
+        assert!(!d.contains("hunter2"), "{d}");
+        assert!(d.contains("<redacted>"), "{d}");
+    }
 
     #[test]
     fn parses_worker_policies() {

@@ -15,12 +15,14 @@ use treelog::{Error, ErrorKind, Result, Treelog};
 use treelog_proto::protocol::{self, ClientMsg, RequestBody, ServerMsg};
 
 use crate::admission::Admission;
+use crate::audit::Draft;
 use crate::context::ConnCtx;
-use crate::dispatch::{answer_reads, handle};
+use crate::dispatch::{answer_reads, handle, request_name};
 use crate::handshake::handshake;
 use crate::incoming::{buffered, frame_buffered, read_sized, ReadHalf};
 use crate::out::{respond, send, Out};
 use crate::reads::{read_ready, READ_BATCH};
+use crate::roles::audited;
 use crate::state::State;
 
 /// Serves the connection from `peer`, which holds the slot `admission`,
@@ -81,9 +83,9 @@ async fn serve_connection(
     mut admission: Admission,
     state: &State,
 ) -> Result<()> {
-    if !handshake(rd, out, peer, &mut admission, state).await? {
+    let Some(identity) = handshake(rd, out, peer, &mut admission, state).await? else {
         return Ok(());
-    }
+    };
     let t = state
         .store
         .get()
@@ -94,7 +96,7 @@ async fn serve_connection(
     }
     let mut requests = Requests {
         rd,
-        ctx: Arc::new(ConnCtx::new(t, out.clone(), state)),
+        ctx: Arc::new(ConnCtx::new(t, out.clone(), state, identity, peer)),
         tasks: JoinSet::new(),
         carried: None,
         shutdown: state.shutdown.clone(),
@@ -139,6 +141,10 @@ impl Requests<'_> {
     /// an error, or the server shuts down.
     async fn serve(&mut self) -> Result<()> {
         while let Some((id, body, bytes)) = self.next_request().await? {
+            if let Err(e) = self.ctx.identity.check(&body) {
+                self.refuse(id, &body, e).await;
+                continue;
+            }
             // Subscriptions register before the next read, so that the
             // idle timeout never applies to a connection that carries one.
             let mut cancel = None;
@@ -219,7 +225,7 @@ impl Requests<'_> {
         while batch.len() < READ_BATCH && frame_buffered(self.rd) {
             match read_sized(self.rd, self.max_frame, None).await {
                 Ok(Some((ClientMsg::Request { id, body }, bytes)))
-                    if read_ready(&self.ctx, &body) =>
+                    if read_ready(&self.ctx, &body) && self.ctx.identity.check(&body).is_ok() =>
                 {
                     batch.push((id, body));
                     total += bytes;
@@ -267,6 +273,20 @@ impl Requests<'_> {
             self.tasks.spawn(task);
         }
         true
+    }
+
+    /// Answers request `id` with `e` (its credential's role does not grant
+    /// it): counted, and in the audit log when the request would be.
+    async fn refuse(&self, id: u64, body: &RequestBody, e: Error) {
+        self.ctx.count_denied();
+        let name = request_name(body);
+        self.ctx.count(name, e.kind().as_str());
+        if self.ctx.auditing() && audited(body) {
+            self.ctx
+                .audit(Draft::of(name, body), e.kind().as_str(), None)
+                .await;
+        }
+        let _ = respond(&self.ctx.out, id, protocol::error_body(&e)).await;
     }
 
     /// Stops the streams; lets the other requests in flight finish and

@@ -1,8 +1,9 @@
 //! What the requests of one connection share ([`ConnCtx`]): the store, the
-//! connection's reply queue and limits, its live streams, and the
-//! counting of outcomes.
+//! connection's reply queue and limits, who it is, its live streams, and
+//! the counting of outcomes (and their audit lines).
 
 use std::collections::HashMap;
+use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
@@ -11,9 +12,11 @@ use treelog::metrics::READ_OPS;
 use crate::metrics::ServerMetrics;
 use treelog::{Error, Result, Treelog, ViewPins};
 
+use crate::audit::{self, Audit, Draft, Who};
 use crate::backups::Backups;
 use crate::config::{ClusterService, ClusterSlot};
 use crate::out::Out;
+use crate::roles::Identity;
 use crate::state::State;
 
 /// A request's place among the connection's requests in flight (see
@@ -49,13 +52,33 @@ pub(crate) struct ConnCtx {
     /// The read views this connection pinned: its own share, released
     /// when the connection closes.
     pub(crate) pins: ViewPins,
+    /// Whose credential the handshake checked.
+    pub(crate) identity: Identity,
+    pub(crate) peer: SocketAddr,
+    /// The name of the client certificate the connection's TLS verified.
+    pub(crate) tls_identity: Option<String>,
+    audit: Option<Arc<Audit>>,
 }
 
 impl ConnCtx {
-    /// The context of a connection of the server `state` to `t`, replying
-    /// on `out`.
-    pub(crate) fn new(t: Arc<Treelog>, out: Out, state: &State) -> ConnCtx {
+    /// The context of a connection from `peer`, authenticated as
+    /// `identity`, of the server `state` to `t`, replying on `out`.
+    pub(crate) fn new(
+        t: Arc<Treelog>,
+        out: Out,
+        state: &State,
+        mut identity: Identity,
+        peer: SocketAddr,
+    ) -> ConnCtx {
         let cfg = &state.cfg;
+        let tls_identity: Option<String> = None;
+        // A node's certificate gives node powers whatever its credential.
+        if tls_identity
+            .as_ref()
+            .is_some_and(|n| cfg.peer_tls_names.iter().any(|p| p == n))
+        {
+            identity.node = true;
+        }
         ConnCtx {
             pins: t.view_pins(),
             t,
@@ -72,6 +95,37 @@ impl ConnCtx {
             delivery: state.delivery.handle().clone(),
             backups: state.backups.clone(),
             cluster: cfg.cluster.clone(),
+            identity,
+            peer,
+            tls_identity,
+            audit: state.audit.clone(),
+        }
+    }
+
+    /// Whether the audit log is on.
+    pub(crate) fn auditing(&self) -> bool {
+        self.audit.is_some()
+    }
+
+    /// Records `draft`'s line ending with `outcome`, waiting while the
+    /// audit log's queue is full (this connection then reads nothing
+    /// more).
+    pub(crate) async fn audit(&self, draft: Draft, outcome: &str, seq: Option<u64>) {
+        let Some(a) = &self.audit else { return };
+        let who = Who {
+            identity: &self.identity,
+            peer: self.peer,
+            tls_identity: self.tls_identity.as_deref(),
+        };
+        a.record(audit::line(&who, draft, outcome, seq)).await;
+    }
+
+    /// Counts a request refused for the connection's role.
+    pub(crate) fn count_denied(&self) {
+        if let Some(m) = &self.metrics {
+            m.permission_denied
+                .with_label_values(&[self.identity.role.as_str()])
+                .inc();
         }
     }
 

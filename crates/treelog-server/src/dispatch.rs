@@ -9,10 +9,12 @@ use tokio::sync::watch;
 use treelog::{Error, Result, Treelog};
 use treelog_proto::protocol::{self, RequestBody, ResponseBody};
 
+use crate::audit::Draft;
 use crate::context::{ConnCtx, InFlight};
 use crate::out::respond;
 use crate::reads::{self, read_now};
 use crate::replication::replication;
+use crate::roles::audited;
 use crate::streams::subscription;
 
 /// Answers request `id` (holding `permit`, its place among the
@@ -26,21 +28,29 @@ pub(crate) async fn handle(
     cancel: Option<watch::Receiver<bool>>,
 ) {
     let name = request_name(&body);
+    let draft = (ctx.auditing() && audited(&body)).then(|| Draft::of(name, &body));
     let body = match body {
         RequestBody::Replicate(from) => {
-            return streamed(ctx, name, permit, cancel, |c| replication(ctx, id, from, c)).await
+            let outcome =
+                streamed(ctx, name, permit, cancel, |c| replication(ctx, id, from, c)).await;
+            if let Some(d) = draft {
+                ctx.audit(d, outcome, None).await;
+            }
+            return;
         }
         RequestBody::SubscribeAt { opts, min_seq } => {
-            return streamed(ctx, name, permit, cancel, |c| {
+            streamed(ctx, name, permit, cancel, |c| {
                 subscription(ctx, id, opts, min_seq, c)
             })
-            .await
+            .await;
+            return;
         }
         RequestBody::Subscribe(opts) => {
-            return streamed(ctx, name, permit, cancel, |c| {
+            streamed(ctx, name, permit, cancel, |c| {
                 subscription(ctx, id, opts, 0, c)
             })
-            .await
+            .await;
+            return;
         }
         body => body,
     };
@@ -51,6 +61,14 @@ pub(crate) async fn handle(
     ctx.out.room().await;
     let res = answer(ctx, body).await;
     ctx.count_result(name, &res);
+    if let Some(d) = draft {
+        let (outcome, seq) = match &res {
+            Ok(ResponseBody::Seq(s)) => ("ok", Some(*s)),
+            Ok(_) => ("ok", None),
+            Err(e) => (e.kind().as_str(), None),
+        };
+        ctx.audit(d, outcome, seq).await;
+    }
     let body = res.unwrap_or_else(|e| protocol::error_body(&e));
     let _ = respond(&ctx.out, id, body).await;
     drop(permit);
@@ -155,14 +173,15 @@ fn status(ctx: &ConnCtx) -> ResponseBody {
 }
 
 /// Runs a streaming request (its replies are its own; it holds no
-/// in-flight permit) and counts its outcome.
+/// in-flight permit) and counts its outcome; the outcome.
 async fn streamed<F, Fut>(
     ctx: &ConnCtx,
     name: &str,
     permit: InFlight,
     cancel: Option<watch::Receiver<bool>>,
     run: F,
-) where
+) -> &'static str
+where
     F: FnOnce(watch::Receiver<bool>) -> Fut,
     Fut: std::future::Future<Output = &'static str>,
 {
@@ -172,6 +191,7 @@ async fn streamed<F, Fut>(
         None => "internal",
     };
     ctx.count(name, outcome);
+    outcome
 }
 
 /// Answers a batch of reads that need no wait (see [`reads::read_ready`]),
@@ -204,7 +224,7 @@ fn not_a_read(body: RequestBody) -> Result<ResponseBody> {
 }
 
 /// The request's name in metrics (`request` label) and logs.
-fn request_name(b: &RequestBody) -> &'static str {
+pub(crate) fn request_name(b: &RequestBody) -> &'static str {
     match b {
         RequestBody::Mutate(c) => c.name(),
         RequestBody::Stat { .. } => "stat",

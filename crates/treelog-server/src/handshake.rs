@@ -10,27 +10,29 @@ use treelog_proto::protocol::{self, ClientMsg, Hello, ServerMsg};
 use crate::admission::Admission;
 use crate::incoming::{read_msg, ReadHalf};
 use crate::out::{send, Out};
+use crate::roles::Identity;
 use crate::state::State;
 
 /// Runs the handshake of the connection from `peer`, unless a newer
 /// connection reclaims its slot first (`Busy`) or the server shuts down
-/// (`Ok(false)`, as when the client goes away or is refused). `Ok(true)`:
-/// the client may send requests, and the connection holds its slot.
+/// (`Ok(None)`, as when the client goes away or is refused). `Ok(Some)`:
+/// who the client is; it may send requests, and the connection holds its
+/// slot.
 pub(crate) async fn handshake(
     rd: &mut ReadHalf,
     out: &Out,
     peer: SocketAddr,
     admission: &mut Admission,
     state: &State,
-) -> Result<bool> {
+) -> Result<Option<Identity>> {
     let mut shutdown = state.shutdown.clone();
     let shook = tokio::select! {
         r = read_hello(rd, out, peer, state) => r,
         _ = &mut admission.evicted => Err(evicted()),
-        _ = shutdown.changed() => return Ok(false),
+        _ = shutdown.changed() => return Ok(None),
     };
     let shook = shook.and_then(|shook| {
-        if shook && !admission.complete() {
+        if shook.is_some() && !admission.complete() {
             return Err(evicted());
         }
         Ok(shook)
@@ -52,15 +54,20 @@ fn evicted() -> Error {
     Error::Busy("too many connections waiting for their handshake; this one was the oldest".into())
 }
 
-/// Reads the Hello and checks it; `Ok(false)` when the client went away
-/// or was refused.
-async fn read_hello(rd: &mut ReadHalf, out: &Out, peer: SocketAddr, state: &State) -> Result<bool> {
+/// Reads the Hello and checks it: whose secret it holds; `Ok(None)` when
+/// the client went away or was refused.
+async fn read_hello(
+    rd: &mut ReadHalf,
+    out: &Out,
+    peer: SocketAddr,
+    state: &State,
+) -> Result<Option<Identity>> {
     let cfg = &state.cfg;
     let hello: Hello =
         match read_msg(rd, cfg.max_frame.min(64 << 10), Some(cfg.handshake_timeout)).await? {
             Some(ClientMsg::Hello(h)) => h,
             Some(_) => return Err(Error::Protocol("the first frame must be Hello".into())),
-            None => return Ok(false),
+            None => return Ok(None),
         };
     if hello.magic != protocol::MAGIC {
         return Err(Error::Protocol("bad magic in Hello".into()));
@@ -72,11 +79,11 @@ async fn read_hello(rd: &mut ReadHalf, out: &Out, peer: SocketAddr, state: &Stat
             protocol::PROTOCOL_VERSION
         )));
     }
-    if !state
+    let who = state
         .auth
-        .check(peer.ip(), &hello.token, state.metrics())
-        .await?
-    {
+        .identify(peer.ip(), &hello.token, state.metrics())
+        .await?;
+    if who.is_none() {
         if let Some(suppressed) = state.refusals.unauthorized.check() {
             tracing::warn!(
                 %peer,
@@ -93,7 +100,6 @@ async fn read_hello(rd: &mut ReadHalf, out: &Out, peer: SocketAddr, state: &Stat
             },
         )
         .await;
-        return Ok(false);
     }
-    Ok(true)
+    Ok(who)
 }

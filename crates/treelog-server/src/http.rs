@@ -193,7 +193,7 @@ async fn metrics_handler(
 ) -> axum::response::Response {
     use axum::http::{header, StatusCode};
     use axum::response::IntoResponse;
-    if state.cfg.token.is_some() {
+    if state.auth.required() {
         let ok = match state
             .auth
             .check(peer.0, &bearer_token(&headers), state.metrics())

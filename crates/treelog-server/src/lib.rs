@@ -19,6 +19,8 @@
 //! delivery runtime), `config` (settings and limits), `logging`, `metrics`
 //! (the server's series, on the store's registry), `backups` (backups
 //! fetched over the RPC port), `auth` (the token and its throttle),
+//! `roles` (what each role grants, and the power each request needs),
+//! `credentials` (the credentials file), `audit` (the audit log),
 //! `admission` (connection slots and the handshake share), `state` (what
 //! the ports and connections share), `out` and `incoming` (a connection's
 //! frames), `context` (what a connection's requests share), `reads`,
@@ -28,11 +30,13 @@
 //! signals), `http` (the HTTP port), and `server` (start, run, the handle).
 
 mod admission;
+mod audit;
 mod auth;
 mod backups;
 mod config;
 mod connection;
 mod context;
+mod credentials;
 mod dispatch;
 mod handshake;
 mod http;
@@ -43,18 +47,24 @@ mod metrics;
 mod out;
 mod reads;
 mod replication;
+mod roles;
 mod sched;
 mod server;
 mod state;
 mod streams;
 
+pub use audit::AuditTarget;
 pub use config::{
     request_runtime, BoxFuture, ClusterService, ClusterSlot, OnOpen, OnOpenFn, ServerConfig,
     WorkerPolicy, DEFAULT_MAX_CONN_BUFFER_BYTES, DEFAULT_MAX_IN_FLIGHT_BYTES, FD_RESERVE,
     MAX_MAX_FRAME, MIN_CONN_BUFFER_BYTES, MIN_MAX_FRAME,
 };
+pub use credentials::{
+    add_credential, check_secret_len, generate_secret, hash_secret, MIN_SECRET_LEN,
+};
 pub use listen::{signal_handlers, Bound, Listeners};
 pub use logging::{init_logging, LogFormat};
 pub use metrics::ServerMetrics;
+pub use roles::Role;
 pub use server::{run, start, start_on, ServerHandle};
 pub use streams::{DeliveryPriority, DeliveryRuntime};

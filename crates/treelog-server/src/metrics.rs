@@ -20,6 +20,8 @@ pub struct ServerMetrics {
     pub requests_ok_by_op: [IntCounter; 3],
     pub bad_frames: IntCounter,
     pub auth_failures: IntCounter,
+    /// Requests refused for their credential's role, by role.
+    pub permission_denied: IntCounterVec,
     /// Encoded replies queued for all connections, not yet written.
     pub queued_bytes: IntGauge,
     pub backpressure: IntCounter,
@@ -67,6 +69,13 @@ impl ServerMetrics {
             auth_failures: IntCounter::new(
                 "treelog_server_auth_failures_total",
                 "Handshakes refused for a wrong or missing token",
+            )?,
+            permission_denied: IntCounterVec::new(
+                Opts::new(
+                    "treelog_server_permission_denied_total",
+                    "Requests refused (PermissionDenied) because their credential's role does not grant them, by role",
+                ),
+                &["role"],
             )?,
             queued_bytes: IntGauge::new(
                 "treelog_server_queued_reply_bytes",
@@ -136,7 +145,7 @@ impl ServerMetrics {
         ] {
             r.register(Box::new(c.clone()))?;
         }
-        for v in [&self.requests, &self.accept_errors] {
+        for v in [&self.requests, &self.accept_errors, &self.permission_denied] {
             r.register(Box::new(v.clone()))?;
         }
         Ok(())

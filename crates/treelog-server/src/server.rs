@@ -83,7 +83,7 @@ pub async fn start(cfg: ServerConfig) -> Result<ServerHandle> {
 /// not used).
 pub async fn start_on(mut cfg: ServerConfig, listeners: Listeners) -> Result<ServerHandle> {
     cfg.validate()?;
-    if cfg.token.is_none() && !cfg.listen.ip().is_loopback() {
+    if cfg.token.is_none() && cfg.credentials.is_none() && !cfg.listen.ip().is_loopback() {
         tracing::warn!(
             listen = %cfg.listen,
             "the RPC port is on a non-loopback address and no token is required: anyone who \
@@ -102,6 +102,9 @@ pub async fn start_on(mut cfg: ServerConfig, listeners: Listeners) -> Result<Ser
     let stop = Arc::new(watch::channel(false).0);
     let state = Arc::new(State::new(cfg, stop.clone())?);
     tokio::spawn(state.backups.clone().run_expiry(state.shutdown.clone()));
+    if let Some(c) = &state.credentials {
+        c.spawn_watch(state.shutdown.clone());
+    }
     let http = tokio::spawn(http::serve(http_listener, state.clone()));
     let store = open_store(&state).await?;
     log_serving(&state, &bound);
@@ -132,6 +135,11 @@ async fn open_store(state: &State) -> Result<std::sync::Weak<Treelog>> {
             Error::InvalidArgument(format!("cannot register the server's metrics: {e}"))
         })?;
         m.connection_limit.set(state.cfg.max_connections as i64);
+        if let Some(a) = &state.audit {
+            a.register(m.store.registry()).map_err(|e| {
+                Error::InvalidArgument(format!("cannot register the audit log's metrics: {e}"))
+            })?;
+        }
         let _ = state.metrics.set(Arc::new(m));
     }
     if let Some(OnOpen(f)) = &state.cfg.on_open {
@@ -163,6 +171,8 @@ fn log_serving(state: &State, bound: &Bound) {
         max_conn_buffer_bytes = c.max_conn_buffer_bytes,
         max_http_connections = c.max_http_connections,
         token_required = c.token.is_some(),
+        credentials = c.credentials.as_ref().map(|p| p.display().to_string()),
+        audit_log = c.audit_log.is_some(),
         "serving"
     );
 }

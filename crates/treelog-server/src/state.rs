@@ -8,9 +8,11 @@ use tokio::sync::watch;
 use treelog::{Result, Treelog};
 
 use crate::admission::Slots;
+use crate::audit::Audit;
 use crate::auth::Auth;
 use crate::backups::Backups;
 use crate::config::ServerConfig;
+use crate::credentials::Credentials;
 use crate::logging::Refusals;
 use crate::metrics::ServerMetrics;
 use crate::streams::delivery::DeliveryRuntime;
@@ -24,8 +26,13 @@ pub(crate) struct State {
     pub(crate) metrics: OnceLock<Arc<ServerMetrics>>,
     /// The RPC port's connection slots.
     pub(crate) slots: Arc<Slots>,
-    /// The token and the delays of addresses that keep failing it.
+    /// The token, the credentials, and the delays of addresses that keep
+    /// failing them.
     pub(crate) auth: Auth,
+    /// The credentials file, reloaded by a task of its own.
+    pub(crate) credentials: Option<Arc<Credentials>>,
+    /// The audit log, when it is on.
+    pub(crate) audit: Option<Arc<Audit>>,
     /// Rate limits of the refused-connection warnings.
     pub(crate) refusals: Refusals,
     pub(crate) shutdown: watch::Receiver<bool>,
@@ -43,9 +50,19 @@ impl State {
     /// limit already fitted to the open-file limit), stopped by `stop`.
     pub(crate) fn new(cfg: ServerConfig, stop: Arc<watch::Sender<bool>>) -> Result<State> {
         let delivery = DeliveryRuntime::new(cfg.stream_priority)?;
+        let credentials = match &cfg.credentials {
+            Some(p) => Some(Arc::new(Credentials::load(p)?)),
+            None => None,
+        };
+        let audit = match &cfg.audit_log {
+            Some(t) => Some(Arc::new(Audit::start(t)?)),
+            None => None,
+        };
         Ok(State {
             slots: Arc::new(Slots::new(cfg.max_connections, cfg.handshaking_limit())),
-            auth: Auth::new(cfg.token.clone()),
+            auth: Auth::new(cfg.token.clone(), credentials.clone()),
+            credentials,
+            audit,
             cfg,
             store: OnceLock::new(),
             ready: AtomicBool::new(false),

@@ -42,7 +42,11 @@ fn arb_u64() -> impl Strategy<Value = u64> {
 }
 
 fn arb_limit() -> impl Strategy<Value = Option<u64>> {
-    prop_oneof![Just(None), (0u64..8).prop_map(Some), arb_u64().prop_map(Some)]
+    prop_oneof![
+        Just(None),
+        (0u64..8).prop_map(Some),
+        arb_u64().prop_map(Some)
+    ]
 }
 
 fn arb_cmd() -> impl Strategy<Value = Command> {
@@ -76,7 +80,8 @@ fn arb_cmd() -> impl Strategy<Value = Command> {
                 mtime_ms,
             }
         ),
-        (arb_path(), any::<bool>()).prop_map(|(path, recursive)| Command::Delete { path, recursive }),
+        (arb_path(), any::<bool>())
+            .prop_map(|(path, recursive)| Command::Delete { path, recursive }),
         (arb_path(), arb_path(), any::<bool>()).prop_map(|(src, dst, overwrite)| Command::Rename {
             src,
             dst,
