@@ -562,6 +562,10 @@ pub(crate) struct ServeArgs {
     /// it.
     #[arg(long, requires = "bridge_nats", default_value_t = 1)]
     pub bridge_stream_replicas: usize,
+    /// The secret the --bridge-nats bridge presents to this server: a
+    /// `stream` credential of --credentials (default: the shared token).
+    #[arg(long, value_name = "FILE", requires = "bridge_nats")]
+    pub bridge_token_file: Option<std::path::PathBuf>,
 }
 
 /// `getfattr -e`.

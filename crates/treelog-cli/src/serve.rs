@@ -85,7 +85,14 @@ pub(crate) fn run(cli: &Cli, a: &ServeArgs) -> Result<u8> {
             }
             rt.block_on(treelog_replica::run(rc))?;
         }
-        None => match crate::bridge::serve_bridge(a, cfg.listen, cfg.token.clone()) {
+        None => match crate::bridge::serve_bridge(
+            a,
+            cfg.listen,
+            match &a.bridge_token_file {
+                Some(f) => read_token(Some(f))?,
+                None => cfg.token.clone(),
+            },
+        ) {
             None => rt.block_on(crate::server::run(cfg))?,
             Some((bridge, nats)) => {
                 rt.block_on(crate::bridge::serve_with_bridge(cfg, bridge, nats))?
