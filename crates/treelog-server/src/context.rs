@@ -31,12 +31,21 @@ pub(crate) struct ConnCtx {
     pub(crate) delivery: tokio::runtime::Handle,
     pub(crate) backups: Arc<Backups>,
     cluster: Option<ClusterSlot>,
+    /// The name the client's verified TLS certificate carries (see
+    /// `treelog_tls::peer_identity`); `None` without TLS or a client
+    /// certificate.
+    pub(crate) tls_identity: Option<String>,
 }
 
 impl ConnCtx {
     /// The context of a connection of the server `state` to `t`, replying
-    /// on `out`.
-    pub(crate) fn new(t: Arc<Treelog>, out: Out, state: &State) -> ConnCtx {
+    /// on `out`, whose client's certificate names `tls_identity`.
+    pub(crate) fn new(
+        t: Arc<Treelog>,
+        out: Out,
+        state: &State,
+        tls_identity: Option<String>,
+    ) -> ConnCtx {
         let cfg = &state.cfg;
         ConnCtx {
             t,
@@ -49,6 +58,7 @@ impl ConnCtx {
             delivery: state.delivery.handle().clone(),
             backups: state.backups.clone(),
             cluster: cfg.cluster.clone(),
+            tls_identity,
         }
     }
 

@@ -114,7 +114,38 @@ async fn connection(
     if let Some(m) = &metrics {
         m.http_connections.inc();
     }
-    let io = hyper_util::rt::TokioIo::new(sock);
+    match state.cfg.tls.as_ref().filter(|_| state.cfg.http_tls) {
+        None => serve_http(sock, app, &state).await,
+        // The TLS handshake counts against the header timeout.
+        Some(tls) => {
+            match tokio::time::timeout(state.cfg.http_header_timeout, tls.accept(sock)).await {
+                Ok(Ok(s)) => {
+                    if let Some(m) = &metrics {
+                        m.tls_handshakes.with_label_values(&["ok"]).inc();
+                    }
+                    serve_http(s, app, &state).await
+                }
+                _ => {
+                    if let Some(m) = &metrics {
+                        m.tls_handshakes.with_label_values(&["failed"]).inc();
+                    }
+                }
+            }
+        }
+    }
+    if let Some(m) = &metrics {
+        m.http_connections.dec();
+    }
+    drop(permit);
+}
+
+/// Serves HTTP/1 on `io` until the client closes it or the server shuts
+/// down.
+async fn serve_http<IO>(io: IO, app: axum::Router, state: &State)
+where
+    IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let io = hyper_util::rt::TokioIo::new(io);
     let svc = hyper_util::service::TowerToHyperService::new(app);
     let conn = hyper::server::conn::http1::Builder::new()
         .timer(hyper_util::rt::TokioTimer::new())
@@ -130,10 +161,6 @@ async fn connection(
             let _ = tokio::time::timeout(Duration::from_secs(1), conn).await;
         }
     }
-    if let Some(m) = &metrics {
-        m.http_connections.dec();
-    }
-    drop(permit);
 }
 
 async fn readyz(state: Arc<State>) -> (axum::http::StatusCode, String) {

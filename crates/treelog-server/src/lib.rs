@@ -20,8 +20,9 @@
 //! (the server's series, on the store's registry), `backups` (backups
 //! fetched over the RPC port), `auth` (the token and its throttle),
 //! `admission` (connection slots and the handshake share), `state` (what
-//! the ports and connections share), `out` and `incoming` (a connection's
-//! frames), `context` (what a connection's requests share), `reads`,
+//! the ports and connections share), `stream` (a connection's bytes,
+//! plaintext or TLS), `out` and `incoming` (a connection's frames), `tls`
+//! (TLS on the ports: the first byte, the handshake, reloads), `context` (what a connection's requests share), `reads`,
 //! `streams` (subscriptions), `replication` (the replication source),
 //! `dispatch` (request routing), `handshake`, `connection` (one RPC
 //! connection), `listen` (the RPC port: listeners, accept loop, drain,
@@ -46,7 +47,9 @@ mod replication;
 mod sched;
 mod server;
 mod state;
+mod stream;
 mod streams;
+mod tls;
 
 pub use config::{
     request_runtime, BoxFuture, ClusterService, ClusterSlot, OnOpen, OnOpenFn, ServerConfig,
