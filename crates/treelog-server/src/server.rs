@@ -105,7 +105,7 @@ pub async fn start_on(mut cfg: ServerConfig, listeners: Listeners) -> Result<Ser
     let state = Arc::new(State::new(cfg, stop.clone())?);
     tokio::spawn(state.backups.clone().run_expiry(state.shutdown.clone()));
     if let Some(t) = &state.cfg.tls {
-        tokio::spawn(tls::reload_until_stopped(t.clone(), state.shutdown.clone()));
+        tls::spawn_reloader(t.clone(), state.shutdown.clone());
     }
     let http = tokio::spawn(http::serve(http_listener, state.clone()));
     let store = open_store(&state).await?;

@@ -140,12 +140,29 @@ async fn refuse_plaintext(sock: TcpStream, state: &State) {
 
 /// Reloads `tls` when its files change (looked at every [`RELOAD_POLL`])
 /// and on SIGHUP, until the server stops. A failed reload keeps the
-/// certificate in force (`ServerTls::reload` logs why).
-pub(crate) async fn reload_until_stopped(tls: ServerTls, mut shutdown: watch::Receiver<bool>) {
+/// certificate in force (`ServerTls::reload` logs why). The SIGHUP handler
+/// is in place when this returns (a SIGHUP before it would end the
+/// process).
+pub(crate) fn spawn_reloader(tls: ServerTls, shutdown: watch::Receiver<bool>) {
+    #[cfg(unix)]
+    let hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok();
+    #[cfg(not(unix))]
+    let hup = None::<()>;
+    tokio::spawn(reload_until_stopped(tls, shutdown, hup));
+}
+
+#[cfg(unix)]
+type Hangup = tokio::signal::unix::Signal;
+#[cfg(not(unix))]
+type Hangup = ();
+
+async fn reload_until_stopped(
+    tls: ServerTls,
+    mut shutdown: watch::Receiver<bool>,
+    mut hup: Option<Hangup>,
+) {
     let mut poll = tokio::time::interval(RELOAD_POLL);
     poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    #[cfg(unix)]
-    let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok();
     loop {
         #[cfg(unix)]
         let hangup = async {
@@ -155,7 +172,10 @@ pub(crate) async fn reload_until_stopped(tls: ServerTls, mut shutdown: watch::Re
             }
         };
         #[cfg(not(unix))]
-        let hangup = std::future::pending::<Option<()>>();
+        let hangup = {
+            let _ = &mut hup;
+            std::future::pending::<Option<()>>()
+        };
         tokio::select! {
             _ = shutdown.changed() => return,
             _ = poll.tick() => {
