@@ -135,6 +135,10 @@ pub enum BenchCmd {
         /// Where to put the scratch databases (default: a temp directory).
         #[arg(long)]
         dir: Option<std::path::PathBuf>,
+        /// Also run creates and pipelined stats over one TLS connection,
+        /// beside the plaintext one.
+        #[arg(long)]
+        tls: bool,
     },
     /// A backup of a large namespace: its time and size, the creates per
     /// second of writers during it beside right after it, and the restore.
@@ -758,7 +762,9 @@ pub fn run(args: &BenchArgs) -> Result<u8> {
             suite::run(&base, *ops, callers, *replay_records, *repeat, &mut report)?;
             suite::workloads(&base, *ops, &mut report)?;
             if *network_ops > 0 {
-                report.figures.extend(network::run(&base, *network_ops)?);
+                report
+                    .figures
+                    .extend(network::run(&base, *network_ops, false)?);
             }
             if *stream_ops > 0 {
                 report.figures.extend(streams::run(
@@ -791,9 +797,9 @@ pub fn run(args: &BenchArgs) -> Result<u8> {
             }
             Ok(0)
         }
-        BenchCmd::Network { ops, dir } => {
+        BenchCmd::Network { ops, dir, tls } => {
             let base = scratch(dir)?;
-            let figures = network::run(&base, *ops)?;
+            let figures = network::run(&base, *ops, *tls)?;
             suite::print_targets(&suite::targets(&suite::Report {
                 figures,
                 ..Default::default()

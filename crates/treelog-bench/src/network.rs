@@ -9,7 +9,10 @@
 //! - a lone caller's creates/s over the network (one in flight);
 //! - listings/s of a 10,000-entry directory over the network;
 //! - the same workloads against Redis (`crate::redis_peer`), when
-//!   `redis-server` is on PATH, and treelog's ratio to it.
+//!   `redis-server` is on PATH, and treelog's ratio to it;
+//! - with `--tls`, creates and pipelined stats over one TLS connection
+//!   beside the same over one plaintext connection, to the same server
+//!   (which takes both on its port).
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -72,7 +75,7 @@ fn figure(system: &str, callers: usize, ops: usize, rate: f64) -> Figure {
 /// Runs the comparison and prints it; returns its figures (`network-*`,
 /// `inproc-creates-64`, and `redis-*` when Redis ran) for the suite's
 /// targets.
-pub fn run(base: &std::path::Path, ops: usize) -> Result<Vec<Figure>> {
+pub fn run(base: &std::path::Path, ops: usize, tls: bool) -> Result<Vec<Figure>> {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
@@ -85,6 +88,14 @@ pub fn run(base: &std::path::Path, ops: usize) -> Result<Vec<Figure>> {
         cfg.http = "127.0.0.1:0"
             .parse()
             .map_err(|e| Error::InvalidArgument(format!("{e}")))?;
+        let client_tls = match tls {
+            false => None,
+            true => {
+                let (server, client) = tls_pair(&base.join("tls"))?;
+                cfg.tls = Some(server);
+                Some(client)
+            }
+        };
         let h = start(cfg).await?;
         let addr = h.bound.rpc;
         let c = Client::connect(addr, ClientOptions::default()).await?;
@@ -151,6 +162,10 @@ pub fn run(base: &std::path::Path, ops: usize) -> Result<Vec<Figure>> {
         .await?;
         let stats_piped = batches * PIPELINE as f64;
         println!("  stats/s,   1 connection, batches of {PIPELINE}:    {stats_piped:>10.0}");
+        let tls_figures = match client_tls {
+            None => Vec::new(),
+            Some(t) => over_tls(addr, t, ops, one, stats_piped).await?,
+        };
         c.submit(mkdir_cmd("/lone".into())).await?;
         let c3 = c.clone();
         let lone = drive(1, ops / 8, move |_, i| {
@@ -231,6 +246,7 @@ pub fn run(base: &std::path::Path, ops: usize) -> Result<Vec<Figure>> {
             figure("network-lists-10k", 1, LIST_ROUNDS, lists),
             figure("inproc-creates-64", 64, ops, inproc),
         ];
+        figures.extend(tls_figures);
         match crate::redis_peer::find() {
             Err(why) => println!("== Redis peer: SKIPPED: {why}"),
             Ok(bin) => {
@@ -260,4 +276,91 @@ pub fn run(base: &std::path::Path, ops: usize) -> Result<Vec<Figure>> {
         }
         Ok(figures)
     })
+}
+
+/// A server configuration with a certificate of a CA made now in `dir`,
+/// and a client that trusts that CA.
+fn tls_pair(
+    dir: &std::path::Path,
+) -> Result<(treelog_tls::ServerTls, Arc<crate::client::ClientTls>)> {
+    use treelog_tls::certs::{Ca, CertSpec};
+    let tls_err = |e: treelog_tls::Error| Error::InvalidArgument(e.to_string());
+    std::fs::create_dir_all(dir)?;
+    let ca = Ca::create("bench CA", 1).map_err(tls_err)?;
+    ca.write(dir).map_err(tls_err)?;
+    let mut spec = CertSpec::node("bench");
+    spec.ips = vec![std::net::Ipv4Addr::LOCALHOST.into()];
+    let (cert, key) = ca
+        .issue(&spec)
+        .and_then(|i| i.write(dir, "bench"))
+        .map_err(tls_err)?;
+    let server = treelog_tls::ServerTls::load(&cert, &key, None).map_err(tls_err)?;
+    let client = crate::client::ClientTls::load(&Ca::paths(dir).0, None).map_err(tls_err)?;
+    Ok((server, Arc::new(client)))
+}
+
+/// Creates (64 in flight) and pipelined stats over one TLS connection,
+/// printed beside the plaintext connection's (`plain_creates`,
+/// `plain_stats`, measured just before on the same server and paths).
+async fn over_tls(
+    addr: std::net::SocketAddr,
+    tls: Arc<crate::client::ClientTls>,
+    ops: usize,
+    plain_creates: f64,
+    plain_stats: f64,
+) -> Result<Vec<Figure>> {
+    let c = Client::connect(
+        addr,
+        ClientOptions {
+            tls: Some(tls),
+            ..Default::default()
+        },
+    )
+    .await?;
+    for d in 0..1000 {
+        c.submit(mkdir_cmd(format!("/t1/d{d}"))).await?;
+    }
+    let c1 = c.clone();
+    let creates = drive(64, ops, move |_, i| {
+        let c = c1.clone();
+        async move {
+            c.submit(create_cmd(format!("/t1/d{}/f{i}", i % 1000)))
+                .await
+                .map(|_| ())
+        }
+    })
+    .await?;
+    let c2 = c.clone();
+    let batches = drive(1, ops * 4 / PIPELINE, move |_, b| {
+        let c = c2.clone();
+        async move {
+            let paths: Vec<String> = (0..PIPELINE as u64)
+                .map(|k| {
+                    let i = b * PIPELINE as u64 + k;
+                    format!("/n1/d{}/f{}", i % 1000, i % ops as u64)
+                })
+                .collect();
+            let refs: Vec<&str> = paths.iter().map(String::as_str).collect();
+            for r in c.stat_many(&refs).await? {
+                r?;
+            }
+            Ok(())
+        }
+    })
+    .await?;
+    let stats = batches * PIPELINE as f64;
+    println!("  over TLS, 1 connection:             plaintext        TLS   TLS/plain");
+    for (what, plain, tls) in [
+        ("creates/s, 64 in flight", plain_creates, creates),
+        ("stats/s, batches of 64", plain_stats, stats),
+    ] {
+        println!(
+            "    {what:<30} {plain:>10.0} {tls:>10.0} {:>10.2}",
+            tls / plain
+        );
+    }
+    Ok(vec![
+        figure("network-tls-creates-1x64", 64, ops, creates),
+        figure("network-tls-stats-pipelined-64", 1, ops * 4, stats),
+    ])
 }

@@ -37,6 +37,8 @@ pub struct BridgeConfig {
     /// replica: both serve the same records at the same sequences).
     pub server: SocketAddr,
     pub token: Option<String>,
+    /// TLS to the server; `None`: plaintext.
+    pub tls: Option<std::sync::Arc<treelog_client::ClientTls>>,
     /// The durable cursor that holds the log's retention at what the bus
     /// has not acknowledged yet (within the server's `--max-cursor-lag`).
     pub cursor: String,
@@ -70,6 +72,7 @@ impl BridgeConfig {
         BridgeConfig {
             server,
             token: None,
+            tls: None,
             cursor: "bridge".into(),
             encoding: Encoding::Json,
             start: Start::Beginning,
@@ -206,6 +209,7 @@ async fn attempt<S: Sink>(
 ) -> End {
     let opts = ClientOptions {
         token: cfg.token.clone(),
+        tls: cfg.tls.clone(),
         ..Default::default()
     };
     let client = match Client::connect(cfg.server, opts).await {

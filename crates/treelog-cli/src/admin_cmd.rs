@@ -21,6 +21,7 @@ pub(crate) fn run(cli: &Cli, out: &Out, cmd: &AdminCmd) -> Result<u8> {
         ..Default::default()
     };
     match cmd {
+        AdminCmd::Certs(a) => crate::tls::certs(out, a),
         AdminCmd::Verify => {
             let r = admin::verify_path(&cli.data, &so).map_err(|e| naming(&cli.data, e))?;
             if out.json {
@@ -92,7 +93,7 @@ pub(crate) fn run(cli: &Cli, out: &Out, cmd: &AdminCmd) -> Result<u8> {
             if let Some(addr) = &cli.server {
                 let token = crate::backend::read_token(cli.token_file.as_deref())?;
                 let crate::backend::Backend::Remote { rt, client } =
-                    crate::backend::Backend::remote(addr, token)?
+                    crate::backend::Backend::remote(addr, token, crate::tls::client_tls(cli)?)?
                 else {
                     unreachable!("a remote backend")
                 };
@@ -151,7 +152,7 @@ pub(crate) fn run(cli: &Cli, out: &Out, cmd: &AdminCmd) -> Result<u8> {
             };
             let token = crate::backend::read_token(cli.token_file.as_deref())?;
             let crate::backend::Backend::Remote { rt, client } =
-                crate::backend::Backend::remote(addr, token)?
+                crate::backend::Backend::remote(addr, token, crate::tls::client_tls(cli)?)?
             else {
                 unreachable!("a remote backend")
             };

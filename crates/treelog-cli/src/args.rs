@@ -52,6 +52,28 @@ pub(crate) struct Cli {
     /// required from clients).
     #[arg(long, global = true, env = "TREELOG_TOKEN_FILE")]
     pub token_file: Option<PathBuf>,
+    /// The CA (PEM) a server's certificate must chain to: connect with TLS
+    /// (serve: the CA client certificates are verified against, and that
+    /// of its links to other nodes or its source).
+    #[arg(long, global = true, env = "TREELOG_TLS_CA", value_name = "PEM")]
+    pub tls_ca: Option<PathBuf>,
+    /// Certificate (PEM chain) presented to servers that ask for one
+    /// (mutual TLS); serve: the server's certificate, also presented to
+    /// its peers. Reloaded when the file changes or on SIGHUP.
+    #[arg(long, global = true, env = "TREELOG_TLS_CERT", value_name = "PEM")]
+    pub tls_cert: Option<PathBuf>,
+    /// The private key (PEM) of --tls-cert.
+    #[arg(long, global = true, env = "TREELOG_TLS_KEY", value_name = "PEM")]
+    pub tls_key: Option<PathBuf>,
+    /// The name the server's certificate must carry (default: the IP
+    /// address connected to).
+    #[arg(
+        long,
+        global = true,
+        env = "TREELOG_TLS_SERVER_NAME",
+        value_name = "NAME"
+    )]
+    pub tls_server_name: Option<String>,
     /// fsync each group before acknowledging (`sync`) or not (`none`).
     #[arg(long, global = true, value_enum, default_value_t = DurabilityArg::Sync)]
     pub durability: DurabilityArg,
@@ -492,6 +514,19 @@ pub(crate) struct ServeArgs {
     /// operation to this file (`-`: the log's `treelog::audit` target).
     #[arg(long, value_name = "PATH")]
     pub audit_log: Option<crate::server::AuditTarget>,
+    /// Refuse plaintext RPC connections (needs --tls-cert, --tls-key);
+    /// without it the RPC port takes both, each connection's first byte
+    /// telling TLS from plaintext.
+    #[arg(long)]
+    pub require_tls: bool,
+    /// Serve the HTTP port over TLS only (same certificate).
+    #[arg(long)]
+    pub http_tls: bool,
+    /// Refuse TLS clients without a certificate signed by --tls-ca
+    /// (mutual TLS); without it, a certificate is verified when a client
+    /// presents one.
+    #[arg(long)]
+    pub require_client_cert: bool,
     /// Run as a replica of the server at this RPC address: bootstrap the
     /// data directory from its checkpoint when it holds no database, then
     /// follow its log; writes are refused (NotLeader, naming it). See
@@ -684,6 +719,10 @@ pub(crate) struct BridgeOpts {
 pub(crate) enum AdminCmd {
     /// Replay the whole log into a scratch index and compare digests.
     Verify,
+    /// Make a CA (unless --out holds one) and node or client certificates
+    /// signed by it, as PEM files, for a test or a small deployment
+    /// (docs/SECURITY.md).
+    Certs(crate::tls::CertsArgs),
     /// Move the database to this build's on-disk format (migrations/):
     /// in place, resumable (a run killed at any moment leaves the old
     /// format intact or a migration the next run finishes), then verified

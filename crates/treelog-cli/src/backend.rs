@@ -50,7 +50,11 @@ impl Backend {
         Ok(Backend::Local(Treelog::open(data, opts)?))
     }
 
-    pub(crate) fn remote(addr: &str, token: Option<String>) -> Result<Backend> {
+    pub(crate) fn remote(
+        addr: &str,
+        token: Option<String>,
+        tls: Option<std::sync::Arc<crate::client::ClientTls>>,
+    ) -> Result<Backend> {
         let addr = resolve(addr)?;
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -59,6 +63,7 @@ impl Backend {
             addr,
             ClientOptions {
                 token,
+                tls,
                 // A write sent to a replica goes on to its leader.
                 follow_leader: true,
                 ..Default::default()
@@ -280,7 +285,11 @@ impl Sub<'_> {
 /// The backend the command line names: `--server`, else `--data`.
 pub(crate) fn open(cli: &Cli) -> Result<Backend> {
     match &cli.server {
-        Some(addr) => Backend::remote(addr, read_token(cli.token_file.as_deref())?),
+        Some(addr) => Backend::remote(
+            addr,
+            read_token(cli.token_file.as_deref())?,
+            crate::tls::client_tls(cli)?,
+        ),
         None => Backend::local(
             &cli.data,
             Options::default().durability(cli.durability.into()),

@@ -85,7 +85,8 @@ pub(crate) fn nats(cli: &Cli, a: &BridgeNatsArgs) -> Result<u8> {
     };
     let server = crate::backend::resolve(addr)?;
     let token = read_token(cli.token_file.as_deref())?;
-    let (cfg, nats) = configs(server, token, &a.nats, &a.stream, &a.opts)?;
+    let (mut cfg, nats) = configs(server, token, &a.nats, &a.stream, &a.opts)?;
+    cfg.tls = crate::tls::client_tls(cli)?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -116,18 +117,21 @@ pub(crate) fn serve_bridge(
     a: &ServeArgs,
     listen: std::net::SocketAddr,
     token: Option<String>,
+    tls: Option<std::sync::Arc<treelog_client::ClientTls>>,
 ) -> Option<(BridgeConfig, NatsConfig)> {
     let (Some(url), Some(stream)) = (&a.bridge_nats, &a.bridge_stream) else {
         return None;
     };
-    Some(base_configs(
+    let (mut cfg, nats) = base_configs(
         listen,
         token,
         url,
         stream,
         a.bridge_subject.clone(),
         a.bridge_stream_replicas,
-    ))
+    );
+    cfg.tls = tls;
+    Some((cfg, nats))
 }
 
 /// `serve --bridge-nats`: the server, and its bridge beside it. The bridge

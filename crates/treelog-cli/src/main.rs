@@ -20,6 +20,7 @@ mod run;
 mod serve;
 mod tail;
 mod timefmt;
+mod tls;
 mod usage;
 
 // The library's modules under the names the commands use.

@@ -32,6 +32,12 @@ pub(crate) fn run(cli: &Cli, a: &ServeArgs) -> Result<u8> {
     cfg.max_http_per_address = a.max_http_per_address;
     cfg.http_connection_age = std::time::Duration::from_secs(a.http_connection_age_secs);
     cfg.allow_insecure_listen = a.allow_insecure_listen;
+    cfg.tls = crate::tls::server_tls(cli, a)?;
+    cfg.require_tls = a.require_tls;
+    cfg.http_tls = a.http_tls;
+    // Its links to other nodes, its source, its bridge: the same CA, and
+    // its own certificate as its client certificate.
+    let client_tls = crate::tls::client_tls(cli)?;
     cfg.exit_on_writer_failure = a.on_writer_failure == crate::args::OnWriterFailure::Exit;
     cfg.idle_timeout = std::time::Duration::from_secs(a.idle_timeout_secs);
     cfg.stream_priority = a.stream_priority;
@@ -64,6 +70,7 @@ pub(crate) fn run(cli: &Cli, a: &ServeArgs) -> Result<u8> {
             }
             None => cfg.token.clone(),
         };
+        node.tls = client_tls.clone();
         node.durability = cli.durability.into();
         node.heartbeat_ms = a.raft_heartbeat_ms;
         node.snapshot_every = a.raft_snapshot_every;
@@ -78,6 +85,7 @@ pub(crate) fn run(cli: &Cli, a: &ServeArgs) -> Result<u8> {
         Some(source) => {
             let mut rc = treelog_replica::ReplicaConfig::new(cfg, source);
             rc.source_token = read_token(a.source_token_file.as_deref())?;
+            rc.source_tls = client_tls;
             rc.catch_up_min = a.replica_catch_up_min;
             rc.max_batch_bytes = a.replica_batch_bytes;
             if let Some(c) = &a.replica_cursor {
@@ -92,6 +100,7 @@ pub(crate) fn run(cli: &Cli, a: &ServeArgs) -> Result<u8> {
                 Some(f) => read_token(Some(f))?,
                 None => cfg.token.clone(),
             },
+            client_tls,
         ) {
             None => rt.block_on(crate::server::run(cfg))?,
             Some((bridge, nats)) => {

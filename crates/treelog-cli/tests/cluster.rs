@@ -6,7 +6,9 @@
 //! history is checked for linearizability path by path
 //! (tests/common/history.rs); at the end every node holds the same index
 //! at the same sequence. The failover times (SIGKILL of the leader to the
-//! first write acknowledged by the next) are printed.
+//! first write acknowledged by the next) are printed. The same again (5
+//! rounds) with mutual TLS between the nodes and TLS to the clients, every
+//! node refusing plaintext.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -17,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use treelog::error::{Error, ErrorKind};
 use treelog::{Command, ReadAt};
-use treelog_client::{Client, ClientOptions};
+use treelog_client::{Client, ClientOptions, ClientTls};
 use treelog_proto::protocol::{ClusterRequest, ClusterStatus, RequestBody, ResponseBody};
 use treelog_testkit::history::{self, Entry, Op, Outcome};
 use treelog_testkit::{cli, poll, rounds, Rng};
@@ -29,6 +31,61 @@ fn free_addr() -> SocketAddr {
     l.local_addr().unwrap()
 }
 
+/// The client TLS of the nodes listening at these addresses (the test's
+/// own clients connect with it); nodes not in it speak plaintext. By
+/// address, not per test: each node's port is its own in this process.
+static TLS: Mutex<Vec<(SocketAddr, Arc<ClientTls>)>> = Mutex::new(Vec::new());
+
+fn client_tls(addr: SocketAddr) -> Option<Arc<ClientTls>> {
+    let t = TLS.lock().unwrap();
+    t.iter().find(|(a, _)| *a == addr).map(|(_, t)| t.clone())
+}
+
+/// The certificates of a TLS cluster (made by `treelog admin certs`): one
+/// node certificate for all (it names 127.0.0.1), one client's.
+struct Pki {
+    dir: tempfile::TempDir,
+    client: Arc<ClientTls>,
+}
+
+impl Pki {
+    fn new() -> Pki {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().to_str().unwrap();
+        let r = cli::run(
+            BIN,
+            dir.path(),
+            &[
+                "admin", "certs", "--out", out, "--node", "node", "--client", "client",
+            ],
+        );
+        assert_eq!(r.code(), 0, "admin certs: {}", r.stderr);
+        let p = |f: &str| dir.path().join(f);
+        let client =
+            ClientTls::load(&p("ca.pem"), Some((&p("client.pem"), &p("client-key.pem")))).unwrap();
+        Pki {
+            client: Arc::new(client),
+            dir,
+        }
+    }
+
+    /// `serve`'s flags: its certificate (also its client certificate
+    /// towards its peers), the CA, and TLS only, mutual.
+    fn serve_args(&self) -> Vec<String> {
+        let p = |f: &str| self.dir.path().join(f).to_str().unwrap().to_owned();
+        vec![
+            "--tls-cert".into(),
+            p("node.pem"),
+            "--tls-key".into(),
+            p("node-key.pem"),
+            "--tls-ca".into(),
+            p("ca.pem"),
+            "--require-tls".into(),
+            "--require-client-cert".into(),
+        ]
+    }
+}
+
 struct Node {
     id: u64,
     data: PathBuf,
@@ -36,6 +93,8 @@ struct Node {
     http: SocketAddr,
     log: PathBuf,
     child: Option<Child>,
+    /// `serve`'s TLS flags (none: plaintext).
+    tls_args: Vec<String>,
 }
 
 impl Node {
@@ -47,7 +106,16 @@ impl Node {
             http: free_addr(),
             log: dir.join(format!("node{id}.log")),
             child: None,
+            tls_args: Vec::new(),
         }
+    }
+
+    /// A node of a TLS cluster: it serves TLS only, and the test's
+    /// clients reach it with `pki`'s client certificate.
+    fn with_tls(mut self, pki: &Pki) -> Node {
+        self.tls_args = pki.serve_args();
+        TLS.lock().unwrap().push((self.rpc, pki.client.clone()));
+        self
     }
 
     fn start(&mut self) {
@@ -68,6 +136,7 @@ impl Node {
         );
         let mut args = vec!["serve", "--listen", &rpc, "--http", &http, "--node-id", &id];
         args.extend(extra);
+        args.extend(self.tls_args.iter().map(String::as_str));
         let mut cmd = cli::command(BIN, &self.data, &args);
         cmd.stdout(Stdio::null()).stderr(log);
         if let Some(f) = failpoints {
@@ -122,6 +191,7 @@ async fn connect(addr: SocketAddr) -> Option<Client> {
         ClientOptions {
             follow_leader: true,
             connect_timeout: Duration::from_secs(2),
+            tls: client_tls(addr),
             ..Default::default()
         },
     )
@@ -313,8 +383,28 @@ async fn writer(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn failover_under_kill_9_keeps_every_acknowledged_write_and_stays_linearizable() {
+    failover(None, rounds(20)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn failover_with_mutual_tls_between_nodes_and_tls_to_clients() {
+    let pki = Pki::new();
+    failover(Some(&pki), rounds(5)).await;
+}
+
+/// `kills` rounds of SIGKILL of the leader under load (see the module's
+/// documentation), the cluster on TLS with `pki`.
+async fn failover(pki: Option<&Pki>, kills: usize) {
     let dir = tempfile::tempdir().unwrap();
-    let mut nodes: Vec<Node> = (1..=3).map(|id| Node::new(dir.path(), id)).collect();
+    let mut nodes: Vec<Node> = (1..=3)
+        .map(|id| {
+            let n = Node::new(dir.path(), id);
+            match pki {
+                Some(pki) => n.with_tls(pki),
+                None => n,
+            }
+        })
+        .collect();
     for n in &mut nodes {
         n.start();
     }
@@ -367,7 +457,7 @@ async fn failover_under_kill_9_keeps_every_acknowledged_write_and_stays_lineariz
         .collect();
 
     let mut failovers = Vec::new();
-    for round in 0..rounds(20) {
+    for round in 0..kills {
         // Some writes under this leader first.
         let before = acks.load(Ordering::Relaxed);
         poll::eventually(60, "writes go on", || {
@@ -469,9 +559,10 @@ async fn failover_under_kill_9_keeps_every_acknowledged_write_and_stays_lineariz
     ms.sort_by(|a, b| a.partial_cmp(b).unwrap());
     let pct = |q: f64| ms[((ms.len() - 1) as f64 * q).round() as usize];
     println!(
-        "failovers: {} (heartbeat 100 ms, election timeout 300-600 ms); kill -9 of the leader to \
+        "failovers{}: {} (heartbeat 100 ms, election timeout 300-600 ms); kill -9 of the leader to \
          the next leader's first acknowledged write: p50 {:.0} ms, p99 {:.0} ms, max {:.0} ms; \
          {} operations checked ({} of unknown outcome), {} acknowledged writes",
+        if pki.is_some() { " over mutual TLS" } else { "" },
         ms.len(),
         pct(0.5),
         pct(0.99),

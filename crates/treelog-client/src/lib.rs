@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::io::{AsyncWriteExt, BufWriter};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufWriter};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot};
 
@@ -25,6 +25,7 @@ use crate::read::{Read, ReadAt};
 use crate::stream::{StartFrom, StreamItem, SubscribeOptions};
 use crate::types::{ContentSummary, DirEntry, Inode, ListPage, Xattr, XattrFlag};
 use treelog_proto::{command, cursor, error, path, protocol, read, stream, types};
+pub use treelog_tls::ClientTls;
 
 /// How to reach a server. (Its `Debug` leaves the token out.)
 #[derive(Clone)]
@@ -46,6 +47,10 @@ pub struct ClientOptions {
     pub follow_leader: bool,
     /// How long a mutation keeps looking for the leader (`follow_leader`).
     pub leader_wait: Duration,
+    /// Connect over TLS, verifying the server against this configuration
+    /// (its CA, the server name it expects, the client's own certificate
+    /// for mutual TLS); `None`: plaintext.
+    pub tls: Option<Arc<ClientTls>>,
 }
 
 /// The highest sequence a set of clients has seen in any reply (a write's
@@ -97,6 +102,7 @@ impl Default for ClientOptions {
             seen_seq: None,
             follow_leader: false,
             leader_wait: Duration::from_secs(5),
+            tls: None,
         }
     }
 }
@@ -233,13 +239,41 @@ fn fail_all(inner: &Inner, e: &Error) {
 }
 
 impl Client {
-    /// Connects and performs the handshake.
+    /// Connects (with TLS when `opts.tls` says so; the TCP connection and
+    /// the TLS handshake within `connect_timeout`) and performs the
+    /// handshake.
     pub async fn connect(addr: SocketAddr, opts: ClientOptions) -> Result<Client> {
-        let sock = tokio::time::timeout(opts.connect_timeout, TcpStream::connect(addr))
+        let timed_out = || Error::Protocol(format!("connecting to {addr} timed out"));
+        let deadline = tokio::time::Instant::now() + opts.connect_timeout;
+        let sock = tokio::time::timeout_at(deadline, TcpStream::connect(addr))
             .await
-            .map_err(|_| Error::Protocol(format!("connecting to {addr} timed out")))??;
+            .map_err(|_| timed_out())??;
         let _ = sock.set_nodelay(true);
-        let (rd, wr) = sock.into_split();
+        match opts.tls.clone() {
+            None => {
+                let (rd, wr) = sock.into_split();
+                Client::start(rd, wr, addr, opts).await
+            }
+            Some(tls) => {
+                let s = tokio::time::timeout_at(deadline, tls.connect(addr, sock))
+                    .await
+                    .map_err(|_| timed_out())?
+                    .map_err(|e| {
+                        Error::Protocol(format!("TLS handshake with {addr} failed: {e}"))
+                    })?;
+                let (rd, wr) = tokio::io::split(s);
+                Client::start(rd, wr, addr, opts).await
+            }
+        }
+    }
+
+    /// Performs the handshake on a connection's halves, and starts its
+    /// reader and writer tasks.
+    async fn start<R, W>(rd: R, wr: W, addr: SocketAddr, opts: ClientOptions) -> Result<Client>
+    where
+        R: AsyncRead + Unpin + Send + 'static,
+        W: AsyncWrite + Unpin + Send + 'static,
+    {
         // Buffered: replies to pipelined requests arrive many per segment.
         let mut rd = tokio::io::BufReader::with_capacity(64 << 10, rd);
         let mut w = BufWriter::new(wr);

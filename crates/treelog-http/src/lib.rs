@@ -20,7 +20,7 @@ use tokio::task::JoinSet;
 /// Slots kept for probes when the port is full.
 pub const PROBE_SLOTS: usize = 8;
 /// Time a probe on a reserved slot has to send its request.
-const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
+pub const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// The bounds of an HTTP port.
 #[derive(Debug, Clone)]

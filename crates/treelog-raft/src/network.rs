@@ -20,7 +20,7 @@ use openraft::raft::{
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use treelog::error::Error;
-use treelog_client::{Client, ClientOptions};
+use treelog_client::{Client, ClientOptions, ClientTls};
 use treelog_proto::protocol::{RaftRpc, RequestBody, ResponseBody};
 
 use crate::metrics::RaftMetrics;
@@ -111,6 +111,7 @@ impl Faults {
 pub struct Network {
     me: NodeId,
     token: Option<String>,
+    tls: Option<Arc<ClientTls>>,
     faults: Option<Arc<Faults>>,
     metrics: Option<Arc<RaftMetrics>>,
 }
@@ -120,9 +121,16 @@ impl Network {
         Network {
             me,
             token,
+            tls: None,
             faults,
             metrics: None,
         }
+    }
+
+    /// Connects to the peers over TLS (see `NodeConfig::tls`).
+    pub fn with_tls(mut self, tls: Option<Arc<ClientTls>>) -> Network {
+        self.tls = tls;
+        self
     }
 
     pub fn with_metrics(mut self, metrics: Option<Arc<RaftMetrics>>) -> Network {
@@ -136,6 +144,7 @@ impl Network {
             target,
             addr: addr.to_owned(),
             token: self.token.clone(),
+            tls: self.tls.clone(),
             faults: self.faults.clone(),
             metrics: self.metrics.clone(),
             client: None,
@@ -157,6 +166,7 @@ pub struct Peer {
     target: NodeId,
     addr: String,
     token: Option<String>,
+    tls: Option<Arc<ClientTls>>,
     faults: Option<Arc<Faults>>,
     metrics: Option<Arc<RaftMetrics>>,
     client: Option<Client>,
@@ -194,6 +204,7 @@ impl Peer {
             addr,
             ClientOptions {
                 token: self.token.clone(),
+                tls: self.tls.clone(),
                 connect_timeout: Duration::from_secs(1),
                 ..Default::default()
             },

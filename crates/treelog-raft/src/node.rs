@@ -29,6 +29,10 @@ pub struct NodeConfig {
     pub addr: String,
     /// The token the other nodes require (the cluster shares one).
     pub token: Option<String>,
+    /// TLS to the other nodes (the cluster's CA, and this node's own
+    /// certificate as its client certificate: mutual TLS between nodes);
+    /// `None`: plaintext.
+    pub tls: Option<Arc<treelog_client::ClientTls>>,
     /// Durability of the store: `None` skips the log's fsyncs (tests).
     pub durability: Durability,
     /// Heartbeats every this many ms; elections after 3 to 6 times it.
@@ -47,6 +51,7 @@ impl NodeConfig {
             id,
             addr: addr.into(),
             token: None,
+            tls: None,
             durability: Durability::Sync,
             heartbeat_ms: DEFAULT_HEARTBEAT_MS,
             snapshot_every: 1_000_000,
@@ -143,6 +148,7 @@ impl RaftNode {
             .map_err(Error::Io)?;
         let sm = StateMachine::new(store.clone(), self.snapshots.clone(), self.metrics.clone());
         let network = Network::new(self.cfg.id, self.cfg.token.clone(), self.cfg.faults.clone())
+            .with_tls(self.cfg.tls.clone())
             .with_metrics(self.metrics.clone());
         let raft = Raft::new(self.cfg.id, config, network, log, sm)
             .await
@@ -382,6 +388,7 @@ impl RaftNode {
             };
             let mut peer =
                 Network::new(self.cfg.id, self.cfg.token.clone(), self.cfg.faults.clone())
+                    .with_tls(self.cfg.tls.clone())
                     .peer(leader, &addr);
             peer.read_index().await?
         };

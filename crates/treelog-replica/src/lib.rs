@@ -46,6 +46,9 @@ pub struct ReplicaConfig {
     pub source: SocketAddr,
     /// The token the source requires, if any.
     pub source_token: Option<String>,
+    /// TLS to the source (its CA, and this node's certificate for mutual
+    /// TLS); `None`: plaintext.
+    pub source_tls: Option<Arc<treelog_client::ClientTls>>,
     /// Most bytes of records the source sends per batch.
     pub max_batch_bytes: u32,
     /// Bytes per chunk of a checkpoint fetch.
@@ -112,6 +115,7 @@ impl ReplicaConfig {
             server,
             source,
             source_token: None,
+            source_tls: None,
             max_batch_bytes: 1 << 20,
             fetch_chunk: 1 << 20,
             catch_up_min: 100_000,
@@ -121,6 +125,7 @@ impl ReplicaConfig {
     fn client_options(&self) -> treelog_client::ClientOptions {
         treelog_client::ClientOptions {
             token: self.source_token.clone(),
+            tls: self.source_tls.clone(),
             ..Default::default()
         }
     }

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use treelog::{Error, Options, Result, Treelog};
 use treelog_proto::protocol;
+use treelog_tls::ServerTls;
 
 use crate::streams::delivery::DeliveryPriority;
 
@@ -84,6 +85,13 @@ pub struct ServerConfig {
     pub http_header_timeout: Duration,
     /// Serve the RPC port on a non-loopback address without a token.
     pub allow_insecure_listen: bool,
+    /// TLS on the RPC port (each connection chooses by its first byte,
+    /// unless `require_tls`), and on the HTTP port with `http_tls`.
+    pub tls: Option<ServerTls>,
+    /// Refuse plaintext RPC connections (needs `tls`).
+    pub require_tls: bool,
+    /// Serve the HTTP port over TLS only, with `tls`'s certificate.
+    pub http_tls: bool,
     /// The scheduling priority of the thread that delivers change streams.
     pub stream_priority: DeliveryPriority,
     pub store: Options,
@@ -220,6 +228,9 @@ impl ServerConfig {
             http_connection_age: Duration::from_secs(300),
             http_header_timeout: Duration::from_secs(10),
             allow_insecure_listen: false,
+            tls: None,
+            require_tls: false,
+            http_tls: false,
             stream_priority: Default::default(),
             store: Options::default(),
             cluster: None,
@@ -270,6 +281,16 @@ impl ServerConfig {
             return Err(Error::InvalidArgument(
                 "--max-handshaking must be at least 1".into(),
             ));
+        }
+        if self.tls.is_none() && (self.require_tls || self.http_tls) {
+            let flag = if self.require_tls {
+                "--require-tls"
+            } else {
+                "--http-tls"
+            };
+            return Err(Error::InvalidArgument(format!(
+                "{flag} needs a certificate: give --tls-cert and --tls-key"
+            )));
         }
         if self.token.is_none()
             && self.credentials.is_none()

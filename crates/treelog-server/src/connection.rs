@@ -24,6 +24,7 @@ use crate::out::{respond, send, Out};
 use crate::reads::{read_ready, READ_BATCH};
 use crate::roles::audited;
 use crate::state::State;
+use crate::tls;
 
 /// Serves the connection from `peer`, which holds the slot `admission`,
 /// until the client closes it, an error (told to the client in a `Fatal`
@@ -35,14 +36,19 @@ pub(crate) async fn serve(
     state: Arc<State>,
 ) -> Result<()> {
     let _ = sock.set_nodelay(true);
-    let (rd, wr) = sock.into_split();
+    let mut admission = admission;
+    let Some(opened) = tls::open(sock, peer, &mut admission, &state).await else {
+        return Ok(());
+    };
+    let (rd, wr) = opened.stream.into_split();
     let mut rd = buffered(rd);
     let (out, writer) = Out::spawn_writer(
         wr,
         state.cfg.max_conn_buffer_bytes,
         state.metrics().cloned(),
     );
-    let result = serve_connection(&mut rd, &out, peer, admission, &state).await;
+    let result =
+        serve_connection(&mut rd, &out, peer, admission, &state, opened.tls_identity).await;
     if let Err(e) = &result {
         fatal(&out, e, &state).await;
     }
@@ -82,6 +88,7 @@ async fn serve_connection(
     peer: SocketAddr,
     mut admission: Admission,
     state: &State,
+    tls_identity: Option<String>,
 ) -> Result<()> {
     let Some(identity) = handshake(rd, out, peer, &mut admission, state).await? else {
         return Ok(());
@@ -96,13 +103,25 @@ async fn serve_connection(
     }
     let mut requests = Requests {
         rd,
-        ctx: Arc::new(ConnCtx::new(t, out.clone(), state, identity, peer)),
+        ctx: Arc::new(ConnCtx::new(
+            t,
+            out.clone(),
+            state,
+            identity,
+            peer,
+            tls_identity,
+        )),
         tasks: JoinSet::new(),
         carried: None,
         shutdown: state.shutdown.clone(),
         max_frame: state.cfg.max_frame,
         idle_timeout: state.cfg.idle_timeout,
     };
+    tracing::debug!(
+        %peer,
+        tls_identity = requests.ctx.tls_identity.as_deref(),
+        "connection ready"
+    );
     let result = requests.serve().await;
     requests.finish().await;
     result

@@ -55,23 +55,26 @@ pub(crate) struct ConnCtx {
     /// Whose credential the handshake checked.
     pub(crate) identity: Identity,
     pub(crate) peer: SocketAddr,
-    /// The name of the client certificate the connection's TLS verified.
+    /// The name the client's verified TLS certificate carries (see
+    /// `treelog_tls::peer_identity`); `None` without TLS or a client
+    /// certificate.
     pub(crate) tls_identity: Option<String>,
     audit: Option<Arc<Audit>>,
 }
 
 impl ConnCtx {
     /// The context of a connection from `peer`, authenticated as
-    /// `identity`, of the server `state` to `t`, replying on `out`.
+    /// `identity` (its client's certificate naming `tls_identity`), of the
+    /// server `state` to `t`, replying on `out`.
     pub(crate) fn new(
         t: Arc<Treelog>,
         out: Out,
         state: &State,
         mut identity: Identity,
         peer: SocketAddr,
+        tls_identity: Option<String>,
     ) -> ConnCtx {
         let cfg = &state.cfg;
-        let tls_identity: Option<String> = None;
         // A node's certificate gives node powers whatever its credential.
         if tls_identity
             .as_ref()

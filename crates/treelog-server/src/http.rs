@@ -63,8 +63,17 @@ pub(crate) async fn serve(listener: TcpListener, state: Arc<State>) {
             Admitted::Probe(slot) => {
                 refused(peer, &state);
                 let probes = probes.clone();
+                let tls = state.cfg.tls.clone().filter(|_| state.cfg.http_tls);
                 conns.spawn(async move {
-                    treelog_http::serve_probe(sock, probes).await;
+                    match tls {
+                        None => treelog_http::serve_probe(sock, probes).await,
+                        Some(tls) => {
+                            let wait = treelog_http::PROBE_TIMEOUT;
+                            if let Ok(Ok(s)) = tokio::time::timeout(wait, tls.accept(sock)).await {
+                                treelog_http::serve_probe(s, probes).await
+                            }
+                        }
+                    }
                     drop(slot);
                 });
             }
@@ -149,7 +158,25 @@ async fn connection(
     if let Some(m) = &metrics {
         m.http_connections.inc();
     }
-    treelog_http::serve_connection(sock, app, &limits, state.shutdown.clone()).await;
+    match state.cfg.tls.as_ref().filter(|_| state.cfg.http_tls) {
+        None => treelog_http::serve_connection(sock, app, &limits, state.shutdown.clone()).await,
+        // The TLS handshake counts against the header timeout.
+        Some(tls) => {
+            match tokio::time::timeout(state.cfg.http_header_timeout, tls.accept(sock)).await {
+                Ok(Ok(s)) => {
+                    if let Some(m) = &metrics {
+                        m.tls_handshakes.with_label_values(&["ok"]).inc();
+                    }
+                    treelog_http::serve_connection(s, app, &limits, state.shutdown.clone()).await
+                }
+                _ => {
+                    if let Some(m) = &metrics {
+                        m.tls_handshakes.with_label_values(&["failed"]).inc();
+                    }
+                }
+            }
+        }
+    }
     if let Some(m) = &metrics {
         m.http_connections.dec();
     }

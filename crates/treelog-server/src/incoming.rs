@@ -6,14 +6,16 @@ use std::time::Duration;
 use treelog::{Error, Result};
 use treelog_proto::protocol::{self, ClientMsg};
 
+use crate::stream::ConnRead;
+
 /// The read half of a connection's socket, buffered: a pipelining
 /// client's frames arrive many per segment, and reading each one's length
 /// and body straight from the socket would cost two system calls per
 /// request.
-pub(crate) type ReadHalf = tokio::io::BufReader<tokio::net::tcp::OwnedReadHalf>;
+pub(crate) type ReadHalf = tokio::io::BufReader<ConnRead>;
 
 /// `rd`, buffered (see [`ReadHalf`]).
-pub(crate) fn buffered(rd: tokio::net::tcp::OwnedReadHalf) -> ReadHalf {
+pub(crate) fn buffered(rd: ConnRead) -> ReadHalf {
     tokio::io::BufReader::with_capacity(64 << 10, rd)
 }
 

@@ -22,8 +22,9 @@
 //! `roles` (what each role grants, and the power each request needs),
 //! `credentials` (the credentials file), `audit` (the audit log),
 //! `admission` (connection slots and the handshake share), `state` (what
-//! the ports and connections share), `out` and `incoming` (a connection's
-//! frames), `context` (what a connection's requests share), `reads`,
+//! the ports and connections share), `stream` (a connection's bytes,
+//! plaintext or TLS), `out` and `incoming` (a connection's frames), `tls`
+//! (TLS on the ports: the first byte, the handshake, reloads), `context` (what a connection's requests share), `reads`,
 //! `streams` (subscriptions), `replication` (the replication source),
 //! `dispatch` (request routing), `handshake`, `connection` (one RPC
 //! connection), `listen` (the RPC port: listeners, accept loop, drain,
@@ -51,7 +52,9 @@ mod roles;
 mod sched;
 mod server;
 mod state;
+mod stream;
 mod streams;
+mod tls;
 
 pub use audit::AuditTarget;
 pub use config::{

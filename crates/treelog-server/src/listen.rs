@@ -8,14 +8,13 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinSet;
 use treelog::{Error, ErrorKind, Result};
-use treelog_proto::protocol::{self, ServerMsg};
 
 use crate::config::{ServerConfig, FD_RESERVE, MIN_FITTED_CONNECTIONS};
 use crate::connection;
+use crate::out::refuse;
 use crate::state::State;
 
 /// Addresses the server bound (useful with port 0).
@@ -365,15 +364,5 @@ async fn close_store(state: Arc<State>) -> Result<()> {
     .await
     .map_err(|e| Error::Protocol(format!("close task: {e}")))??;
     tracing::info!("store closed");
-    Ok(())
-}
-
-async fn refuse(mut sock: TcpStream, kind: ErrorKind, msg: &str) -> Result<()> {
-    let frame = protocol::encode(&ServerMsg::Fatal {
-        kind,
-        message: msg.to_owned(),
-    })?;
-    let _ = tokio::time::timeout(Duration::from_secs(1), sock.write_all(&frame)).await;
-    let _ = sock.shutdown().await;
     Ok(())
 }

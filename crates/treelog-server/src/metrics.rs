@@ -33,6 +33,10 @@ pub struct ServerMetrics {
     pub connection_limit: IntGauge,
     pub http_connections: IntGauge,
     pub http_rejected: IntCounter,
+    /// TLS handshakes on either port, by outcome (`ok`, `failed`).
+    pub tls_handshakes: IntCounterVec,
+    /// Plaintext RPC connections refused by `--require-tls`.
+    pub plaintext_refused: IntCounter,
 }
 
 impl ServerMetrics {
@@ -112,11 +116,25 @@ impl ServerMetrics {
                 "treelog_http_connections_rejected_total",
                 "HTTP connections refused because of --max-http-connections",
             )?,
+            tls_handshakes: IntCounterVec::new(
+                Opts::new(
+                    "treelog_server_tls_handshakes_total",
+                    "TLS handshakes on the RPC and HTTP ports, by outcome (ok, failed)",
+                ),
+                &["outcome"],
+            )?,
+            plaintext_refused: IntCounter::new(
+                "treelog_server_plaintext_refused_total",
+                "Plaintext RPC connections refused because the server requires TLS",
+            )?,
             store,
         };
         // Both ports' series exist from the start (at zero).
         for port in ["rpc", "http"] {
             m.accept_errors.with_label_values(&[port]);
+        }
+        for outcome in ["ok", "failed"] {
+            m.tls_handshakes.with_label_values(&[outcome]);
         }
         m.register_all()?;
         Ok(m)
@@ -142,10 +160,16 @@ impl ServerMetrics {
             &self.backpressure,
             &self.handshake_evictions,
             &self.http_rejected,
+            &self.plaintext_refused,
         ] {
             r.register(Box::new(c.clone()))?;
         }
-        for v in [&self.requests, &self.accept_errors, &self.permission_denied] {
+        for v in [
+            &self.requests,
+            &self.accept_errors,
+            &self.permission_denied,
+            &self.tls_handshakes,
+        ] {
             r.register(Box::new(v.clone()))?;
         }
         Ok(())

@@ -7,11 +7,14 @@
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use tokio::net::tcp::OwnedWriteHalf;
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
 use tokio::sync::{mpsc, Notify};
+use treelog::{ErrorKind, Result};
 use treelog_proto::protocol::{self, ResponseBody, ServerMsg};
 
 use crate::metrics::ServerMetrics;
+use crate::stream::ConnWrite;
 
 /// Bytes queued for one connection: counted when a frame is encoded,
 /// uncounted when the frame is dropped (written to the socket, or thrown
@@ -122,7 +125,7 @@ impl Out {
     /// the task that writes it to `wr` (it ends once every [`Out`] is
     /// dropped and the queue is written).
     pub(crate) fn spawn_writer(
-        wr: OwnedWriteHalf,
+        wr: ConnWrite,
         bound: usize,
         metrics: Option<Arc<ServerMetrics>>,
     ) -> (Out, tokio::task::JoinHandle<()>) {
@@ -156,4 +159,16 @@ pub(crate) async fn send(out: &Out, msg: &ServerMsg) -> bool {
         Ok(f) => out.push(f).await,
         Err(_) => false,
     }
+}
+
+/// Tells a connection refused before it is served why (a `Fatal` frame,
+/// waiting at most a second for the socket), and closes it.
+pub(crate) async fn refuse(mut sock: TcpStream, kind: ErrorKind, msg: &str) -> Result<()> {
+    let frame = protocol::encode(&ServerMsg::Fatal {
+        kind,
+        message: msg.to_owned(),
+    })?;
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(1), sock.write_all(&frame)).await;
+    let _ = sock.shutdown().await;
+    Ok(())
 }

@@ -15,6 +15,7 @@ use crate::listen::{accept_loop, fit_fd_limit, signal_handlers, Bound, Listeners
 use crate::logging::{init_logging, LogFormat};
 use crate::metrics::ServerMetrics;
 use crate::state::State;
+use crate::tls;
 
 /// A running server, for tests and embedding: `shutdown()` stops it.
 pub struct ServerHandle {
@@ -90,6 +91,7 @@ pub async fn start_on(mut cfg: ServerConfig, listeners: Listeners) -> Result<Ser
              can reach it can read and change the namespace"
         );
     }
+    warn_without_tls(&cfg, &listeners)?;
     fit_fd_limit(&mut cfg)?;
     listeners.rpc.set_nonblocking(true)?;
     listeners.http.set_nonblocking(true)?;
@@ -105,6 +107,9 @@ pub async fn start_on(mut cfg: ServerConfig, listeners: Listeners) -> Result<Ser
     if let Some(c) = &state.credentials {
         c.spawn_watch(state.shutdown.clone());
     }
+    if let Some(t) = &state.cfg.tls {
+        tls::spawn_reloader(t.clone(), state.shutdown.clone());
+    }
     let http = tokio::spawn(http::serve(http_listener, state.clone()));
     let store = open_store(&state).await?;
     log_serving(&state, &bound);
@@ -119,6 +124,31 @@ pub async fn start_on(mut cfg: ServerConfig, listeners: Listeners) -> Result<Ser
         done,
         store,
     })
+}
+
+/// Warns, once per port, of a port on a non-loopback address that carries
+/// plaintext: tokens, names and data in clear to anyone on the path.
+fn warn_without_tls(cfg: &ServerConfig, listeners: &Listeners) -> Result<()> {
+    let ports = [
+        ("rpc", listeners.rpc.local_addr()?, cfg.tls.is_some()),
+        (
+            "http",
+            listeners.http.local_addr()?,
+            cfg.tls.is_some() && cfg.http_tls,
+        ),
+    ];
+    for (port, addr, tls) in ports {
+        if !tls && !addr.ip().is_loopback() {
+            tracing::warn!(
+                port,
+                listen = %addr,
+                "PLAINTEXT on a non-loopback address: tokens and the namespace cross the \
+                 network in clear; give --tls-cert and --tls-key (and --require-tls{})",
+                if port == "http" { ", --http-tls" } else { "" }
+            );
+        }
+    }
+    Ok(())
 }
 
 /// Opens the store (replaying its log) off the runtime threads, and makes
@@ -173,6 +203,9 @@ fn log_serving(state: &State, bound: &Bound) {
         token_required = c.token.is_some(),
         credentials = c.credentials.as_ref().map(|p| p.display().to_string()),
         audit_log = c.audit_log.is_some(),
+        tls = c.tls.as_ref().map(|t| t.fingerprint()),
+        require_tls = c.require_tls,
+        http_tls = c.http_tls,
         "serving"
     );
 }
