@@ -213,6 +213,26 @@ impl Cluster {
     }
 }
 
+/// Submits `cmd` (acknowledged: its sequence), riding out a leader change
+/// as a client that follows the leader must: `NotLeader` means the command
+/// was not applied, so it is sent again once a leader is known. Elections
+/// come when a loaded machine delays heartbeats; they are not what these
+/// tests test.
+async fn submit(cl: &Client, cmd: Command) -> u64 {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        match cl.submit(cmd.clone()).await {
+            Ok(seq) => return seq,
+            Err(e)
+                if e.kind() == ErrorKind::NotLeader && tokio::time::Instant::now() < deadline =>
+            {
+                tokio::time::sleep(Duration::from_millis(50)).await
+            }
+            Err(e) => panic!("{}: {e}", cmd.name()),
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_single_node_namespace_becomes_a_replicated_cluster() {
     let mut c = Cluster::new(3, default_tweak);
@@ -238,9 +258,9 @@ async fn a_single_node_namespace_becomes_a_replicated_cluster() {
     // Written through a follower: it refuses (NotLeader, naming node 1),
     // and the client sends it to the leader.
     let mut last = 0;
-    last = last.max(cl.submit(mkdir("/a")).await.unwrap());
+    last = last.max(submit(&cl, mkdir("/a")).await);
     for i in 0..200 {
-        last = last.max(cl.submit(create(&format!("/a/f{i}"))).await.unwrap());
+        last = last.max(submit(&cl, create(&format!("/a/f{i}"))).await);
     }
     last = last.max(
         cl.submit(Command::Rename {
@@ -279,7 +299,7 @@ async fn a_minority_leader_cannot_acknowledge_and_the_majority_goes_on() {
     c.form().await;
     let old = c.wait_leader(&[1, 2, 3]).await;
     let cl = c.client(old).await;
-    let base = cl.submit(mkdir("/p")).await.unwrap();
+    let base = submit(&cl, mkdir("/p")).await;
     c.converge(base).await;
     // The leader alone on one side.
     c.faults.partition(&[old], &c.ids());
@@ -293,7 +313,7 @@ async fn a_minority_leader_cannot_acknowledge_and_the_majority_goes_on() {
     let cm = c.client(new).await;
     let mut last = 0;
     for i in 0..50 {
-        last = cm.submit(create(&format!("/p/m{i}"))).await.unwrap();
+        last = submit(&cm, create(&format!("/p/m{i}"))).await;
     }
     // The minority's write was never acknowledged as done.
     let r = lost.await.unwrap();
@@ -305,7 +325,7 @@ async fn a_minority_leader_cannot_acknowledge_and_the_majority_goes_on() {
         "the isolated leader answered {r:?}"
     );
     c.faults.heal();
-    let last = last.max(cm.submit(mkdir("/p/healed")).await.unwrap());
+    let last = last.max(submit(&cm, mkdir("/p/healed")).await);
     let digest = c.converge(last).await;
     // It was not committed: the new leader's log replaced it.
     let t = c.store(old);
@@ -350,10 +370,10 @@ async fn a_far_behind_learner_installs_a_snapshot_and_a_wiped_node_rejoins() {
         .await
         .unwrap();
     let cl = c.client(1).await;
-    cl.submit(mkdir("/s")).await.unwrap();
+    submit(&cl, mkdir("/s")).await;
     let mut last = 0;
     for i in 0..1500 {
-        last = cl.submit(create(&format!("/s/f{i}"))).await.unwrap();
+        last = submit(&cl, create(&format!("/s/f{i}"))).await;
     }
     // The leader purges its log behind its snapshots.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
@@ -389,7 +409,7 @@ async fn a_far_behind_learner_installs_a_snapshot_and_a_wiped_node_rejoins() {
     std::fs::remove_dir_all(&c.node(3).dir).unwrap();
     c.start(3).await;
     for i in 0..100 {
-        last = cl.submit(create(&format!("/s/after{i}"))).await.unwrap();
+        last = submit(&cl, create(&format!("/s/after{i}"))).await;
     }
     let after = c.converge(last).await;
     assert_ne!(after, digest);
@@ -452,10 +472,10 @@ async fn a_subscriber_resumes_on_another_node_after_a_failover_without_gap_or_du
         })
         .await
         .unwrap();
-    cl.submit(mkdir("/s")).await.unwrap();
+    submit(&cl, mkdir("/s")).await;
     let mut last = 0;
     for i in 0..100 {
-        last = cl.submit(create(&format!("/s/a{i}"))).await.unwrap();
+        last = submit(&cl, create(&format!("/s/a{i}"))).await;
     }
     let at = follow(&mut sub, 0, last, &mut seen).await;
     drop(sub);
@@ -465,7 +485,7 @@ async fn a_subscriber_resumes_on_another_node_after_a_failover_without_gap_or_du
     let leader = c.wait_leader(&[2, 3]).await;
     let cl = c.client(leader).await;
     for i in 0..100 {
-        last = cl.submit(create(&format!("/s/b{i}"))).await.unwrap();
+        last = submit(&cl, create(&format!("/s/b{i}"))).await;
     }
     c.stop(2).await;
     c.start(1).await;
@@ -483,7 +503,7 @@ async fn a_subscriber_resumes_on_another_node_after_a_failover_without_gap_or_du
         .unwrap();
     let cl = c.client(3).await;
     for i in 0..20 {
-        last = cl.submit(create(&format!("/s/c{i}"))).await.unwrap();
+        last = submit(&cl, create(&format!("/s/c{i}"))).await;
     }
     follow(&mut sub, at, last, &mut seen).await;
     // What it saw is node 3's log, record for record: every record with
