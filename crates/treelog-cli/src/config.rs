@@ -44,7 +44,9 @@ pub(crate) fn command() -> Command {
             if a.get_env().is_some() || NOT_SETTINGS.contains(&long.as_str()) {
                 return a;
             }
-            let a = a.env(env_name(&long));
+            // `--help` would show the variables' values: the bridge's NATS
+            // URL may hold a password.
+            let a = a.env(env_name(&long)).hide_env_values(true);
             // A repeated option's values in one variable.
             if matches!(a.get_action(), ArgAction::Append) {
                 a.value_delimiter(',')

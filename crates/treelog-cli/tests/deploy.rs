@@ -93,6 +93,14 @@ fn a_flag_beats_the_environment_which_beats_the_file_which_beats_the_default() {
         setting(out, "bridge-nats"),
         "bridge-nats = \"nats://<redacted>@bus:4222\"  # file"
     );
+    // Nor shown by --help, which names each variable.
+    let h = treelog(
+        &["serve", "--help"],
+        &[("TREELOG_BRIDGE_NATS", "nats://user:hunter2@bus:4222")],
+    );
+    assert_eq!(h.code(), 0, "{h:?}");
+    assert!(h.stdout.contains("TREELOG_BRIDGE_NATS"), "{h:?}");
+    assert!(!h.stdout.contains("hunter2"), "{h:?}");
     // What it printed is a config file that loads to the same settings.
     let again = tmp.path().join("printed.toml");
     std::fs::write(&again, out).unwrap();
