@@ -55,7 +55,7 @@ impl std::fmt::Debug for NatsConfig {
 
 /// `url` (comma-separated URLs) with each `user:password@` or `token@`
 /// replaced by `<redacted>@`.
-pub(crate) fn redact_userinfo(url: &str) -> String {
+pub fn redact_userinfo(url: &str) -> String {
     url.split(',')
         .map(|u| {
             let (scheme, rest) = u.split_once("://").unwrap_or(("", u));

@@ -75,7 +75,7 @@ pub(crate) struct Cli {
     )]
     pub tls_server_name: Option<String>,
     /// fsync each group before acknowledging (`sync`) or not (`none`).
-    #[arg(long, global = true, value_enum, default_value_t = DurabilityArg::Sync)]
+    #[arg(long, global = true, env = "TREELOG_DURABILITY", value_enum, default_value_t = DurabilityArg::Sync)]
     pub durability: DurabilityArg,
     #[command(subcommand)]
     pub cmd: Cmd,
@@ -335,8 +335,16 @@ pub(crate) enum Cmd {
     /// (other kinds are skipped and counted). DIR's contents go under DEST
     /// (created if missing); an entry that exists already fails alone.
     Import(ImportArgs),
-    /// Run the server.
+    /// Run the server. Every option is also a config file key (--config)
+    /// and an environment variable: TREELOG_ and the option's name in
+    /// capitals with `_` for `-` (TREELOG_MAX_CONNECTIONS). A flag wins
+    /// over the environment, which wins over the file.
     Serve(Box<ServeArgs>),
+    /// Print a shell completion script (bash, zsh, fish, elvish,
+    /// powershell) for `treelog`.
+    Completions { shell: clap_complete::Shell },
+    /// Print the man page treelog(1), in roff.
+    Man,
     /// Build a small tree, print it, show the log and verify the index.
     Demo,
     /// Publish the server's committed change log into a bus, exactly once
@@ -392,8 +400,21 @@ pub(crate) enum ClusterCmd {
     Snapshot,
 }
 
+/// Every option of `serve` (and the global ones it uses) is also a key of
+/// its config file and a `TREELOG_*` environment variable (src/config.rs).
 #[derive(Args, Debug)]
 pub(crate) struct ServeArgs {
+    /// Read settings from this TOML file: its keys are the long options
+    /// below (`listen = "0.0.0.0:7400"`, `require-tls = true`, ...; see
+    /// deploy/treelog.toml). An option given on the command line or in
+    /// the environment wins over the file.
+    #[arg(long, env = "TREELOG_CONFIG", value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Print the effective settings as TOML, each with where it came from
+    /// (flag, env, file; defaults commented out), and exit. Secrets are files: their
+    /// paths are printed, never their contents.
+    #[arg(long)]
+    pub print_config: bool,
     /// Log events on standard error as text or as JSON lines (filter with
     /// RUST_LOG, default `info`; see docs/OPERATIONS.md, Logs).
     #[arg(long, default_value_t = crate::server::LogFormat::Text)]

@@ -1,13 +1,17 @@
 //! `treelog`: the command-line tool (local and remote namespace commands,
 //! `serve`, `admin`, `demo`). See `treelog --help` and the README.
 
-use clap::Parser;
+use std::io::Write;
+
+use clap::FromArgMatches;
 
 mod admin_cmd;
 mod args;
 mod backend;
 mod bridge;
+mod cli_docs;
 mod cluster;
+mod config;
 mod credential;
 mod demo;
 mod describe;
@@ -37,5 +41,10 @@ use treelog_server as server;
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> std::process::ExitCode {
-    run::run(args::Cli::parse())
+    let parsed = config::parse();
+    if let Some(text) = config::print_config(&parsed) {
+        let _ = std::io::stdout().write_all(text.as_bytes());
+        return std::process::ExitCode::SUCCESS;
+    }
+    run::run(args::Cli::from_arg_matches(&parsed.matches).unwrap_or_else(|e| e.exit()))
 }
