@@ -253,3 +253,52 @@ fn require_tls_and_http_tls_need_a_certificate() {
         assert!(e.to_string().contains("--tls-cert"), "{e}");
     }
 }
+
+/// A client certificate named by `peer_tls_names` gives node powers
+/// whatever the connection's credential; another certificate of the same
+/// CA with the same credential does not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_certificate_gets_node_powers_and_no_other_certificate_does() {
+    use treelog_proto::protocol::{RaftRpc, RequestBody};
+    let pki = Pki::new("test ca");
+    let (cert, key) = pki.issue(CertSpec::node("node-1"));
+    let node2 = pki.issue(CertSpec::node("node-2"));
+    let alice = pki.issue(CertSpec::client("alice"));
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("credentials");
+    let secret =
+        treelog_server::add_credential(&file, "reader", treelog_server::Role::Read).unwrap();
+    let ca = pki.ca_pem();
+    let mut c = ServerConfig::new(dir.path().join("data"));
+    c.listen = "127.0.0.1:0".parse().unwrap();
+    c.http = "127.0.0.1:0".parse().unwrap();
+    c.store = c.store.durability(Durability::None);
+    c.tls = Some(ServerTls::load(&cert, &key, Some((ca.as_path(), ClientAuth::Required))).unwrap());
+    c.require_tls = true;
+    c.credentials = Some(file);
+    c.peer_tls_names = vec!["node-2".into()];
+    let h = treelog_server::start(c).await.expect("start the server");
+    let as_ = |own| ClientOptions {
+        tls: Some(pki.client(Some(own))),
+        token: Some(secret.clone()),
+        ..Default::default()
+    };
+    let vote = || RequestBody::Raft {
+        rpc: RaftRpc::Vote,
+        payload: vec![],
+    };
+    // Past the gate: this node is no cluster's, so InvalidArgument.
+    let n2 = Client::connect(h.bound.rpc, as_(&node2)).await.unwrap();
+    let e = n2.call(vote()).await.err().unwrap();
+    assert_eq!(e.kind(), ErrorKind::InvalidArgument, "{e}");
+    let a = Client::connect(h.bound.rpc, as_(&alice)).await.unwrap();
+    let e = a.call(vote()).await.err().unwrap();
+    assert_eq!(e.kind(), ErrorKind::PermissionDenied, "{e}");
+    // Both read as their credential allows, neither writes.
+    for c in [&n2, &a] {
+        c.stat("/").await.unwrap();
+        let e = c.submit(mkdir("/x")).await.unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::PermissionDenied, "{e}");
+    }
+    h.shutdown().await.unwrap();
+}
