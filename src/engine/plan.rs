@@ -721,11 +721,8 @@ impl Engine {
         inodes: Option<u64>,
         bytes: Option<u64>,
     ) -> Result<Plan> {
-        let (r, canon) = self.resolve_canon(view, p, false)?;
+        let (r, canon) = self.resolve_quota_dir(view, p)?;
         let ino = &r.inode;
-        if !ino.attrs.kind.is_dir() {
-            return Err(Error::NotADirectory(canon));
-        }
         if inodes == Some(v2::NO_LIMIT) || bytes == Some(v2::NO_LIMIT) {
             return Err(Error::InvalidArgument(format!(
                 "a limit is below {} (leave it out for none)",
@@ -764,10 +761,7 @@ impl Engine {
         view: &Overlay<'_, R>,
         p: &str,
     ) -> Result<Plan> {
-        let (r, canon) = self.resolve_canon(view, p, false)?;
-        if !r.inode.attrs.kind.is_dir() {
-            return Err(Error::NotADirectory(canon));
-        }
+        let (r, canon) = self.resolve_quota_dir(view, p)?;
         match stored_quota(view, r.inode.id)? {
             Some(q) => Ok(Plan::Events(vec![Event::ClearQuota {
                 id: r.inode.id,
@@ -786,10 +780,7 @@ impl Engine {
         view: &Overlay<'_, R>,
         p: &str,
     ) -> Result<Plan> {
-        let (r, canon) = self.resolve_canon(view, p, false)?;
-        if !r.inode.attrs.kind.is_dir() {
-            return Err(Error::NotADirectory(canon));
-        }
+        let (r, canon) = self.resolve_quota_dir(view, p)?;
         let Some(q) = stored_quota(view, r.inode.id)? else {
             return Err(Error::NotFound(format!("{canon} has no quota")));
         };
@@ -872,6 +863,19 @@ impl Engine {
         let canon = path::canonical(p)?;
         let quotas = (with_quotas && !self.state.quotas.is_empty()).then_some(&self.state.quotas);
         Ok((resolve_in(view, &self.names, &canon, quotas)?, canon))
+    }
+
+    /// The directory a quota command names (`NotADirectory` otherwise).
+    fn resolve_quota_dir(
+        &self,
+        view: &(impl IndexRead + ?Sized),
+        p: &str,
+    ) -> Result<(Resolved, String)> {
+        let (r, canon) = self.resolve_canon(view, p, false)?;
+        if !r.inode.attrs.kind.is_dir() {
+            return Err(Error::NotADirectory(canon));
+        }
+        Ok((r, canon))
     }
 
     /// [`Engine::resolve_canon`] for a command that takes a file (with the

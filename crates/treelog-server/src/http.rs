@@ -90,8 +90,8 @@ pub(crate) async fn serve(listener: TcpListener, state: Arc<State>) {
     while conns.join_next().await.is_some() {}
 }
 
-/// The probes, answered even when the port is full.
-fn probe_router(state: &Arc<State>) -> axum::Router {
+/// `/healthz` and `/readyz`.
+fn probes(state: &Arc<State>) -> axum::Router {
     use axum::routing::get;
     axum::Router::new()
         .route("/healthz", get(|| async { "ok\n" }))
@@ -102,30 +102,26 @@ fn probe_router(state: &Arc<State>) -> axum::Router {
                 move || readyz(st.clone())
             }),
         )
-        .fallback(treelog_http::busy)
+}
+
+/// The probes alone, answered even when the port is full; anything else
+/// is 503 there.
+fn probe_router(state: &Arc<State>) -> axum::Router {
+    probes(state).fallback(treelog_http::busy)
 }
 
 fn router(state: &Arc<State>) -> axum::Router {
     use axum::routing::get;
-    axum::Router::new()
-        .route("/healthz", get(|| async { "ok\n" }))
-        .route(
-            "/readyz",
-            get({
-                let st = state.clone();
-                move || readyz(st.clone())
-            }),
-        )
-        .route(
-            "/metrics",
-            get({
-                let st = state.clone();
-                move |axum::Extension(peer): axum::Extension<HttpPeer>,
-                      headers: axum::http::HeaderMap| {
-                    metrics_handler(st.clone(), peer, headers)
-                }
-            }),
-        )
+    probes(state).route(
+        "/metrics",
+        get({
+            let st = state.clone();
+            move |axum::Extension(peer): axum::Extension<HttpPeer>,
+                  headers: axum::http::HeaderMap| {
+                metrics_handler(st.clone(), peer, headers)
+            }
+        }),
+    )
 }
 
 /// Counts and logs a connection past the port's bounds.
