@@ -4,7 +4,8 @@
 //! randomness and the rounds of randomized loops ([`random`]), waiting
 //! for conditions ([`poll`]), running a binary ([`cli`]), commands
 //! ([`commands`]), clients of a server ([`client`]), its RPC port byte by
-//! byte ([`wire`]), its HTTP port ([`http`]), and a linearizability
+//! byte ([`wire`]), its HTTP port ([`http`]), server processes started,
+//! killed, paused and stopped ([`process`]), and a linearizability
 //! checker ([`history`]).
 //!
 //! Nothing here depends on the engine: the helpers that start a server in
@@ -17,6 +18,7 @@ pub mod commands;
 pub mod history;
 pub mod http;
 pub mod poll;
+pub mod process;
 pub mod random;
 pub mod wire;
 pub mod worker;
