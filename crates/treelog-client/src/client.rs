@@ -124,6 +124,14 @@ impl Shared {
         }
     }
 
+    /// Leaves the current connection, if any, for the next endpoint.
+    pub(crate) fn rotate(&self, why: &Error) {
+        let cur = self.current.lock().ok().and_then(|c| c.clone());
+        if let Some((c, _)) = cur {
+            self.discard(&c, why);
+        }
+    }
+
     /// The open connection, or a new one: the endpoints in turn, pausing
     /// with back-off between rounds, until `deadline`. Refusals that
     /// retrying cannot help are returned at once.

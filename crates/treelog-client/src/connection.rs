@@ -151,8 +151,8 @@ pub(crate) struct Connection {
     terminal: Mutex<Option<String>>,
     peer: SocketAddr,
     born: Instant,
-    /// Milliseconds after `born` of the last frame received.
-    last_rx: AtomicU64,
+    /// Milliseconds after `born` of the last bytes received.
+    last_rx: Arc<AtomicU64>,
     /// The reader waits for a slow stream consumer: silence is not the
     /// server's.
     delivering: AtomicBool,
@@ -292,6 +292,13 @@ impl Connection {
         };
         seen.saw(committed);
         let (out_tx, out_rx) = mpsc::channel::<Vec<u8>>(1024);
+        let born = Instant::now();
+        let last_rx = Arc::new(AtomicU64::new(0));
+        let rd = Metered {
+            inner: rd,
+            last_rx: last_rx.clone(),
+            born,
+        };
         let conn = Arc::new(Connection {
             out: out_tx,
             pending: Mutex::new(Some(HashMap::default())),
@@ -300,8 +307,8 @@ impl Connection {
             seen_seq: seen.clone(),
             terminal: Mutex::new(None),
             peer: addr,
-            born: Instant::now(),
-            last_rx: AtomicU64::new(0),
+            born,
+            last_rx,
             delivering: AtomicBool::new(false),
             tasks: Mutex::new(Vec::new()),
         });
@@ -552,6 +559,30 @@ impl Connection {
     }
 }
 
+/// The read half, noting when bytes last arrived: a large frame that is
+/// still arriving is not silence.
+struct Metered<R> {
+    inner: R,
+    last_rx: Arc<AtomicU64>,
+    born: Instant,
+}
+
+impl<R: AsyncRead + Unpin> AsyncRead for Metered<R> {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let r = std::pin::Pin::new(&mut self.inner).poll_read(cx, buf);
+        if buf.filled().len() > before {
+            let ms = self.born.elapsed().as_millis() as u64;
+            self.last_rx.store(ms, Ordering::Relaxed);
+        }
+        r
+    }
+}
+
 /// Reads frames and routes each reply to its waiter, until the
 /// connection ends; then fails the waiters left.
 async fn read_loop<R: AsyncRead + Unpin>(mut rd: R, weak: Weak<Connection>, max_frame: usize) {
@@ -576,8 +607,6 @@ async fn read_loop<R: AsyncRead + Unpin>(mut rd: R, weak: Weak<Connection>, max_
             Err(e) => break lost(e),
         };
         let Some(c) = weak.upgrade() else { return };
-        c.last_rx
-            .store(c.born.elapsed().as_millis() as u64, Ordering::Relaxed);
         match protocol::decode::<ServerMsg>(&frame) {
             Ok(ServerMsg::Response { id, body }) => {
                 let end = matches!(body, ResponseBody::StreamEnd)

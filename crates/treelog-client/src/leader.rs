@@ -70,11 +70,9 @@ pub(crate) async fn submit_following(client: &Client, cmd: Command) -> Result<u6
         // No leader known or reachable: ask another endpoint, after a
         // pause (an election takes a moment).
         if client.endpoints().len() > 1 {
-            if let Ok(c) = client.shared.connection(deadline).await {
-                client
-                    .shared
-                    .discard(&c, &Error::Protocol("looking for the leader".into()));
-            }
+            client
+                .shared
+                .rotate(&Error::Protocol("looking for the leader".into()));
         }
         let now = Instant::now();
         let pause = backoff
