@@ -13,7 +13,7 @@ use crate::backoff::Backoff;
 use crate::command::Command;
 use crate::connection::{Connection, Failure, OpenError};
 use crate::endpoint::Endpoint;
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorKind, Result};
 use crate::options::{ClientOptions, SeenSeq};
 use crate::protocol::{self, RequestBody, ResponseBody};
 
@@ -370,12 +370,21 @@ impl Client {
         loop {
             let conn = self.connection(deadline).await?;
             let e = match conn.call(body.clone(), deadline).await {
-                Ok(reply) => {
-                    return match protocol::response_error(&reply) {
-                        Some(e) => Err(e),
-                        None => Ok(reply),
+                Ok(reply) => match protocol::response_error(&reply) {
+                    // Refused by a server on its way out, so not applied:
+                    // the next endpoint (or its successor) takes it.
+                    Some(e) if e.kind() == ErrorKind::ShuttingDown && class != Class::Other => {
+                        self.shared.discard(&conn, &e);
+                        let pause = backoff.next_pause();
+                        if deadline.is_some_and(|d| Instant::now() + pause >= d) {
+                            return Err(e);
+                        }
+                        tokio::time::sleep(pause).await;
+                        continue;
                     }
-                }
+                    Some(e) => return Err(e),
+                    None => return Ok(reply),
+                },
                 Err(Failure::NotSent(e)) => {
                     self.shared.discard(&conn, &e);
                     continue;
