@@ -421,3 +421,58 @@ fn a_subscription_resumes_after_a_sigkill_on_its_server_or_on_a_replica() {
     records_upto(&rt, &mut sub2, last, &mut got2);
     assert_eq!(got2, (1..=last).collect::<Vec<_>>());
 }
+
+#[test]
+fn writes_follow_the_leader_across_its_sigkill_and_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut leader = Node::new(dir.path(), "leader", None);
+    leader.start();
+    let rt = runtime();
+    ready(&rt, &leader);
+    let mut replica = Node::new(dir.path(), "replica", Some(leader.rpc));
+    replica.start();
+    ready(&rt, &replica);
+    // Knows the replica only: writes go on to the leader it names.
+    let c = rt
+        .block_on(Client::connect(
+            replica.rpc,
+            ClientOptions {
+                follow_leader: true,
+                leader_wait: Duration::from_secs(30),
+                request_timeout: Duration::from_secs(30),
+                ..Default::default()
+            },
+        ))
+        .unwrap();
+    let a = rt.block_on(c.submit(commands::mkdir("/f/a"))).unwrap();
+    assert_eq!(c.addr(), replica.rpc);
+    leader.kill9();
+    // Down: nothing can take the write; the deadline ends it (not applied,
+    // or unknown when the dead connection took it before its loss was
+    // seen: the process was gone, so it is not applied either way).
+    let e = rt
+        .block_on(
+            c.with_deadline(Duration::from_secs(1))
+                .submit(commands::mkdir("/f/never")),
+        )
+        .unwrap_err();
+    assert!(
+        matches!(
+            e.kind(),
+            ErrorKind::DeadlineExceeded | ErrorKind::NotLeader | ErrorKind::OutcomeUnknown
+        ),
+        "{e}"
+    );
+    leader.start();
+    ready(&rt, &leader);
+    // The held connection to the dead leader is dropped, the replica asked
+    // again, and the restarted leader takes the write.
+    let b = rt.block_on(c.submit(commands::mkdir("/f/b"))).unwrap();
+    assert!(b > a);
+    applied(&rt, &replica, b);
+    assert!(rt.block_on(c.stat("/f/b")).unwrap().attrs.kind.is_dir());
+    assert_eq!(
+        rt.block_on(c.stat("/f/never")).unwrap_err().kind(),
+        ErrorKind::NotFound
+    );
+}
