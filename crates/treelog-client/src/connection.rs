@@ -156,12 +156,16 @@ pub(crate) struct Connection {
     /// The reader waits for a slow stream consumer: silence is not the
     /// server's.
     delivering: AtomicBool,
+    /// The reader and the watchdog.
     tasks: Mutex<Vec<AbortHandle>>,
+    writer: Mutex<Option<AbortHandle>>,
 }
 
 impl Drop for Connection {
     fn drop(&mut self) {
-        self.abort_tasks();
+        // The writer is left to send what is queued: it ends when the
+        // queue's sender (`out`) goes with this.
+        self.abort_tasks(false);
     }
 }
 
@@ -311,6 +315,7 @@ impl Connection {
             last_rx,
             delivering: AtomicBool::new(false),
             tasks: Mutex::new(Vec::new()),
+            writer: Mutex::new(None),
         });
         let writer = tokio::spawn(protocol::write_loop(out_rx, w.into_inner()));
         let reader = tokio::spawn(read_loop(rd, Arc::downgrade(&conn), opts.max_frame));
@@ -320,11 +325,10 @@ impl Connection {
             opts.ping_timeout,
         ));
         if let Ok(mut t) = conn.tasks.lock() {
-            t.extend([
-                writer.abort_handle(),
-                reader.abort_handle(),
-                watchdog.abort_handle(),
-            ]);
+            t.extend([reader.abort_handle(), watchdog.abort_handle()]);
+        }
+        if let Ok(mut w) = conn.writer.lock() {
+            *w = Some(writer.abort_handle());
         }
         Ok(conn)
     }
@@ -347,18 +351,24 @@ impl Connection {
         t.as_ref().map(|m| Error::Protocol(m.clone()))
     }
 
-    fn abort_tasks(&self) {
+    fn abort_tasks(&self, writer: bool) {
         if let Ok(mut t) = self.tasks.lock() {
             for h in t.drain(..) {
                 h.abort();
             }
         }
+        if writer {
+            if let Some(h) = self.writer.lock().ok().and_then(|mut w| w.take()) {
+                h.abort();
+            }
+        }
     }
 
-    /// Ends the connection: its waiters get `e`, its socket is closed.
+    /// Ends the connection: its waiters get `e`, its socket is closed
+    /// (a writer stuck on a peer that stopped reading included).
     pub(crate) fn close(&self, e: &Error) {
         self.fail_all(e);
-        self.abort_tasks();
+        self.abort_tasks(true);
     }
 
     fn fail_all(&self, e: &Error) {
