@@ -600,6 +600,7 @@ fn error_kind() -> impl Strategy<Value = ErrorKind> {
         ErrorKind::Lagging,
         ErrorKind::QuotaExceeded,
         ErrorKind::PermissionDenied,
+        ErrorKind::DeadlineExceeded,
     ])
 }
 

@@ -75,9 +75,14 @@ pub enum ErrorKind {
     /// was refused and wrote nothing.
     QuotaExceeded,
     /// The connection's credential does not grant the request (its role,
-    /// docs/SECURITY.md); nothing was done. (Last: the kinds are numbered
-    /// on the wire in this order.)
+    /// docs/SECURITY.md); nothing was done.
     PermissionDenied,
+    /// The request's deadline passed before it got an answer, and nothing
+    /// was sent that could have changed the store: a read, or a mutation
+    /// that never reached a connection (one that did is `OutcomeUnknown`).
+    /// Retrying is safe. (Last: the kinds are numbered on the wire in this
+    /// order.)
+    DeadlineExceeded,
 }
 
 impl ErrorKind {
@@ -108,6 +113,7 @@ impl ErrorKind {
             ErrorKind::OutcomeUnknown => "outcome_unknown",
             ErrorKind::QuotaExceeded => "quota_exceeded",
             ErrorKind::PermissionDenied => "permission_denied",
+            ErrorKind::DeadlineExceeded => "deadline_exceeded",
         }
     }
 
@@ -244,6 +250,10 @@ pub enum Error {
     /// A server limit was reached.
     #[error("busy: {0}")]
     Busy(String),
+    /// A client's deadline passed before the request was sent or, for a
+    /// read, answered.
+    #[error("deadline exceeded: {0}")]
+    DeadlineExceeded(String),
     /// A protocol or connection problem talking to a server.
     #[error("protocol: {0}")]
     Protocol(String),
@@ -285,6 +295,7 @@ impl Error {
             Error::Protocol(_) => ErrorKind::Protocol,
             Error::Busy(_) => ErrorKind::Busy,
             Error::PermissionDenied(_) => ErrorKind::PermissionDenied,
+            Error::DeadlineExceeded(_) => ErrorKind::DeadlineExceeded,
             // A failed checksum or a damaged file is the database's
             // corruption, not a passing I/O failure.
             #[cfg(feature = "rocksdb")]
