@@ -16,6 +16,7 @@ pub mod protocol;
 pub mod read;
 pub mod stream;
 pub mod types;
+pub mod v1;
 
 pub use clock::now_ms;
 pub use command::Command;
