@@ -86,6 +86,15 @@ pub enum Command {
 }
 
 impl Command {
+    /// The cluster feature level ([`crate::FEATURE_LEVEL`]) every member
+    /// of a Raft cluster must be at before the leader takes this command:
+    /// a member of a lower level would not know how to apply it. The
+    /// release before feature levels (level 1) knew every command there
+    /// is today; a command added later names its level here.
+    pub fn feature_level(&self) -> u32 {
+        1
+    }
+
     /// A short lower-case name for metrics and logs.
     pub fn name(&self) -> &'static str {
         match self {

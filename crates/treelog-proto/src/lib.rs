@@ -16,10 +16,12 @@ pub mod protocol;
 pub mod read;
 pub mod stream;
 pub mod types;
+pub mod v1;
 
 pub use clock::now_ms;
 pub use command::Command;
 pub use error::{Error, ErrorKind, Result};
 pub use event::{Event, EventKind, Record};
+pub use protocol::FEATURE_LEVEL;
 pub use read::{Read, ReadAt};
 pub use types::{Attrs, DirEntry, FileType, Inode, ListPage};

@@ -25,6 +25,12 @@ pub const MAGIC: [u8; 4] = *b"TLOG";
 /// extended attributes, quotas, parent times; `Attrs` gained
 /// `change_ms`), whose values a version-1 peer cannot decode.
 pub const PROTOCOL_VERSION: u16 = 2;
+/// What this release's Raft nodes can apply (docs/CLUSTER.md, "Feature
+/// levels"): a cluster takes a command only when every member is at the
+/// level it needs ([`crate::Command::feature_level`]). 2: the first
+/// release that tells its peers its level (an earlier one counts as 1);
+/// no command needs more than 1 yet.
+pub const FEATURE_LEVEL: u32 = 2;
 /// Default largest frame either side accepts.
 pub const DEFAULT_MAX_FRAME: usize = 1 << 20;
 /// The first allocation for a frame's payload; [`read_frame`] grows it as

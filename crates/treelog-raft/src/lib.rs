@@ -17,11 +17,13 @@
 //! - [`proposer`]: the leader's writer hands its records to Raft.
 //! - [`network`]: Raft's messages over treelog's protocol; partitions for
 //!   tests.
+//! - [`features`]: feature levels in a cluster of mixed releases.
 //! - [`node`]: a node's lifecycle, leadership, administration.
 //! - [`service`]: what the server routes to the node.
 //!
 //! A store that is no cluster's node never goes through any of this.
 
+pub mod features;
 pub mod log_store;
 pub mod metrics;
 pub mod network;

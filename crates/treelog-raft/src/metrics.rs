@@ -42,6 +42,8 @@ pub struct RaftMetrics {
     /// Callers answered `OutcomeUnknown` after leadership was lost and
     /// their entries' fate stayed unknown.
     pub outcome_unknown: IntCounterVec,
+    /// The cluster's feature level as this node knows it (`features`).
+    pub cluster_feature_level: IntGauge,
 }
 
 const STATES: [&str; 5] = ["leader", "follower", "candidate", "learner", "shutdown"];
@@ -151,6 +153,12 @@ impl RaftMetrics {
                 ),
                 &["why"],
             )?,
+            cluster_feature_level: g(
+                "treelog_raft_cluster_feature_level",
+                "The cluster's feature level: on the leader the lowest of its members' \
+                 (1 for a member of a release before feature levels or not heard from), \
+                 elsewhere the leader's figure",
+            )?,
         };
         r.register(Box::new(m.term.clone()))?;
         r.register(Box::new(m.leader.clone()))?;
@@ -161,6 +169,7 @@ impl RaftMetrics {
             &m.applied_index,
             &m.snapshot_index,
             &m.purged_index,
+            &m.cluster_feature_level,
         ] {
             r.register(Box::new(x.clone()))?;
         }

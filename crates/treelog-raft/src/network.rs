@@ -23,6 +23,7 @@ use treelog::error::Error;
 use treelog_client::{Client, ClientOptions, ClientTls};
 use treelog_proto::protocol::{RaftRpc, RequestBody, ResponseBody};
 
+use crate::features::{self, FeatureLevels};
 use crate::metrics::RaftMetrics;
 use crate::snapshot::{SnapshotBegin, SnapshotChunk, SnapshotEnd, CHUNK_BYTES};
 use crate::state_machine::SnapshotData;
@@ -114,16 +115,23 @@ pub struct Network {
     tls: Option<Arc<ClientTls>>,
     faults: Option<Arc<Faults>>,
     metrics: Option<Arc<RaftMetrics>>,
+    features: Arc<FeatureLevels>,
 }
 
 impl Network {
-    pub fn new(me: NodeId, token: Option<String>, faults: Option<Arc<Faults>>) -> Network {
+    pub fn new(
+        me: NodeId,
+        token: Option<String>,
+        faults: Option<Arc<Faults>>,
+        features: Arc<FeatureLevels>,
+    ) -> Network {
         Network {
             me,
             token,
             tls: None,
             faults,
             metrics: None,
+            features,
         }
     }
 
@@ -147,6 +155,7 @@ impl Network {
             tls: self.tls.clone(),
             faults: self.faults.clone(),
             metrics: self.metrics.clone(),
+            features: self.features.clone(),
             client: None,
         }
     }
@@ -169,6 +178,7 @@ pub struct Peer {
     tls: Option<Arc<ClientTls>>,
     faults: Option<Arc<Faults>>,
     metrics: Option<Arc<RaftMetrics>>,
+    features: Arc<FeatureLevels>,
     client: Option<Client>,
 }
 
@@ -215,13 +225,31 @@ impl Peer {
         Ok(c)
     }
 
-    /// Sends `req` as `rpc` and decodes the answer (openraft's `Result`).
+    /// Sends `req` as `rpc` and decodes the answer (openraft's `Result`);
+    /// the peer's feature level is what its answer's trailer says.
     async fn call<Req: Serialize, Resp: DeserializeOwned>(
         &mut self,
         rpc: RaftRpc,
         req: &Req,
         ttl: Duration,
     ) -> Result<Resp, CallError> {
+        let r = self.exchange(rpc, req, ttl).await;
+        match &r {
+            Err(CallError::Unreachable(_)) => self.features.lost(self.target),
+            Ok((_, t)) => self.features.heard(self.target, t.as_ref()),
+            Err(CallError::Remote(_)) => {}
+        }
+        r.and_then(|(resp, _)| resp.map_err(CallError::Remote))
+    }
+
+    /// One message and its answer, with their trailers (`features`).
+    #[allow(clippy::type_complexity)]
+    async fn exchange<Req: Serialize, Resp: DeserializeOwned>(
+        &mut self,
+        rpc: RaftRpc,
+        req: &Req,
+        ttl: Duration,
+    ) -> Result<(Result<Resp, String>, Option<features::Trailer>), CallError> {
         if let Some(f) = &self.faults {
             f.pass(self.me, self.target)
                 .await
@@ -229,6 +257,7 @@ impl Peer {
         }
         let payload =
             postcard::to_stdvec(req).map_err(|e| CallError::Remote(format!("encoding: {e}")))?;
+        let payload = features::with_trailer(payload, &self.features.trailer());
         let client = self.client().await?;
         let reply =
             tokio::time::timeout(ttl, client.call(RequestBody::Raft { rpc, payload })).await;
@@ -258,9 +287,8 @@ impl Peer {
                 .map_err(|e| CallError::Unreachable(e.to_string()))?;
         }
         match reply {
-            ResponseBody::Raft(bytes) => postcard::from_bytes::<Result<Resp, String>>(&bytes)
-                .map_err(|e| CallError::Remote(format!("decoding the answer: {e}")))?
-                .map_err(CallError::Remote),
+            ResponseBody::Raft(bytes) => features::split::<Result<Resp, String>>(&bytes)
+                .map_err(|e| CallError::Remote(format!("decoding the answer: {e}"))),
             other => Err(CallError::Remote(format!("unexpected answer {other:?}"))),
         }
     }

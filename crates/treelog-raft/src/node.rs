@@ -13,6 +13,7 @@ use treelog::format::record::LeaderTag;
 use treelog::{Durability, Error, Result, Treelog};
 use treelog_proto::protocol::{ClusterMember, ClusterStatus};
 
+use crate::features::FeatureLevels;
 use crate::log_store::LogStore;
 use crate::metrics::RaftMetrics;
 use crate::network::{Faults, Network};
@@ -116,6 +117,8 @@ pub struct RaftNode {
     metrics: Option<Arc<RaftMetrics>>,
     snapshots: Arc<Snapshots>,
     pub(crate) receiver: Receiver,
+    /// The peers' feature levels and the cluster's.
+    pub features: Arc<FeatureLevels>,
     running: tokio::sync::RwLock<Option<Running>>,
 }
 
@@ -128,7 +131,9 @@ impl RaftNode {
             )?)),
             None => None,
         };
+        let gauge = metrics.as_ref().map(|m| m.cluster_feature_level.clone());
         let node = Arc::new(RaftNode {
+            features: Arc::new(FeatureLevels::new(cfg.id, gauge)),
             receiver: Receiver::new(t.store().path()),
             cfg,
             t,
@@ -147,9 +152,14 @@ impl RaftNode {
         let log = LogStore::new(store.clone(), self.cfg.durability, self.metrics.clone())
             .map_err(Error::Io)?;
         let sm = StateMachine::new(store.clone(), self.snapshots.clone(), self.metrics.clone());
-        let network = Network::new(self.cfg.id, self.cfg.token.clone(), self.cfg.faults.clone())
-            .with_tls(self.cfg.tls.clone())
-            .with_metrics(self.metrics.clone());
+        let network = Network::new(
+            self.cfg.id,
+            self.cfg.token.clone(),
+            self.cfg.faults.clone(),
+            self.features.clone(),
+        )
+        .with_tls(self.cfg.tls.clone())
+        .with_metrics(self.metrics.clone());
         let raft = Raft::new(self.cfg.id, config, network, log, sm)
             .await
             .map_err(|e| Error::InvalidArgument(format!("starting Raft: {e}")))?;
@@ -386,10 +396,14 @@ impl RaftNode {
                     .ok_or_else(|| Error::Busy(format!("the leader {id} has no address")))?;
                 (id, addr)
             };
-            let mut peer =
-                Network::new(self.cfg.id, self.cfg.token.clone(), self.cfg.faults.clone())
-                    .with_tls(self.cfg.tls.clone())
-                    .peer(leader, &addr);
+            let mut peer = Network::new(
+                self.cfg.id,
+                self.cfg.token.clone(),
+                self.cfg.faults.clone(),
+                self.features.clone(),
+            )
+            .with_tls(self.cfg.tls.clone())
+            .peer(leader, &addr);
             peer.read_index().await?
         };
         let wm = self.t.watermark();
@@ -515,6 +529,14 @@ async fn watch_leadership(
         }
         last_term = Some(m.current_term);
         last_leader = Some(m.current_leader);
+        node.features.set_members(
+            m.membership_config
+                .membership()
+                .nodes()
+                .map(|(id, _)| *id)
+                .collect(),
+            m.state == ServerState::Leader,
+        );
         let vote = &m.vote;
         let is_leader = m.state == ServerState::Leader
             && vote.committed

@@ -5,14 +5,17 @@
 use openraft::async_runtime::WatchReceiver;
 use std::sync::{Arc, Weak};
 
-use openraft::raft::{AppendEntriesRequest, TransferLeaderRequest, VoteRequest};
+use openraft::raft::{
+    AppendEntriesRequest, AppendEntriesResponse, TransferLeaderRequest, VoteRequest,
+};
 use openraft::ServerState;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
-use treelog::{Error, Result};
+use treelog::{Command, Error, Result};
 use treelog_proto::protocol::{ClusterRequest, ClusterStatus, RaftRpc, Role};
 use treelog_server::{BoxFuture, ClusterService};
 
+use crate::features::{self, Trailer};
 use crate::node::RaftNode;
 use crate::snapshot::{SnapshotBegin, SnapshotChunk, SnapshotEnd};
 use crate::state_machine::SnapshotData;
@@ -24,8 +27,9 @@ pub struct RaftService {
     pub node: Weak<RaftNode>,
 }
 
-fn decode<T: DeserializeOwned>(rpc: RaftRpc, payload: &[u8]) -> Result<T> {
-    postcard::from_bytes(payload)
+/// The message, and the sender's trailer (`features`) after it.
+fn decode<T: DeserializeOwned>(rpc: RaftRpc, payload: &[u8]) -> Result<(T, Option<Trailer>)> {
+    features::split(payload)
         .map_err(|e| Error::InvalidArgument(format!("a {rpc:?} message does not decode: {e}")))
 }
 
@@ -40,39 +44,55 @@ impl RaftService {
         self.node.upgrade().ok_or(Error::ShuttingDown)
     }
 
+    /// A peer's message answered, this node's trailer after the answer.
     async fn raft_message(&self, rpc: RaftRpc, payload: Vec<u8>) -> Result<Vec<u8>> {
         let node = self.node()?;
+        let reply = self.answer_message(&node, rpc, payload).await?;
+        Ok(features::with_trailer(reply, &node.features.trailer()))
+    }
+
+    async fn answer_message(
+        &self,
+        node: &RaftNode,
+        rpc: RaftRpc,
+        payload: Vec<u8>,
+    ) -> Result<Vec<u8>> {
         let raft = node.raft().await?;
         match rpc {
             RaftRpc::AppendEntries => {
-                let req: AppendEntriesRequest<TypeConfig> = decode(rpc, &payload)?;
-                answer(raft.append_entries(req).await)
+                let (req, t): (AppendEntriesRequest<TypeConfig>, _) = decode(rpc, &payload)?;
+                let r = raft.append_entries(req).await;
+                if matches!(&r, Ok(a) if !matches!(a, AppendEntriesResponse::HigherVote(_))) {
+                    // From the leader this node follows.
+                    node.features.from_leader(t.as_ref());
+                }
+                answer(r)
             }
             RaftRpc::Vote => {
-                let req: VoteRequest<TypeConfig> = decode(rpc, &payload)?;
+                let (req, _): (VoteRequest<TypeConfig>, _) = decode(rpc, &payload)?;
                 answer(raft.vote(req).await)
             }
             RaftRpc::PreVote => {
-                let req: VoteRequest<TypeConfig> = decode(rpc, &payload)?;
+                let (req, _): (VoteRequest<TypeConfig>, _) = decode(rpc, &payload)?;
                 answer(raft.pre_vote(req).await)
             }
             RaftRpc::TransferLeader => {
-                let req: TransferLeaderRequest<TypeConfig> = decode(rpc, &payload)?;
+                let (req, _): (TransferLeaderRequest<TypeConfig>, _) = decode(rpc, &payload)?;
                 answer(raft.handle_transfer_leader(req).await)
             }
             RaftRpc::SnapshotBegin => {
-                let req: SnapshotBegin = decode(rpc, &payload)?;
+                let (req, _): (SnapshotBegin, _) = decode(rpc, &payload)?;
                 let current = raft.metrics().borrow_watched().vote;
                 let r = node.receiver.begin(req, &current);
                 answer(r)
             }
             RaftRpc::SnapshotChunk => {
-                let req: SnapshotChunk = decode(rpc, &payload)?;
+                let (req, _): (SnapshotChunk, _) = decode(rpc, &payload)?;
                 let r = node.receiver.chunk(req);
                 answer(r)
             }
             RaftRpc::SnapshotEnd => {
-                let req: SnapshotEnd = decode(rpc, &payload)?;
+                let (req, _): (SnapshotEnd, _) = decode(rpc, &payload)?;
                 let current = raft.metrics().borrow_watched().vote;
                 let dir = match node.receiver.end(&req.id, &req.vote, &current) {
                     Ok(d) => d,
@@ -116,6 +136,14 @@ impl ClusterService for RaftService {
 
     fn read_index(&self) -> BoxFuture<'_, Result<u64>> {
         Box::pin(async move { self.node()?.read_index().await })
+    }
+
+    fn admit(&self, cmd: &Command) -> Result<()> {
+        // Only the leader's view counts: a follower answers NotLeader.
+        match self.node.upgrade() {
+            Some(n) if n.features.leading() => n.features.admit(cmd.feature_level(), cmd.name()),
+            _ => Ok(()),
+        }
     }
 
     fn role(&self) -> (Role, Option<String>) {

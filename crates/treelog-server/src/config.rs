@@ -133,6 +133,12 @@ pub trait ClusterService: Send + Sync + 'static {
     fn read_index(&self) -> BoxFuture<'_, Result<u64>>;
     /// The node's role and the leader's address (for `Status`).
     fn role(&self) -> (protocol::Role, Option<String>);
+    /// Whether the cluster may take `cmd` now: refused (`InvalidArgument`)
+    /// while a member is at a feature level below the one it needs.
+    fn admit(&self, cmd: &treelog_proto::Command) -> Result<()> {
+        let _ = cmd;
+        Ok(())
+    }
 }
 
 pub type BoxFuture<'a, T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send + 'a>>;

@@ -13,6 +13,7 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 use treelog::{Error, ErrorKind, Result, Treelog};
 use treelog_proto::protocol::{self, ClientMsg, RequestBody, ServerMsg};
+use treelog_proto::v1;
 
 use crate::admission::Admission;
 use crate::audit::Draft;
@@ -132,7 +133,7 @@ async fn welcome(out: &Out, t: &Treelog, max_frame: usize) -> bool {
     send(
         out,
         &ServerMsg::Welcome {
-            version: protocol::PROTOCOL_VERSION,
+            version: out.version(),
             server: format!("treelog {}", env!("CARGO_PKG_VERSION")),
             committed_seq: t.committed_seq(),
             // `validate` keeps it within u32.
@@ -160,6 +161,12 @@ impl Requests<'_> {
     /// an error, or the server shuts down.
     async fn serve(&mut self) -> Result<()> {
         while let Some((id, body, bytes)) = self.next_request().await? {
+            if self.ctx.out.version() == v1::VERSION {
+                if let Some(e) = v1::refusal(&body) {
+                    let _ = respond(&self.ctx.out, id, protocol::error_body(&e)).await;
+                    continue;
+                }
+            }
             if let Err(e) = self.ctx.identity.check(&body) {
                 self.refuse(id, &body, e).await;
                 continue;
@@ -206,7 +213,7 @@ impl Requests<'_> {
                 let wait = (!self.ctx.has_streams()).then_some(self.idle_timeout);
                 tokio::select! {
                     _ = self.shutdown.changed() => return Ok(None),
-                    m = read_sized(self.rd, self.max_frame, wait) => m,
+                    m = read_sized(self.rd, self.max_frame, wait, self.ctx.out.version()) => m,
                 }
             }
         };
@@ -242,7 +249,7 @@ impl Requests<'_> {
         let mut batch = vec![(id, body)];
         let mut total = bytes;
         while batch.len() < READ_BATCH && frame_buffered(self.rd) {
-            match read_sized(self.rd, self.max_frame, None).await {
+            match read_sized(self.rd, self.max_frame, None, self.ctx.out.version()).await {
                 Ok(Some((ClientMsg::Request { id, body }, bytes)))
                     if read_ready(&self.ctx, &body) && self.ctx.identity.check(&body).is_ok() =>
                 {

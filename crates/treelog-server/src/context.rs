@@ -151,6 +151,11 @@ impl ConnCtx {
         })
     }
 
+    /// The node's cluster service, when it is a Raft node and Raft runs.
+    pub(crate) fn cluster_service(&self) -> Option<&Arc<dyn ClusterService>> {
+        self.cluster.as_ref().and_then(|slot| slot.get())
+    }
+
     /// The node's cluster service; `InvalidArgument` on a single node,
     /// `Busy` until Raft runs.
     pub(crate) fn cluster(&self) -> Result<&Arc<dyn ClusterService>> {

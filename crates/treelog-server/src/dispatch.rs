@@ -78,7 +78,12 @@ pub(crate) async fn handle(
 async fn answer(ctx: &ConnCtx, body: RequestBody) -> Result<ResponseBody> {
     let t = &ctx.t;
     match body {
-        RequestBody::Mutate(cmd) => t.submit_async(cmd).await.map(ResponseBody::Seq),
+        RequestBody::Mutate(cmd) => {
+            if let Some(c) = ctx.cluster_service() {
+                c.admit(&cmd)?;
+            }
+            t.submit_async(cmd).await.map(ResponseBody::Seq)
+        }
         body @ (RequestBody::Stat { .. }
         | RequestBody::StatId { .. }
         | RequestBody::List { .. }) => read_now(ctx, body).unwrap_or_else(not_a_read),

@@ -6,6 +6,7 @@ use std::net::SocketAddr;
 
 use treelog::{Error, ErrorKind, Result};
 use treelog_proto::protocol::{self, ClientMsg, Hello, ServerMsg};
+use treelog_proto::v1;
 
 use crate::admission::Admission;
 use crate::incoming::{read_msg, ReadHalf};
@@ -72,13 +73,17 @@ async fn read_hello(
     if hello.magic != protocol::MAGIC {
         return Err(Error::Protocol("bad magic in Hello".into()));
     }
-    if hello.version != protocol::PROTOCOL_VERSION {
+    if hello.version != protocol::PROTOCOL_VERSION && hello.version != v1::VERSION {
         return Err(Error::Protocol(format!(
-            "protocol version {} is not supported (this server speaks {})",
+            "protocol version {} is not supported (this server speaks {} and {})",
             hello.version,
+            v1::VERSION,
             protocol::PROTOCOL_VERSION
         )));
     }
+    // From here on, frames to this client are in its version, the
+    // refusal below included.
+    out.set_version(hello.version);
     let who = state
         .auth
         .identify(peer.ip(), &hello.token, state.metrics())

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use treelog::{Error, Result};
 use treelog_proto::protocol::{self, ClientMsg};
+use treelog_proto::v1;
 
 use crate::stream::ConnRead;
 
@@ -26,15 +27,19 @@ pub(crate) async fn read_msg(
     max: usize,
     wait: Option<Duration>,
 ) -> Result<Option<ClientMsg>> {
-    Ok(read_sized(rd, max, wait).await?.map(|(m, _)| m))
+    // Every version's Hello is the same message.
+    let version = protocol::PROTOCOL_VERSION;
+    Ok(read_sized(rd, max, wait, version).await?.map(|(m, _)| m))
 }
 
 /// [`read_msg`], with the size of the frame the message came in (what
-/// the connection's budget of request bytes in flight charges it).
+/// the connection's budget of request bytes in flight charges it),
+/// decoded as protocol `version` has it and translated to today's.
 pub(crate) async fn read_sized(
     rd: &mut ReadHalf,
     max: usize,
     wait: Option<Duration>,
+    version: u16,
 ) -> Result<Option<(ClientMsg, usize)>> {
     // A frame already whole in the buffer is read without arming a timer
     // (a pipelining client's frames mostly are).
@@ -51,6 +56,7 @@ pub(crate) async fn read_sized(
         None => protocol::read_frame(rd, max).await?,
     };
     match frame {
+        Some(f) if version == v1::VERSION => Ok(Some((v1::decode_client(&f)?, f.len()))),
         Some(f) => Ok(Some((protocol::decode::<ClientMsg>(&f)?, f.len()))),
         None => Ok(None),
     }

@@ -4,7 +4,7 @@
 //! the server stop reading its requests ([`Out::full`]) instead of
 //! queueing without bound.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU16, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use tokio::io::AsyncWriteExt;
@@ -12,6 +12,7 @@ use tokio::net::TcpStream;
 use tokio::sync::{mpsc, Notify};
 use treelog::{ErrorKind, Result};
 use treelog_proto::protocol::{self, ResponseBody, ServerMsg};
+use treelog_proto::v1;
 
 use crate::metrics::ServerMetrics;
 use crate::stream::ConnWrite;
@@ -26,6 +27,9 @@ struct OutCount {
     drained: Notify,
     closed: AtomicBool,
     metrics: Option<Arc<ServerMetrics>>,
+    /// The protocol version the client's Hello chose (the current one
+    /// until then): how every frame to it is encoded.
+    version: AtomicU16,
 }
 
 impl OutCount {
@@ -116,6 +120,16 @@ impl Out {
         self.count.room().await
     }
 
+    /// The protocol version the connection speaks.
+    pub(crate) fn version(&self) -> u16 {
+        self.count.version.load(Ordering::Acquire)
+    }
+
+    /// Makes the connection speak `version` (its Hello's, once accepted).
+    pub(crate) fn set_version(&self, version: u16) {
+        self.count.version.store(version, Ordering::Release);
+    }
+
     /// Whether the queue has reached its bound (and the writer runs).
     pub(crate) fn full(&self) -> bool {
         self.count.full()
@@ -136,6 +150,7 @@ impl Out {
             drained: Notify::new(),
             closed: AtomicBool::new(false),
             metrics,
+            version: AtomicU16::new(protocol::PROTOCOL_VERSION),
         });
         // One task owns the socket's write half and batches frames.
         let writer = {
@@ -154,8 +169,15 @@ pub(crate) async fn respond(out: &Out, id: u64, body: ResponseBody) -> bool {
     send(out, &ServerMsg::Response { id, body }).await
 }
 
+/// Sends `msg` in the connection's protocol version (translated for a
+/// protocol-1 client, see `treelog_proto::v1`).
 pub(crate) async fn send(out: &Out, msg: &ServerMsg) -> bool {
-    match protocol::encode(msg) {
+    let frame = if out.version() == v1::VERSION {
+        v1::encode_server(msg)
+    } else {
+        protocol::encode(msg)
+    };
+    match frame {
         Ok(f) => out.push(f).await,
         Err(_) => false,
     }

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use tokio::sync::watch;
 use treelog::ReadAt;
 use treelog_proto::protocol::{self, ResponseBody};
+use treelog_proto::v1;
 
 use crate::context::ConnCtx;
 use crate::out::respond;
@@ -101,7 +102,16 @@ pub(crate) async fn subscription(
                 let _ = respond(&ctx.out, id, ResponseBody::StreamEnd).await;
                 break "ok";
             }
-            Some(Ok(item)) => ResponseBody::Item(item),
+            Some(Ok(item)) => match expressible(ctx, &item) {
+                Ok(()) => ResponseBody::Item(item),
+                // An item a protocol-1 client cannot be sent ends its
+                // stream with the error saying why, rather than going out
+                // as an error in the middle of it.
+                Err(e) => {
+                    let _ = respond(&ctx.out, id, protocol::error_body(&e)).await;
+                    break e.kind().as_str();
+                }
+            },
             Some(Err(e)) => {
                 let _ = respond(&ctx.out, id, protocol::error_body(&e)).await;
                 break e.kind().as_str();
@@ -141,6 +151,14 @@ pub(crate) async fn subscription(
         m.store.streams().subscribers.dec();
     }
     outcome
+}
+
+/// Whether the connection's protocol can carry `item`.
+fn expressible(ctx: &ConnCtx, item: &treelog::stream::StreamItem) -> treelog::Result<()> {
+    if ctx.out.version() == v1::VERSION {
+        v1::stream_item(item)?;
+    }
+    Ok(())
 }
 
 fn snapshot_too_slow(ctx: &ConnCtx) -> treelog::Error {
