@@ -77,7 +77,9 @@ impl ErrorKind {
             K::ShuttingDown => ErrorKind::ShuttingDown,
             K::Protocol => ErrorKind::Protocol,
             K::Unauthorized | K::PermissionDenied => ErrorKind::Unauthorized,
-            K::Busy => ErrorKind::Busy,
+            // A client's own deadline is never a server's reply; were it
+            // one, nothing was applied: retry later, as Busy says.
+            K::Busy | K::DeadlineExceeded => ErrorKind::Busy,
             K::Io => ErrorKind::Io,
             K::OutcomeUnknown => ErrorKind::OutcomeUnknown,
             K::Lagging => ErrorKind::Lagging,
