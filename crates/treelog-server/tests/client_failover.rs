@@ -340,5 +340,18 @@ fn the_blocking_client_stats_creates_and_lists() {
     assert!(c.ping().unwrap() >= f);
     let short = c.with_deadline(Duration::from_secs(5));
     assert!(short.stat("/d/f").is_ok());
+    let mut sub = c
+        .subscribe(treelog::stream::SubscribeOptions {
+            from: treelog::stream::StartFrom::Seq(d),
+            ..Default::default()
+        })
+        .unwrap();
+    let mut seqs = Vec::new();
+    while seqs.len() < 2 {
+        if let treelog::stream::StreamItem::Record { seq, .. } = sub.next_item().unwrap().unwrap() {
+            seqs.push(seq);
+        }
+    }
+    assert_eq!(seqs, [d, f]);
     rt.block_on(h.shutdown()).unwrap();
 }
