@@ -11,6 +11,7 @@ use crate::error::{Error, Result};
 use crate::options::ClientOptions;
 use crate::protocol::{RequestBody, ResponseBody};
 use crate::read::{Read, ReadAt};
+use crate::stream::{StreamItem, SubscribeOptions};
 use crate::types::{ContentSummary, DirEntry, Inode, ListPage, Xattr, XattrFlag};
 
 /// The blocking twin of [`crate::Client`]: the same operations, each
@@ -185,5 +186,42 @@ impl Client {
 
     pub fn wait_for(&self, seq: u64, timeout: Duration) -> Result<u64> {
         self.rt.block_on(self.inner.wait_for(seq, timeout))
+    }
+
+    /// See [`crate::Client::subscribe`].
+    pub fn subscribe(&self, opts: SubscribeOptions) -> Result<Subscription> {
+        let sub = self.rt.block_on(self.inner.subscribe(opts))?;
+        Ok(Subscription {
+            rt: self.rt.clone(),
+            sub,
+        })
+    }
+}
+
+/// The blocking twin of [`crate::RemoteSubscription`].
+pub struct Subscription {
+    rt: Arc<tokio::runtime::Runtime>,
+    sub: crate::RemoteSubscription,
+}
+
+impl Subscription {
+    /// The next item, waiting for it (see [`crate::RemoteSubscription::next`]).
+    pub fn next_item(&mut self) -> Option<Result<StreamItem>> {
+        self.rt.block_on(self.sub.next())
+    }
+
+    /// The next item, or `None` when none came within `wait` (the
+    /// subscription stays as it was).
+    pub fn next_within(&mut self, wait: Duration) -> Option<Option<Result<StreamItem>>> {
+        self.rt
+            .block_on(async { tokio::time::timeout(wait, self.sub.next()).await.ok() })
+    }
+
+    pub fn position(&self) -> Option<u64> {
+        self.sub.position()
+    }
+
+    pub fn reconnects(&self) -> u64 {
+        self.sub.reconnects()
     }
 }
