@@ -24,6 +24,20 @@ pub async fn get_with(addr: SocketAddr, path: &str, headers: &str) -> (u16, Stri
     (status, body.to_owned())
 }
 
+/// `GET path`, `None` when the port does not take the connection or it
+/// breaks (a server that is starting or stopping).
+pub async fn try_get(addr: SocketAddr, path: &str) -> Option<(u16, String)> {
+    let mut s = TcpStream::connect(addr).await.ok()?;
+    let request = format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    s.write_all(request.as_bytes()).await.ok()?;
+    let mut buf = Vec::new();
+    s.read_to_end(&mut buf).await.ok()?;
+    let text = String::from_utf8_lossy(&buf);
+    let status = text.split(' ').nth(1).and_then(|c| c.parse().ok())?;
+    let body = text.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+    Some((status, body.to_owned()))
+}
+
 /// `GET path` without extra headers.
 pub async fn get(addr: SocketAddr, path: &str) -> (u16, String) {
     get_with(addr, path, "").await
