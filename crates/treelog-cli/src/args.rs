@@ -17,7 +17,14 @@ Exit codes: 0 success, 2 usage, 3 not found, 4 already exists, 5 not a
 directory, 6 is a directory, 7 not empty, 8 invalid name/path/argument,
 9 dictionary full, 10 corruption or incompatible database, 11 compacted or
 cursor expired, 12 verify mismatch, 13 outcome unknown (read before
-retrying), 14 quota exceeded, 1 anything else.
+retrying), 14 quota exceeded, 15 permission denied, 16 not the leader (a
+replica refused a linearizable read, or no leader took a write), 17 not
+caught up (the node did not reach --min-seq in time), 1 anything else.
+
+Read commands see the state --consistency and --min-seq ask for (default:
+linearizable; on a replica, its newest state). Every mutation prints the
+sequence of its log record (`(seq N)`, a `seq` field with --json): pass it as
+--min-seq to read your write on any node.
 
 Commands with several operands (mkdir, touch, rm, chmod, chown, touchtime,
 mv SRC... DIR) run each operand on its own, in order; a failure is reported
@@ -74,6 +81,24 @@ pub(crate) struct Cli {
         value_name = "NAME"
     )]
     pub tls_server_name: Option<String>,
+    /// Which state the read commands (stat, ls, count, readlink,
+    /// getfattr, quota show) see: `linearizable`, every write acknowledged
+    /// before the command started; `latest`, the node's newest state. The
+    /// default is linearizable, except on a replica (`serve --replica-of`),
+    /// which cannot give it: there the default reads its newest state, and
+    /// an explicit `linearizable` is refused (exit 16).
+    #[arg(long, global = true, env = "TREELOG_CONSISTENCY", value_enum)]
+    pub consistency: Option<crate::consistency::Consistency>,
+    /// Read commands: wait (at most --timeout) until the node has
+    /// committed SEQ (a mutation's `seq`), else fail with exit 17 (not
+    /// caught up).
+    #[arg(long, global = true, env = "TREELOG_MIN_SEQ", value_name = "SEQ")]
+    pub min_seq: Option<u64>,
+    /// Read commands: how long to wait for --min-seq, in seconds (a
+    /// fraction allowed).
+    #[arg(long, global = true, env = "TREELOG_TIMEOUT", value_name = "SECS",
+          value_parser = crate::consistency::parse_timeout, default_value = "5")]
+    pub timeout: std::time::Duration,
     /// fsync each group before acknowledging (`sync`) or not (`none`).
     #[arg(long, global = true, env = "TREELOG_DURABILITY", value_enum, default_value_t = DurabilityArg::Sync)]
     pub durability: DurabilityArg,
@@ -136,11 +161,15 @@ pub(crate) enum Cmd {
     },
     /// List a directory.
     Ls(LsArgs),
-    /// Show an inode by path, or by id with --id.
+    /// Show inodes by path, or one by id with --id. Several paths are read
+    /// at one committed state (its `seq` is in the --json lines); a path
+    /// that does not exist is reported and the others are still shown,
+    /// with exit 3.
     Stat {
-        #[arg(long)]
+        #[arg(long, conflicts_with = "paths")]
         id: Option<u64>,
-        path: Option<String>,
+        #[arg(value_name = "PATH", required_unless_present = "id")]
+        paths: Vec<String>,
     },
     /// Rename (move) atomically: `mv SRC DST` renames SRC to exactly DST
     /// (an existing directory DST is not moved into, as with GNU `mv -T`);

@@ -9,11 +9,16 @@ use crate::command::Command;
 use crate::error::{Error, Result};
 use crate::exit::naming;
 use crate::format::ROOT_ID;
+use crate::protocol::{RequestBody, ResponseBody, Role};
 use crate::retention::CursorInfo;
 use crate::stream::{StreamItem, SubscribeOptions, Subscription};
 use crate::types::{ContentSummary, DirEntry, Inode, ListPage, Xattr};
-use treelog::ReadAt;
 use treelog::{Options, Treelog};
+use treelog::{Read, ReadAt};
+
+/// How long a server has to say its role (`Status`, answered at once by a
+/// running one).
+const ROLE_WAIT: Duration = Duration::from_secs(10);
 
 pub(crate) enum Backend {
     Local(Treelog),
@@ -79,52 +84,120 @@ impl Backend {
         }
     }
 
-    pub(crate) fn stat(&self, path: &str) -> Result<Inode> {
+    pub(crate) fn stat_id_at(&self, id: u64, at: ReadAt) -> Result<Inode> {
         match self {
-            Backend::Local(t) => t.stat(path),
-            Backend::Remote { rt, client } => rt.block_on(client.stat(path)),
+            Backend::Local(t) => t.stat_id_at(id, at).map(|r| r.value),
+            Backend::Remote { rt, client } => {
+                rt.block_on(client.stat_id_at(id, at)).map(|r| r.value)
+            }
         }
     }
 
-    pub(crate) fn stat_id(&self, id: u64) -> Result<Inode> {
+    pub(crate) fn readlink_at(&self, path: &str, at: ReadAt) -> Result<String> {
         match self {
-            Backend::Local(t) => t.stat_id(id),
-            Backend::Remote { rt, client } => rt.block_on(client.stat_id(id)),
-        }
-    }
-
-    pub(crate) fn readlink(&self, path: &str) -> Result<String> {
-        match self {
-            Backend::Local(t) => t.readlink(path),
-            Backend::Remote { rt, client } => rt.block_on(client.readlink(path)),
+            Backend::Local(t) => t.readlink_at(path, at).map(|r| r.value),
+            Backend::Remote { rt, client } => {
+                let body = RequestBody::Readlink {
+                    path: path.to_owned(),
+                    at,
+                };
+                match rt.block_on(client.call(body))? {
+                    ResponseBody::Target { target, .. } => Ok(target),
+                    other => Err(unexpected("Readlink", other)),
+                }
+            }
         }
     }
 
     /// The extended attribute `name` of `path`, or all of them.
-    pub(crate) fn xattrs(&self, path: &str, name: Option<&str>) -> Result<Vec<Xattr>> {
+    pub(crate) fn xattrs_at(
+        &self,
+        path: &str,
+        name: Option<&str>,
+        at: ReadAt,
+    ) -> Result<Vec<Xattr>> {
         match self {
-            Backend::Local(t) => t.xattrs_at(path, name, ReadAt::Latest).map(|r| r.value),
-            Backend::Remote { rt, client } => rt.block_on(client.xattrs(path, name)),
+            Backend::Local(t) => t.xattrs_at(path, name, at).map(|r| r.value),
+            Backend::Remote { rt, client } => {
+                let body = RequestBody::GetXattrs {
+                    path: path.to_owned(),
+                    name: name.map(str::to_owned),
+                    at,
+                };
+                match rt.block_on(client.call(body))? {
+                    ResponseBody::Xattrs { xattrs, .. } => Ok(xattrs),
+                    other => Err(unexpected("GetXattrs", other)),
+                }
+            }
         }
     }
 
-    pub(crate) fn count(&self, path: &str) -> Result<ContentSummary> {
+    pub(crate) fn count_at(&self, path: &str, at: ReadAt) -> Result<ContentSummary> {
         match self {
-            Backend::Local(t) => t.count(path),
-            Backend::Remote { rt, client } => rt.block_on(client.count(path)),
+            Backend::Local(t) => t.count_at(path, at).map(|r| r.value),
+            Backend::Remote { rt, client } => {
+                let body = RequestBody::Count {
+                    path: path.to_owned(),
+                    at,
+                };
+                match rt.block_on(client.call(body))? {
+                    ResponseBody::Summary { summary, .. } => Ok(summary),
+                    other => Err(unexpected("Count", other)),
+                }
+            }
         }
     }
 
-    /// The path of an inode, by walking parent ids.
-    pub(crate) fn path_of(&self, id: u64) -> Result<String> {
+    /// The server's role (a local data directory is its own leader),
+    /// within [`ROLE_WAIT`]: a stopped node must not hang the command.
+    pub(crate) fn role(&self) -> Result<Role> {
+        match self {
+            Backend::Local(_) => Ok(Role::Leader),
+            Backend::Remote { rt, client } => {
+                let status = rt.block_on(async {
+                    tokio::time::timeout(ROLE_WAIT, client.call(RequestBody::Status)).await
+                });
+                match status {
+                    Err(_) => Err(Error::Protocol(format!(
+                        "the server did not say its role within {} s",
+                        ROLE_WAIT.as_secs()
+                    ))),
+                    Ok(r) => match r? {
+                        ResponseBody::Status(s) => Ok(s.role),
+                        other => Err(unexpected("Status", other)),
+                    },
+                }
+            }
+        }
+    }
+
+    /// Waits up to `timeout` for the store to commit `seq`; returns its
+    /// committed sequence then (lower than `seq` when it did not).
+    pub(crate) fn wait_for(&self, seq: u64, timeout: Duration) -> Result<u64> {
+        match self {
+            Backend::Local(t) => Ok(t.committed_seq()),
+            Backend::Remote { rt, client } => rt.block_on(async {
+                // The server answers at its bound; a stopped one never
+                // does, so the client keeps one too (a second more).
+                let bound = timeout + Duration::from_secs(1);
+                match tokio::time::timeout(bound, client.wait_for(seq, timeout)).await {
+                    Ok(r) => r,
+                    Err(_) => Err(crate::consistency::not_caught_up(None, seq, bound)),
+                }
+            }),
+        }
+    }
+
+    /// The path of an inode at the state `at`, by walking parent ids.
+    pub(crate) fn path_of(&self, id: u64, at: ReadAt) -> Result<String> {
         let mut names = Vec::new();
-        let mut cur = self.stat_id(id)?;
+        let mut cur = self.stat_id_at(id, at)?;
         while cur.id != ROOT_ID {
             names.push(cur.name.clone());
             if names.len() > 4096 {
                 return Err(Error::corrupt("index", "parent chain loops"));
             }
-            cur = self.stat_id(cur.parent)?;
+            cur = self.stat_id_at(cur.parent, at)?;
         }
         names.reverse();
         let refs: Vec<&str> = names.iter().map(String::as_str).collect();
@@ -147,13 +220,29 @@ impl Backend {
         }
     }
 
-    pub(crate) fn stat_at(&self, path: &str, at: ReadAt) -> Result<Inode> {
+    /// A stat at a committed state, with that state's sequence.
+    pub(crate) fn stat_at(&self, path: &str, at: ReadAt) -> Result<Read<Inode>> {
         match self {
-            Backend::Local(t) => t.stat_at(path, at).map(|r| r.value),
-            Backend::Remote { rt, client } => {
-                rt.block_on(client.stat_at(path, at)).map(|r| r.value)
-            }
+            Backend::Local(t) => t.stat_at(path, at),
+            Backend::Remote { rt, client } => rt.block_on(client.stat_at(path, at)),
         }
+    }
+
+    /// `at` as `Latest`: once one read at `at` has answered, the node's
+    /// newest state is at least as new as that read's (its watermark only
+    /// rises), so later reads of this command need not wait or ask the
+    /// leader again, and a walk (`count`) takes the node's fast path.
+    pub(crate) fn settle(&self, at: ReadAt) -> Result<ReadAt> {
+        if at != ReadAt::Latest {
+            self.stat_at("/", at)?;
+        }
+        Ok(ReadAt::Latest)
+    }
+
+    /// Pins a state that `at` allows (see [`Backend::settle`]).
+    pub(crate) fn pin_view_at(&self, at: ReadAt) -> Result<u64> {
+        self.settle(at)?;
+        self.pin_view()
     }
 
     /// Pins the newest committed state (see `Treelog::pin_view`).
@@ -280,6 +369,10 @@ impl Sub<'_> {
             Sub::Remote { sub, .. } => sub.position(),
         }
     }
+}
+
+fn unexpected(request: &str, reply: ResponseBody) -> Error {
+    Error::Protocol(format!("unexpected reply to {request}: {reply:?}"))
 }
 
 /// The backend the command line names: `--server`, else `--data`.

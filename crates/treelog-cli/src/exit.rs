@@ -23,6 +23,11 @@ pub(crate) fn exit_code(kind: ErrorKind) -> u8 {
         ErrorKind::OutcomeUnknown => 13,
         ErrorKind::QuotaExceeded => 14,
         ErrorKind::PermissionDenied => 15,
+        // Go to the leader: a replica refused a linearizable read, or no
+        // leader took a write (not applied).
+        ErrorKind::NotLeader => 16,
+        // The node did not reach the sequence asked for (--min-seq) in time.
+        ErrorKind::Lagging => 17,
         _ => 1,
     }
 }

@@ -472,6 +472,12 @@ pub(crate) fn run(cli: &Cli, out: &Out, a: &ImportArgs) -> Result<u8> {
     };
     pb.finish_and_clear();
     let tally = tally?;
+    // The state that holds everything imported (for --min-seq): locally
+    // this process is the only writer; a client has seen every write's.
+    let seq = match &t {
+        Backend::Local(t) => t.committed_seq(),
+        Backend::Remote { client, .. } => client.seen_seq(),
+    };
     let secs = started.elapsed().as_secs_f64();
     let entries = tally.dirs + tally.files;
     let rate = entries as f64 / secs.max(1e-9);
@@ -505,11 +511,12 @@ pub(crate) fn run(cli: &Cli, out: &Out, a: &ImportArgs) -> Result<u8> {
             "first_failures": tally.first,
             "seconds": secs,
             "entries_per_sec": rate,
+            "seq": seq,
         }))?;
     } else {
         outln!(
             out,
-            "imported {entries} entries ({} directories, {} files ({})) into {} in {secs:.2} s, {rate:.0} entries/s; {skipped} skipped, {} failed",
+            "imported {entries} entries ({} directories, {} files ({})) into {} in {secs:.2} s, {rate:.0} entries/s; {skipped} skipped, {} failed (seq {seq})",
             tally.dirs,
             tally.files,
             human_size(tally.bytes),

@@ -1,17 +1,22 @@
-//! The namespace's reading commands: ls and stat.
+//! The namespace's reading commands: ls and stat, each at one pinned
+//! committed state that --consistency and --min-seq allow.
+
+use std::io::Write;
 
 use crate::args::{Cli, LsArgs};
 use crate::backend::{open, Backend};
 use crate::describe::{long_line, mode_string, LongFormat};
 use crate::error::{Error, Result};
+use crate::exit::{quote_always, reason, FirstFailure};
 use crate::output::{outln, quote, Out};
 use crate::timefmt::{TimeFormatter, TimeStyle};
 use crate::types::Inode;
 use treelog::ReadAt;
 
-fn print_stat(out: &Out, i: &Inode, path: &str) -> Result<()> {
+/// One stat's output; `seq` is the state it was read at (in --json).
+fn print_stat(out: &Out, i: &Inode, path: &str, seq: u64) -> Result<()> {
     if out.json {
-        return out.print_json(&serde_json::json!({"path": path, "inode": i}));
+        return out.print_json(&serde_json::json!({"path": path, "inode": i, "seq": seq}));
     }
     outln!(out, "path:       {}", quote(path))?;
     outln!(out, "id:         {}", i.id)?;
@@ -134,11 +139,12 @@ pub(crate) fn ls(cli: &Cli, out: &Out, a: &LsArgs) -> Result<u8> {
     let t = open(cli)?;
     // Every page and directory at one committed state, pinned for
     // the listing: a tree that moves meanwhile is never seen
-    // half-moved (docs/READS.md).
-    let pinned = t.pin_view()?;
+    // half-moved (docs/READS.md); one that --consistency and --min-seq
+    // allow.
+    let pinned = t.pin_view_at(crate::consistency::prepare(cli, &t)?)?;
     let listed = (|| -> Result<Vec<serde_json::Value>> {
         let at = ReadAt::Exactly(pinned);
-        let st = t.stat_at(path, at)?;
+        let st = t.stat_at(path, at)?.value;
         let mut rows = Vec::new();
         if st.attrs.kind.is_dir() {
             let listing = Listing {
@@ -167,13 +173,66 @@ pub(crate) fn ls(cli: &Cli, out: &Out, a: &LsArgs) -> Result<u8> {
     Ok(0)
 }
 
-pub(crate) fn stat(cli: &Cli, out: &Out, id: Option<u64>, path: Option<&str>) -> Result<u8> {
+/// `stat PATH...` (all at one pinned state, like `ls`), or `stat --id ID`.
+/// As coreutils' stat, a missing path is reported and the others are
+/// still shown; the exit code is then that of the first failure.
+pub(crate) fn stat(cli: &Cli, out: &Out, id: Option<u64>, paths: &[String]) -> Result<u8> {
     let t = open(cli)?;
-    let (ino, p) = match (id, path) {
-        (Some(id), _) => (t.stat_id(id)?, t.path_of(id)?),
-        (None, Some(p)) => (t.stat(p)?, crate::path::canonical(p)?),
-        (None, None) => return Err(Error::InvalidArgument("give a path or --id".into())),
-    };
-    print_stat(out, &ino, &p)?;
-    Ok(0)
+    let pinned = t.pin_view_at(crate::consistency::prepare(cli, &t)?)?;
+    let r = stat_pinned(&t, out, id, paths, pinned);
+    t.unpin_view(pinned);
+    r
+}
+
+fn stat_pinned(
+    t: &Backend,
+    out: &Out,
+    id: Option<u64>,
+    paths: &[String],
+    pinned: u64,
+) -> Result<u8> {
+    let at = ReadAt::Exactly(pinned);
+    if let Some(id) = id {
+        let ino = t.stat_id_at(id, at)?;
+        print_stat(out, &ino, &t.path_of(id, at)?, pinned)?;
+        return Ok(0);
+    }
+    if paths.is_empty() {
+        return Err(Error::InvalidArgument("give a path or --id".into()));
+    }
+    let mut failure = FirstFailure::default();
+    for (n, p) in paths.iter().enumerate() {
+        let read = t
+            .stat_at(p, at)
+            .and_then(|r| Ok((r.value, crate::path::canonical(p)?)));
+        match read {
+            Ok((ino, canonical)) => {
+                if n > 0 && !out.json {
+                    outln!(out)?;
+                }
+                print_stat(out, &ino, &canonical, pinned)?;
+            }
+            // The connection or the pin is gone: no other path can be read.
+            Err(e) if !e.kind().is_user_error() => return Err(e),
+            Err(e) => {
+                failure.note(e.kind());
+                if out.json {
+                    out.print_json(&serde_json::json!({
+                        "ok": false, "path": p, "seq": pinned,
+                        "error": e.kind().as_str(), "message": e.to_string(),
+                    }))?;
+                } else {
+                    // What was printed for the operands before stays before.
+                    out.flush()?;
+                    let _ = writeln!(
+                        std::io::stderr(),
+                        "treelog: cannot stat {}: {}",
+                        quote_always(p),
+                        reason(&e, &[p])
+                    );
+                }
+            }
+        }
+    }
+    Ok(failure.code())
 }

@@ -12,6 +12,7 @@ mod bridge;
 mod cli_docs;
 mod cluster;
 mod config;
+mod consistency;
 mod credential;
 mod demo;
 mod describe;

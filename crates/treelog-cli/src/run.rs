@@ -124,7 +124,7 @@ fn dispatch(cli: &Cli, out: &Out) -> Result<u8> {
         Cmd::Complete { path, size } => crate::fs::complete(cli, out, path, *size),
         Cmd::Setsize { path, size } => crate::fs::setsize(cli, out, path, *size),
         Cmd::Ls(a) => crate::list::ls(cli, out, a),
-        Cmd::Stat { id, path } => crate::list::stat(cli, out, *id, path.as_deref()),
+        Cmd::Stat { id, paths } => crate::list::stat(cli, out, *id, paths),
         Cmd::Tail {
             from,
             snapshot,

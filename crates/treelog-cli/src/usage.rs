@@ -1,8 +1,10 @@
 //! Reads of what format 2 added: `readlink`, `getfattr`, `count` and
-//! `quota show`.
+//! `quota show`, each at a state --consistency and --min-seq allow (per
+//! read: the paths of one command may be read at different states).
 
 use crate::args::{Cli, ValueEncoding};
 use crate::backend::open;
+use crate::consistency::prepare;
 use crate::describe::limit;
 use crate::error::{Error, Result};
 use crate::exit::{quote_always, reason, FirstFailure};
@@ -11,7 +13,8 @@ use crate::timefmt::human_size;
 use crate::types::{ContentSummary, Xattr};
 
 pub(crate) fn readlink(cli: &Cli, out: &Out, path: &str) -> Result<u8> {
-    let target = open(cli)?.readlink(path)?;
+    let t = open(cli)?;
+    let target = t.readlink_at(path, prepare(cli, &t)?)?;
     if out.json {
         out.print_json(&serde_json::json!({"path": path, "target": target}))?;
     } else {
@@ -51,9 +54,10 @@ pub(crate) fn getfattr(
     paths: &[String],
 ) -> Result<u8> {
     let t = open(cli)?;
+    let at = prepare(cli, &t)?;
     let mut failure = FirstFailure::default();
     for p in paths {
-        match t.xattrs(p, name) {
+        match t.xattrs_at(p, name, at) {
             Ok(attrs) if out.json => out.print_json(&serde_json::json!({
                 "path": p,
                 "xattrs": attrs.iter().map(|Xattr { name, value }| serde_json::json!({
@@ -119,9 +123,10 @@ pub(crate) fn count(
     paths: &[String],
 ) -> Result<u8> {
     let t = open(cli)?;
+    let at = t.settle(prepare(cli, &t)?)?;
     let mut failure = FirstFailure::default();
     for p in paths {
-        match t.count(p) {
+        match t.count_at(p, at) {
             Ok(s) if out.json => out.print_json(&serde_json::json!({"path": p, "summary": s}))?,
             Ok(s) => {
                 let mut line = String::new();
@@ -171,7 +176,8 @@ fn quota_columns(s: &ContentSummary, human: bool) -> String {
 
 /// `quota show PATH`.
 pub(crate) fn quota_show(cli: &Cli, out: &Out, path: &str) -> Result<u8> {
-    let s = open(cli)?.count(path)?;
+    let t = open(cli)?;
+    let s = t.count_at(path, t.settle(prepare(cli, &t)?)?)?;
     if out.json {
         out.print_json(&serde_json::json!({"path": path, "quota": s.quota}))?;
         return Ok(0);

@@ -353,3 +353,364 @@ fn over_the_network_no_reply_is_torn_and_ls_r_sees_one_tree() {
     assert!(runs > 0 && reads > 0);
     rt.block_on(h.shutdown()).unwrap();
 }
+
+// The CLI's read flags and `stat` of several paths, with the real binary
+// against real `treelog serve` processes.
+
+const BIN: &str = env!("CARGO_BIN_EXE_treelog");
+
+/// A `treelog serve` process (killed when dropped) and its RPC address.
+struct Serve {
+    child: std::process::Child,
+    rpc: std::net::SocketAddr,
+}
+
+impl Serve {
+    /// SIGTERM, and waits for a clean exit.
+    fn stop(mut self) {
+        // SAFETY: a signal to a child this test started and has not reaped.
+        unsafe {
+            libc::kill(self.child.id() as i32, libc::SIGTERM);
+        }
+        let st = self.child.wait().unwrap();
+        assert!(st.success(), "{st:?}");
+    }
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `treelog serve` on `data` (ports chosen by the OS) with `extra` flags,
+/// once it is ready.
+fn serve(data: &std::path::Path, extra: &[&str]) -> Serve {
+    let mut args = vec!["--durability", "none", "serve"];
+    args.extend(["--listen", "127.0.0.1:0", "--http", "127.0.0.1:0"]);
+    args.extend(extra);
+    let mut child = cli::command(BIN, data, &args)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn treelog serve");
+    let rpc = cli::ready_rpc(&mut child);
+    Serve { child, rpc }
+}
+
+/// A replica of `source` (`serve --replica-of`) on `data`. It logs no
+/// "ready" line: ports are chosen here (the OS's choice, released), and
+/// callers poll it until it answers.
+fn serve_replica(data: &std::path::Path, source: std::net::SocketAddr) -> Serve {
+    let free = || {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap()
+    };
+    let (rpc, http) = (free(), free());
+    let (r, h, s) = (rpc.to_string(), http.to_string(), source.to_string());
+    let args = [
+        "--durability",
+        "none",
+        "serve",
+        "--listen",
+        &r,
+        "--http",
+        &h,
+        "--replica-of",
+        &s,
+    ];
+    let child = cli::command(BIN, data, &args)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn treelog serve --replica-of");
+    Serve { child, rpc }
+}
+
+/// `treelog --server ADDR ARGS`, with `env` set.
+fn tl_env(addr: std::net::SocketAddr, env: &[(&str, &str)], args: &[&str]) -> cli::Ran {
+    let mut cmd = std::process::Command::new(BIN);
+    cmd.arg("--server")
+        .arg(addr.to_string())
+        .args(args)
+        .envs(env.iter().copied())
+        .stdin(std::process::Stdio::null());
+    cli::output(&mut cmd)
+}
+
+fn tl(addr: std::net::SocketAddr, args: &[&str]) -> cli::Ran {
+    tl_env(addr, &[], args)
+}
+
+/// Runs a command that must succeed; its standard output.
+fn ok(addr: std::net::SocketAddr, args: &[&str]) -> String {
+    let r = tl(addr, args);
+    assert_eq!(r.code(), 0, "{args:?}: {r:?}");
+    r.stdout
+}
+
+/// The `seq` a mutation printed with --json.
+fn seq_printed(addr: std::net::SocketAddr, args: &[&str]) -> u64 {
+    let mut all = vec!["--json"];
+    all.extend(args);
+    let v: serde_json::Value = serde_json::from_str(&ok(addr, &all)).unwrap();
+    assert_eq!(v["ok"], true, "{v}");
+    v["seq"].as_u64().unwrap_or_else(|| panic!("no seq: {v}"))
+}
+
+/// Every read command, with the flags that make it one.
+const READS: &[&[&str]] = &[
+    &["stat", "/a"],
+    &["stat", "/a", "/l"],
+    &["ls", "/"],
+    &["ls", "-l", "-R", "/"],
+    &["count", "/a"],
+    &["readlink", "/l"],
+    &["getfattr", "/a"],
+    &["quota", "show", "/a"],
+];
+
+#[test]
+fn read_commands_wait_for_min_seq_or_fail_not_caught_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = serve(&dir.path().join("db"), &[]);
+    let a = s.rpc;
+    let first = seq_printed(a, &["mkdir", "/a"]);
+    // Text output says the sequence too.
+    let text = ok(a, &["ln", "-s", "/a", "/l"]);
+    assert!(text.contains(&format!("(seq {})", first + 1)), "{text}");
+    let seq = seq_printed(a, &["setfattr", "-n", "user.k", "-v", "v", "/a"]);
+    assert_eq!(seq, first + 2);
+    let far = (seq + 1000).to_string();
+    let reached = seq.to_string();
+    for read in READS {
+        for flags in [
+            &["--min-seq", reached.as_str()][..],
+            &["--consistency", "latest"],
+            &["--consistency", "linearizable"],
+            &[
+                "--consistency",
+                "linearizable",
+                "--min-seq",
+                reached.as_str(),
+            ],
+            &[],
+        ] {
+            let args: Vec<&str> = flags.iter().chain(read.iter()).copied().collect();
+            let r = tl(a, &args);
+            assert_eq!(r.code(), 0, "{args:?}: {r:?}");
+        }
+        for flags in [
+            &["--min-seq", far.as_str(), "--timeout", "0.2"][..],
+            &[
+                "--consistency",
+                "latest",
+                "--min-seq",
+                far.as_str(),
+                "--timeout",
+                "0.2",
+            ],
+        ] {
+            let args: Vec<&str> = flags.iter().chain(read.iter()).copied().collect();
+            let r = tl(a, &args);
+            assert_eq!(r.code(), 17, "{args:?}: {r:?}");
+            assert!(r.stderr.contains("not caught up"), "{args:?}: {r:?}");
+        }
+    }
+    // The environment's names, and what they refuse.
+    let env = [
+        ("TREELOG_MIN_SEQ", far.as_str()),
+        ("TREELOG_TIMEOUT", "0.2"),
+    ];
+    assert_eq!(tl_env(a, &env, &["stat", "/a"]).code(), 17);
+    let env = [("TREELOG_CONSISTENCY", "eventual")];
+    assert_eq!(tl_env(a, &env, &["stat", "/a"]).code(), 2);
+    assert_eq!(tl(a, &["--timeout", "soon", "stat", "/a"]).code(), 2);
+    // JSON errors keep their shape.
+    let r = tl(
+        a,
+        &["--json", "--min-seq", &far, "--timeout", "0", "ls", "/"],
+    );
+    assert_eq!(r.code(), 17, "{r:?}");
+    let v: serde_json::Value = serde_json::from_str(&r.stdout).unwrap();
+    assert_eq!(v["error"], "lagging", "{v}");
+
+    // A wait ends when the sequence is committed: the read then sees it.
+    let next = (seq + 1).to_string();
+    let waiting = std::process::Command::new(BIN)
+        .args(["--server", &a.to_string(), "--json", "--timeout", "120"])
+        .args(["--min-seq", &next, "stat", "/b"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert_eq!(seq_printed(a, &["mkdir", "/b"]), seq + 1);
+    let out = waiting.wait_with_output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["path"], "/b");
+    assert!(v["seq"].as_u64().unwrap() > seq, "{v}");
+
+    // A local data directory has no other writer: no wait at all.
+    s.stop();
+    let local = cli::run(
+        BIN,
+        &dir.path().join("db"),
+        &["--min-seq", &far, "--timeout", "3600", "stat", "/a"],
+    );
+    assert_eq!(local.code(), 17, "{local:?}");
+    let local = cli::run(
+        BIN,
+        &dir.path().join("db"),
+        &["--min-seq", &next, "stat", "/b"],
+    );
+    assert_eq!(local.code(), 0, "{local:?}");
+}
+
+/// The path and seq of each line of `stat --json`, and the exit code.
+fn stat_lines(addr: std::net::SocketAddr, paths: &[&str]) -> (Vec<(String, bool, u64)>, i32) {
+    let mut args = vec!["--json", "stat"];
+    args.extend(paths);
+    let r = tl(addr, &args);
+    let lines = r
+        .stdout
+        .lines()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).unwrap();
+            (
+                v["path"].as_str().unwrap().to_owned(),
+                v["ok"] != false,
+                v["seq"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    (lines, r.code())
+}
+
+#[test]
+fn stat_of_several_paths_reads_them_at_one_state() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = serve(&dir.path().join("db"), &[]);
+    let a = s.rpc;
+    ok(a, &["mkdir", "-p", "/d", "/e"]);
+    ok(a, &["touch", "/d/x", "/e/f"]);
+    let (lines, code) = stat_lines(a, &["/d", "/d/x", "/e/f"]);
+    assert_eq!(code, 0);
+    assert_eq!(lines.len(), 3);
+    assert!(lines.iter().all(|l| l.1 && l.2 == lines[0].2), "{lines:?}");
+    // Text: each shown, a missing one said on standard error, exit 3.
+    let r = tl(a, &["stat", "/d", "/nope", "/e/f"]);
+    assert_eq!(r.code(), 3, "{r:?}");
+    assert_eq!(r.stdout.matches("path:").count(), 2, "{r:?}");
+    assert!(
+        r.stderr
+            .contains("cannot stat '/nope': No such file or directory"),
+        "{r:?}"
+    );
+
+    // While /d/x is renamed to /d/y and back, a stat of both finds exactly
+    // one of them: both were read at one state.
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let w = rt.block_on(treelog_testkit::client::connect(a));
+    let stop = Arc::new(AtomicBool::new(false));
+    let moves = Arc::new(AtomicU64::new(0));
+    let writer = {
+        let (stop, moves) = (stop.clone(), moves.clone());
+        rt.spawn(async move {
+            let mut i = 0u64;
+            while !stop.load(Ordering::SeqCst) {
+                let (s, d) = if i % 2 == 0 {
+                    ("/d/x", "/d/y")
+                } else {
+                    ("/d/y", "/d/x")
+                };
+                w.submit(treelog::Command::Rename {
+                    src: s.into(),
+                    dst: d.into(),
+                    overwrite: false,
+                })
+                .await
+                .unwrap();
+                i += 1;
+                moves.store(i, Ordering::SeqCst);
+            }
+        })
+    };
+    let mut seqs = std::collections::BTreeSet::new();
+    for _ in 0..40 {
+        let (lines, code) = stat_lines(a, &["/d/x", "/d/y"]);
+        assert_eq!(code, 3, "{lines:?}");
+        assert_eq!(lines.len(), 2, "{lines:?}");
+        assert_eq!(lines[0].2, lines[1].2, "two states: {lines:?}");
+        let found = lines.iter().filter(|l| l.1).count();
+        assert_eq!(found, 1, "not one state: {lines:?}");
+        seqs.insert(lines[0].2);
+    }
+    stop.store(true, Ordering::SeqCst);
+    rt.block_on(writer).unwrap();
+    // The reads were at states the writer was moving through.
+    assert!(moves.load(Ordering::SeqCst) > 0);
+    eprintln!(
+        "{} states seen over {} moves",
+        seqs.len(),
+        moves.load(Ordering::SeqCst)
+    );
+}
+
+/// Polls `node` until `stat PATH` finds it there (a replica catching up);
+/// panics after a minute (a failure guard).
+fn until_found(node: std::net::SocketAddr, path: &str) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while tl(node, &["--consistency", "latest", "stat", path]).code() != 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{path} never reached {node}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn a_replica_refuses_an_explicit_linearizable_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let leader = serve(&dir.path().join("leader"), &[]);
+    ok(leader.rpc, &["mkdir", "/a"]);
+    ok(leader.rpc, &["ln", "-s", "/a", "/l"]);
+    let replica = serve_replica(&dir.path().join("replica"), leader.rpc);
+    let r = replica.rpc;
+    until_found(r, "/l");
+    for read in READS {
+        let mut args = vec!["--consistency", "linearizable"];
+        args.extend(read.iter());
+        let refused = tl(r, &args);
+        assert_eq!(refused.code(), 16, "{args:?}: {refused:?}");
+        assert!(
+            refused
+                .stderr
+                .contains("replica cannot give a linearizable read"),
+            "{refused:?}"
+        );
+        // The default degrades to the replica's newest state.
+        let r2 = tl(r, read);
+        assert_eq!(r2.code(), 0, "{read:?}: {r2:?}");
+        // The leader gives it.
+        let l = tl(leader.rpc, &args);
+        assert_eq!(l.code(), 0, "{args:?}: {l:?}");
+    }
+    let env = [("TREELOG_CONSISTENCY", "linearizable")];
+    let refused = tl_env(r, &env, &["--json", "stat", "/a"]);
+    assert_eq!(refused.code(), 16, "{refused:?}");
+    let v: serde_json::Value = serde_json::from_str(&refused.stdout).unwrap();
+    assert_eq!(v["error"], "not_leader", "{v}");
+    // Read your write on the replica: the sequence a mutation printed.
+    let seq = seq_printed(r, &["mkdir", "/b"]).to_string();
+    let read = tl(
+        r,
+        &["--json", "--min-seq", &seq, "--timeout", "60", "stat", "/b"],
+    );
+    assert_eq!(read.code(), 0, "{read:?}");
+    let far = (seq.parse::<u64>().unwrap() + 1000).to_string();
+    let r3 = tl(r, &["--min-seq", &far, "--timeout", "0.2", "stat", "/b"]);
+    assert_eq!(r3.code(), 17, "{r3:?}");
+}
