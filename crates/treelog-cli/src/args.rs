@@ -335,15 +335,22 @@ pub(crate) enum Cmd {
         /// clear_quota).
         #[arg(long, value_delimiter = ',')]
         kinds: Vec<String>,
-        /// A durable cursor: resume after its acknowledged position and
-        /// acknowledge what was written to standard output (only once it
-        /// was written and flushed).
+        /// A durable cursor: resume after its acknowledged position. To a
+        /// terminal, acknowledge what was written and flushed; to a regular
+        /// file, what was written and fsynced; to a pipe or a socket,
+        /// nothing: the consumer runs `treelog ack CURSOR SEQ` once it has
+        /// processed up to SEQ (bytes in a pipe are not processed yet).
         #[arg(long)]
         cursor: Option<String>,
         /// With --cursor: never acknowledge; the consumer runs `treelog ack
         /// CURSOR SEQ` once it has processed the output up to SEQ.
         #[arg(long, requires = "cursor")]
         no_ack: bool,
+        /// With --cursor to a pipe or a socket: acknowledge what the pipe
+        /// took, as to a terminal. At-most-once: what the consumer had not
+        /// processed when it stopped is skipped by the next run.
+        #[arg(long, requires = "cursor", conflicts_with = "no_ack")]
+        auto_ack: bool,
         /// Re-snapshot the subtree when a directory moves into it (the
         /// default with --snapshot; give it when resuming with --from or a
         /// cursor a consumer that started from a snapshot).

@@ -2,11 +2,17 @@
 //! only for what standard output took.
 //!
 //! At-least-once is the cursor's promise, so an item is acknowledged only
-//! after it was written to standard output in full and flushed; a consumer
-//! that stops (`| head`) makes a write fail, and the cursor then stays at
-//! the last item written whole. A resync snapshot's trigger is not a resume
-//! point either (docs/STREAMS.md §7): until the snapshot ends, what can be
-//! acknowledged is the position before the record that triggered it.
+//! after it was written to standard output in full and flushed (to a
+//! regular file: and fsynced); a consumer that stops (`| head`) makes a
+//! write fail, and the cursor then stays at the last item written whole.
+//! Written is not processed when standard output is a pipe or a socket:
+//! the bytes may sit in its buffer, or the reader's, when the reader stops.
+//! There `tail` acknowledges nothing unless told to (`--auto-ack`, at most
+//! once); the consumer runs `treelog ack` after processing.
+//!
+//! A resync snapshot's trigger is not a resume point either
+//! (docs/STREAMS.md §7): until the snapshot ends, what can be acknowledged
+//! is the position before the record that triggered it.
 
 use std::time::Duration;
 
@@ -31,18 +37,85 @@ pub(crate) struct TailArgs<'a> {
     pub prefix: Option<String>,
     pub kinds: &'a [String],
     pub cursor: Option<&'a str>,
-    /// Acknowledge the cursor by itself (not `--no-ack`).
-    pub auto_ack: bool,
+    pub ack: AckMode,
     pub resync: bool,
     pub limit: Option<u64>,
     pub follow: bool,
+}
+
+/// When `tail --cursor` acknowledges, as the flags say.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum AckMode {
+    /// `--no-ack`.
+    Never,
+    /// `--auto-ack`: what standard output took, whatever it is.
+    Always,
+    /// By what standard output is (see [`Acks::of_stdout`]).
+    ByOutput,
+}
+
+impl AckMode {
+    pub(crate) fn choose(no_ack: bool, auto_ack: bool) -> AckMode {
+        match (no_ack, auto_ack) {
+            (true, _) => AckMode::Never,
+            (false, true) => AckMode::Always,
+            (false, false) => AckMode::ByOutput,
+        }
+    }
+}
+
+/// How this run acknowledges.
+enum Acks {
+    /// `--no-ack`.
+    Never,
+    /// Standard output is a pipe or a socket: the consumer acknowledges.
+    ByConsumer,
+    /// After the write and flush (a terminal, a device; `--auto-ack`).
+    AfterFlush,
+    /// A regular file: after it is also on disk, so that a crash of the
+    /// machine cannot lose lines the cursor has moved past.
+    AfterSync(std::fs::File),
+}
+
+impl Acks {
+    fn of(mode: AckMode) -> Result<Acks> {
+        Ok(match mode {
+            AckMode::Never => Acks::Never,
+            AckMode::ByOutput => Acks::of_stdout()?,
+            // Still to disk when it is a file.
+            AckMode::Always => match Acks::of_stdout()? {
+                Acks::ByConsumer => Acks::AfterFlush,
+                a => a,
+            },
+        })
+    }
+
+    /// By the type of the file standard output is open on.
+    fn of_stdout() -> Result<Acks> {
+        use std::os::fd::AsFd;
+        use std::os::unix::fs::FileTypeExt;
+        let fd = std::io::stdout().as_fd().try_clone_to_owned()?;
+        let file = std::fs::File::from(fd);
+        let ft = file.metadata()?.file_type();
+        Ok(if ft.is_fifo() || ft.is_socket() {
+            Acks::ByConsumer
+        } else if ft.is_file() {
+            Acks::AfterSync(file)
+        } else {
+            Acks::AfterFlush
+        })
+    }
+
+    fn automatic(&self) -> bool {
+        matches!(self, Acks::AfterFlush | Acks::AfterSync(_))
+    }
 }
 
 /// What was written and what may be acknowledged.
 struct Written<'a> {
     t: &'a Backend,
     cursor: Option<&'a str>,
-    auto_ack: bool,
+    acks: Acks,
     /// The resume point of the output so far: the position of the last
     /// item written in full that completes one, or the position before
     /// the record that triggered a resync being streamed.
@@ -92,11 +165,15 @@ impl Written<'_> {
     /// by itself and that moved).
     fn checkpoint(&mut self) -> Result<()> {
         self.since_ack = 0;
-        let (Some(name), true, Some(pos)) = (self.cursor, self.auto_ack, self.safe) else {
+        let (Some(name), true, Some(pos)) = (self.cursor, self.acks.automatic(), self.safe) else {
             return Ok(());
         };
         if self.acked.is_some_and(|a| a >= pos) {
             return Ok(());
+        }
+        if let Acks::AfterSync(file) = &self.acks {
+            // Everything up to `pos` was flushed to the file before.
+            file.sync_data()?;
         }
         self.t.ack(name, pos)?;
         self.acked = Some(pos);
@@ -141,7 +218,10 @@ pub(crate) fn tail(cli: &Cli, out: &Out, a: &TailArgs<'_>) -> Result<u8> {
     let mut p = Written {
         t: &t,
         cursor: a.cursor,
-        auto_ack: a.auto_ack,
+        acks: match a.cursor {
+            Some(_) => Acks::of(a.ack)?,
+            None => Acks::Never,
+        },
         safe: None,
         before_record: None,
         acked: None,
@@ -172,12 +252,25 @@ pub(crate) fn tail(cli: &Cli, out: &Out, a: &TailArgs<'_>) -> Result<u8> {
         }
     }
     if let (Some(name), false) = (a.cursor, out.json) {
-        match (a.auto_ack, p.acked, p.safe) {
-            (true, Some(pos), _) => outln!(out, "cursor {name} acknowledged #{pos}")?,
-            (false, _, Some(pos)) => outln!(
+        match (&p.acks, p.acked, p.safe) {
+            (Acks::AfterFlush | Acks::AfterSync(_), Some(pos), _) => {
+                outln!(out, "cursor {name} acknowledged #{pos}")?
+            }
+            (Acks::Never, _, Some(pos)) => outln!(
                 out,
                 "cursor {name} not acknowledged (--no-ack); printed up to #{pos}"
             )?,
+            // Not into the consumer's input: it is a program's.
+            (Acks::ByConsumer, _, Some(pos)) => {
+                let _ = std::io::Write::write_fmt(
+                    &mut std::io::stderr(),
+                    format_args!(
+                        "treelog: cursor {name} not acknowledged: standard output is a pipe or a \
+                         socket, so the consumer acknowledges (`treelog ack {name} SEQ`, or give \
+                         --auto-ack); printed up to #{pos}\n"
+                    ),
+                );
+            }
             _ => {}
         }
     }

@@ -231,8 +231,14 @@ fn tail_acknowledges_only_what_it_wrote_whole() {
     big_records(&db, 8);
     // The reader takes 3 lines and leaves: the 4th cannot have been
     // written whole, so the cursor must stay at 3 (it used to panic, and
-    // with --follow acknowledged each record before printing it).
-    let (lines, code, err) = read_then_close(&db, None, &["tail", "--cursor", "c", "--json"], 3);
+    // with --follow acknowledged each record before printing it). Into a
+    // pipe only with --auto-ack: by default the consumer acknowledges.
+    let (lines, code, err) = read_then_close(
+        &db,
+        None,
+        &["tail", "--cursor", "c", "--json", "--auto-ack"],
+        3,
+    );
     assert_clean_exit(code, &err);
     assert_eq!(
         lines.iter().map(|l| seq_of(l)).collect::<Vec<_>>(),
@@ -248,7 +254,16 @@ fn tail_acknowledges_only_what_it_wrote_whole() {
     let (lines, code, err) = read_then_close(
         &db,
         s.addr(),
-        &["tail", "--follow", "--from", "1", "--cursor", "f", "--json"],
+        &[
+            "tail",
+            "--follow",
+            "--from",
+            "1",
+            "--cursor",
+            "f",
+            "--json",
+            "--auto-ack",
+        ],
         5,
     );
     assert_clean_exit(code, &err);
@@ -377,7 +392,14 @@ fn tail_resync_for_subtree_consumers_resuming_from_a_position() {
     let (code, out, err) = treelog(
         &db,
         &[
-            "tail", "--prefix", "/dst", "--resync", "--cursor", "r", "--json",
+            "tail",
+            "--prefix",
+            "/dst",
+            "--resync",
+            "--cursor",
+            "r",
+            "--json",
+            "--auto-ack",
         ],
     );
     assert_eq!(code, 0, "{err}");

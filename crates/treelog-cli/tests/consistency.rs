@@ -354,8 +354,8 @@ fn over_the_network_no_reply_is_torn_and_ls_r_sees_one_tree() {
     rt.block_on(h.shutdown()).unwrap();
 }
 
-// The CLI's read flags and `stat` of several paths, with the real binary
-// against real `treelog serve` processes.
+// The CLI's read flags, `stat` of several paths and `tail --cursor` into a
+// pipe, with the real binary against real `treelog serve` processes.
 
 const BIN: &str = env!("CARGO_BIN_EXE_treelog");
 
@@ -713,4 +713,143 @@ fn a_replica_refuses_an_explicit_linearizable_read() {
     let far = (seq.parse::<u64>().unwrap() + 1000).to_string();
     let r3 = tl(r, &["--min-seq", &far, "--timeout", "0.2", "stat", "/b"]);
     assert_eq!(r3.code(), 17, "{r3:?}");
+}
+
+/// The acknowledged position of cursor `name` on the server at `addr`.
+fn acked(addr: std::net::SocketAddr, name: &str) -> u64 {
+    let out = ok(addr, &["--json", "admin", "cursors"]);
+    let cs: serde_json::Value = serde_json::from_str(&out).unwrap();
+    cs.as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == name)
+        .unwrap_or_else(|| panic!("no cursor {name}: {out}"))["state"]["acked"]
+        .as_u64()
+        .unwrap()
+}
+
+fn record_seq(json_line: &str) -> u64 {
+    let v: serde_json::Value = serde_json::from_str(json_line).unwrap();
+    v["Record"]["seq"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("not a record: {v}"))
+}
+
+/// `treelog --json tail --from 1 --follow --cursor CURSOR [extra] | head -n
+/// 5`, as a shell runs it: returns head's lines once `tail` has ended
+/// (a write after head left makes it end), or `None` without `head`.
+fn tail_into_head(a: std::net::SocketAddr, cursor: &str, extra: &[&str]) -> Option<Vec<u64>> {
+    use std::process::{Command, Stdio};
+    let mut tail = Command::new(BIN)
+        .args(["--server", &a.to_string(), "--json", "tail", "--from", "1"])
+        .args(["--follow", "--cursor", cursor])
+        .args(extra)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let head = Command::new("head")
+        .args(["-n", "5"])
+        .stdin(Stdio::from(tail.stdout.take().unwrap()))
+        .stdout(Stdio::piped())
+        .spawn();
+    let head = match head {
+        Ok(h) => h,
+        Err(e) if std::env::var("TREELOG_REQUIRE_HEAD").as_deref() != Ok("1") => {
+            eprintln!("SKIP: no `head` to read the pipe ({e}); TREELOG_REQUIRE_HEAD=1 fails");
+            let _ = tail.kill();
+            let _ = tail.wait();
+            return None;
+        }
+        Err(e) => panic!("head: {e}"),
+    };
+    let out = head.wait_with_output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    // tail notices the closed pipe at its next write.
+    ok(a, &["mkdir", &format!("/after-{cursor}")]);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let status = loop {
+        if let Some(st) = tail.try_wait().unwrap() {
+            break st;
+        }
+        assert!(std::time::Instant::now() < deadline, "tail never ended");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    assert!(status.success(), "{status:?}");
+    Some(
+        String::from_utf8(out.stdout)
+            .unwrap()
+            .lines()
+            .map(record_seq)
+            .collect(),
+    )
+}
+
+/// The first record `tail --cursor NAME` delivers now.
+fn resumes_at(a: std::net::SocketAddr, cursor: &str) -> u64 {
+    let out = ok(a, &["--json", "tail", "--cursor", cursor, "--limit", "1"]);
+    record_seq(&out)
+}
+
+#[test]
+fn tail_into_a_pipe_leaves_acknowledging_to_the_consumer() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = serve(&dir.path().join("db"), &[]);
+    let a = s.rpc;
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let w = rt.block_on(treelog_testkit::client::connect(a));
+    for i in 1..=20u64 {
+        let seq = rt.block_on(w.submit(mkdir(&format!("/r{i:02}")))).unwrap();
+        assert_eq!(seq, i);
+    }
+    // The pipeline: head took 5 lines and left; more sat in the
+    // pipe. Nothing is acknowledged: the next run starts at 1, the first
+    // record the consumer did not acknowledge.
+    let Some(read) = tail_into_head(a, "c", &[]) else {
+        return;
+    };
+    assert_eq!(read, [1, 2, 3, 4, 5]);
+    assert_eq!(acked(a, "c"), 0);
+    // (That run's standard output is a pipe too: it acknowledged nothing.)
+    assert_eq!(resumes_at(a, "c"), 1);
+    assert_eq!(resumes_at(a, "c"), 1);
+    // The consumer acknowledges what it processed.
+    ok(a, &["ack", "c", "5"]);
+    assert_eq!(resumes_at(a, "c"), 6);
+
+    // --auto-ack: what the pipe took counts, at most once: at least the 5
+    // lines head read, and the next run resumes after what was acked.
+    let read = tail_into_head(a, "d", &["--auto-ack"]).unwrap();
+    assert_eq!(read, [1, 2, 3, 4, 5]);
+    let d = acked(a, "d");
+    assert!(d >= 5, "{d}");
+    assert_eq!(resumes_at(a, "d"), d + 1);
+
+    // To a regular file: acknowledged after the lines are in it.
+    let path = dir.path().join("out.jsonl");
+    let file = std::fs::File::create(&path).unwrap();
+    let st = std::process::Command::new(BIN)
+        .args(["--server", &a.to_string(), "--json", "tail", "--from", "1"])
+        .args(["--cursor", "f", "--limit", "3"])
+        .stdout(file)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let lines: Vec<u64> = std::fs::read_to_string(&path)
+        .unwrap()
+        .lines()
+        .map(record_seq)
+        .collect();
+    assert_eq!(lines, [1, 2, 3]);
+    assert_eq!(acked(a, "f"), 3);
+    // And --no-ack there leaves it alone.
+    let file = std::fs::File::create(&path).unwrap();
+    let st = std::process::Command::new(BIN)
+        .args(["--server", &a.to_string(), "--json", "tail"])
+        .args(["--cursor", "f", "--limit", "2", "--no-ack"])
+        .stdout(file)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    assert_eq!(acked(a, "f"), 3);
 }
