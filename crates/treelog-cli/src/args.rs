@@ -94,8 +94,9 @@ pub(crate) struct Cli {
     /// caught up).
     #[arg(long, global = true, env = "TREELOG_MIN_SEQ", value_name = "SEQ")]
     pub min_seq: Option<u64>,
-    /// Read commands: how long to wait for --min-seq, in seconds (a
-    /// fraction allowed).
+    /// Read commands: how long to wait for --min-seq, and for a
+    /// linearizable read while a Raft node is busy (restarting, or not yet
+    /// knowing its leader), in seconds (a fraction allowed).
     #[arg(long, global = true, env = "TREELOG_TIMEOUT", value_name = "SECS",
           value_parser = crate::consistency::parse_timeout, default_value = "5")]
     pub timeout: std::time::Duration,

@@ -1,6 +1,6 @@
 //! Which committed state the read commands see: the global flags
 //! `--consistency linearizable|latest`, `--min-seq SEQ` and `--timeout`
-//! (how long to wait for `--min-seq`) turned into one `ReadAt` (docs/READS.md), the only place that mapping
+//! (how long to wait for either) turned into one `ReadAt` (docs/READS.md), the only place that mapping
 //! is made.
 //!
 //! The default is linearizable where the node can give it: a standalone
@@ -82,8 +82,8 @@ pub(crate) fn not_caught_up(committed: Option<u64>, wanted: u64, waited: Duratio
 
 /// Prepares the reads of one command against `t`: asks the node its role
 /// when the consistency depends on it, waits (at most `--timeout`) for it
-/// to reach `--min-seq`, and returns what every read of the command asks
-/// for.
+/// to reach `--min-seq` and, for a linearizable read, for the leader's read
+/// index, and returns what every read of the command asks for.
 pub(crate) fn prepare(cli: &Cli, t: &Backend) -> Result<ReadAt> {
     let role = match t {
         // Nothing else writes to a data directory this process holds:
@@ -109,7 +109,35 @@ pub(crate) fn prepare(cli: &Cli, t: &Backend) -> Result<ReadAt> {
             Some(role)
         }
     };
-    read_at(cli.consistency, role, cli.min_seq)
+    match read_at(cli.consistency, role, cli.min_seq)? {
+        ReadAt::Linearizable => {
+            barrier(t, cli.timeout)?;
+            // This node's newest state now holds every write acknowledged
+            // before the command started (its watermark only rises): the
+            // command's reads need not ask the leader again, and a walk
+            // (`count`) takes the node's fast path.
+            Ok(ReadAt::Latest)
+        }
+        at => Ok(at),
+    }
+}
+
+/// One linearizable read, tried again while the node answers `Busy` (a
+/// Raft node just restarted, or not yet knowing its leader's address),
+/// for at most `timeout`.
+fn barrier(t: &Backend, timeout: Duration) -> Result<()> {
+    let start = std::time::Instant::now();
+    let mut pause = Duration::from_millis(10);
+    loop {
+        match t.stat_at("/", ReadAt::Linearizable) {
+            Ok(_) => return Ok(()),
+            Err(e) if e.kind() == ErrorKind::Busy && start.elapsed() + pause < timeout => {
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(Duration::from_millis(200));
+            }
+            Err(e) => return Err(e),
+        }
+    }
 }
 
 /// Waits until the server has committed `seq`, at most `timeout`.

@@ -853,3 +853,140 @@ fn tail_into_a_pipe_leaves_acknowledging_to_the_consumer() {
     assert!(st.success());
     assert_eq!(acked(a, "f"), 3);
 }
+
+/// A node of a Raft cluster: `serve --node-id` on fixed ports (chosen
+/// here: it logs no "ready" line, callers poll it), restartable.
+struct RaftNode {
+    data: std::path::PathBuf,
+    id: u64,
+    rpc: std::net::SocketAddr,
+    http: std::net::SocketAddr,
+    serve: Option<Serve>,
+}
+
+impl RaftNode {
+    fn new(dir: &std::path::Path, id: u64) -> RaftNode {
+        let free = || {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            l.local_addr().unwrap()
+        };
+        RaftNode {
+            data: dir.join(format!("node{id}")),
+            id,
+            rpc: free(),
+            http: free(),
+            serve: None,
+        }
+    }
+
+    fn start(&mut self) {
+        let (r, h, n) = (
+            self.rpc.to_string(),
+            self.http.to_string(),
+            self.id.to_string(),
+        );
+        let args = [
+            "--durability",
+            "none",
+            "serve",
+            "--listen",
+            &r,
+            "--http",
+            &h,
+            "--node-id",
+            &n,
+        ];
+        let child = cli::command(BIN, &self.data, &args)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("spawn treelog serve --node-id");
+        self.serve = Some(Serve {
+            child,
+            rpc: self.rpc,
+        });
+    }
+
+    /// SIGKILL, and waits for the process to be gone.
+    fn kill9(&mut self) {
+        drop(self.serve.take());
+    }
+
+    fn signal(&self, sig: i32) {
+        let s = self.serve.as_ref().expect("running");
+        // SAFETY: a signal to a child this test started and has not reaped.
+        assert_eq!(unsafe { libc::kill(s.child.id() as i32, sig) }, 0);
+    }
+}
+
+/// Runs `args` against `node` until it succeeds; panics after a minute (a
+/// failure guard: a node starting, a leader being elected).
+fn until_ok(node: std::net::SocketAddr, args: &[&str]) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let r = tl(node, args);
+        if r.code() == 0 {
+            return;
+        }
+        assert!(std::time::Instant::now() < deadline, "{args:?}: {r:?}");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+/// A follower of a Raft cluster paused, or killed with SIGKILL, while the
+/// leader commits a write, then resumed or restarted (the two
+/// cases): the CLI's default read on it sees the write (the leader's read
+/// index), and an explicit linearizable read is not refused there.
+#[test]
+fn a_raft_follower_reads_linearizably_by_default() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut nodes: Vec<RaftNode> = (1..=3u64).map(|id| RaftNode::new(dir.path(), id)).collect();
+    for n in &mut nodes {
+        n.start();
+    }
+    for n in &nodes {
+        until_ok(n.rpc, &["cluster", "status"]);
+    }
+    ok(nodes[0].rpc, &["cluster", "init"]);
+    for n in &nodes[1..] {
+        let (id, addr) = (n.id.to_string(), n.rpc.to_string());
+        until_ok(nodes[0].rpc, &["cluster", "add-learner", &id, &addr]);
+    }
+    until_ok(nodes[0].rpc, &["cluster", "promote", "2", "3"]);
+    let leader = nodes[0].rpc;
+    let follower = &mut nodes[2];
+    for round in 0..6 {
+        let path = format!("/p{round}");
+        if round % 2 == 0 {
+            follower.signal(libc::SIGSTOP);
+        } else {
+            follower.kill9();
+        }
+        let written = tl(leader, &["mkdir", &path]);
+        assert_eq!(written.code(), 0, "{written:?}");
+        if round % 2 == 0 {
+            follower.signal(libc::SIGCONT);
+        } else {
+            follower.start();
+            // Up (answering from what it has), not necessarily caught up.
+            until_ok(follower.rpc, &["--consistency", "latest", "stat", "/"]);
+        }
+        // The default consistency; a generous bound for a loaded machine.
+        let r = tl(follower.rpc, &["--timeout", "60", "stat", &path]);
+        assert_eq!(r.code(), 0, "round {round}: {r:?}");
+        let r = tl(
+            follower.rpc,
+            &[
+                "--consistency",
+                "linearizable",
+                "--timeout",
+                "60",
+                "ls",
+                "-R",
+                "/",
+            ],
+        );
+        assert_eq!(r.code(), 0, "{r:?}");
+        assert!(r.stdout.contains(&format!("p{round}/")), "{r:?}");
+    }
+}
