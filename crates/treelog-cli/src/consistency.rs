@@ -92,7 +92,14 @@ pub(crate) fn prepare(cli: &Cli, t: &Backend) -> Result<ReadAt> {
             if let Some(seq) = cli.min_seq {
                 let committed = db.committed_seq();
                 if committed < seq {
-                    return Err(not_caught_up(Some(committed), seq, Duration::ZERO));
+                    return Err(Error::Remote {
+                        kind: ErrorKind::Lagging,
+                        message: format!(
+                            "not caught up: the data directory has committed up to sequence \
+                             {committed}, not {seq} (nothing else writes to it while this \
+                             command holds it: there is nothing to wait for)"
+                        ),
+                    });
                 }
             }
             None

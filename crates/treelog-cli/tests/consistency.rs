@@ -13,6 +13,7 @@ use std::sync::Arc;
 use treelog::{CreateOptions, Durability, ErrorKind, Options, ReadAt, Treelog};
 use treelog_testkit::cli;
 use treelog_testkit::commands::{create, mkdir};
+use treelog_testkit::process::{free_addr, ServeProcess};
 use treelog_testkit_server::server;
 
 fn moves() -> u64 {
@@ -399,33 +400,20 @@ fn serve(data: &std::path::Path, extra: &[&str]) -> Serve {
     Serve { child, rpc }
 }
 
-/// A replica of `source` (`serve --replica-of`) on `data`. It logs no
-/// "ready" line: ports are chosen here (the OS's choice, released), and
-/// callers poll it until it answers.
-fn serve_replica(data: &std::path::Path, source: std::net::SocketAddr) -> Serve {
-    let free = || {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap()
-    };
-    let (rpc, http) = (free(), free());
-    let (r, h, s) = (rpc.to_string(), http.to_string(), source.to_string());
-    let args = [
-        "--durability",
-        "none",
-        "serve",
-        "--listen",
-        &r,
-        "--http",
-        &h,
-        "--replica-of",
-        &s,
-    ];
-    let child = cli::command(BIN, data, &args)
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("spawn treelog serve --replica-of");
-    Serve { child, rpc }
+/// `treelog serve` on fixed ports (it need not log a "ready" line: a
+/// replica or a Raft node does not, and callers poll it), not started;
+/// its log is `<data>.log`.
+fn serve_process(data: &std::path::Path, extra: &[&str]) -> (ServeProcess, std::net::SocketAddr) {
+    let (rpc, http) = (free_addr(), free_addr());
+    let mut args: Vec<String> = ["--data", data.to_str().unwrap(), "--durability", "none"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    args.extend(["serve".into(), "--listen".into(), rpc.to_string()]);
+    args.extend(["--http".into(), http.to_string()]);
+    args.extend(extra.iter().map(|s| s.to_string()));
+    let log = data.with_extension("log");
+    (ServeProcess::new(BIN, args, &log), rpc)
 }
 
 /// `treelog --server ADDR ARGS`, with `env` set.
@@ -677,8 +665,9 @@ fn a_replica_refuses_an_explicit_linearizable_read() {
     let leader = serve(&dir.path().join("leader"), &[]);
     ok(leader.rpc, &["mkdir", "/a"]);
     ok(leader.rpc, &["ln", "-s", "/a", "/l"]);
-    let replica = serve_replica(&dir.path().join("replica"), leader.rpc);
-    let r = replica.rpc;
+    let source = leader.rpc.to_string();
+    let (mut replica, r) = serve_process(&dir.path().join("replica"), &["--replica-of", &source]);
+    replica.start();
     until_found(r, "/l");
     for read in READS {
         let mut args = vec!["--consistency", "linearizable"];
@@ -854,71 +843,6 @@ fn tail_into_a_pipe_leaves_acknowledging_to_the_consumer() {
     assert_eq!(acked(a, "f"), 3);
 }
 
-/// A node of a Raft cluster: `serve --node-id` on fixed ports (chosen
-/// here: it logs no "ready" line, callers poll it), restartable.
-struct RaftNode {
-    data: std::path::PathBuf,
-    id: u64,
-    rpc: std::net::SocketAddr,
-    http: std::net::SocketAddr,
-    serve: Option<Serve>,
-}
-
-impl RaftNode {
-    fn new(dir: &std::path::Path, id: u64) -> RaftNode {
-        let free = || {
-            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-            l.local_addr().unwrap()
-        };
-        RaftNode {
-            data: dir.join(format!("node{id}")),
-            id,
-            rpc: free(),
-            http: free(),
-            serve: None,
-        }
-    }
-
-    fn start(&mut self) {
-        let (r, h, n) = (
-            self.rpc.to_string(),
-            self.http.to_string(),
-            self.id.to_string(),
-        );
-        let args = [
-            "--durability",
-            "none",
-            "serve",
-            "--listen",
-            &r,
-            "--http",
-            &h,
-            "--node-id",
-            &n,
-        ];
-        let child = cli::command(BIN, &self.data, &args)
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .expect("spawn treelog serve --node-id");
-        self.serve = Some(Serve {
-            child,
-            rpc: self.rpc,
-        });
-    }
-
-    /// SIGKILL, and waits for the process to be gone.
-    fn kill9(&mut self) {
-        drop(self.serve.take());
-    }
-
-    fn signal(&self, sig: i32) {
-        let s = self.serve.as_ref().expect("running");
-        // SAFETY: a signal to a child this test started and has not reaped.
-        assert_eq!(unsafe { libc::kill(s.child.id() as i32, sig) }, 0);
-    }
-}
-
 /// Runs `args` against `node` until it succeeds; panics after a minute (a
 /// failure guard: a node starting, a leader being elected).
 fn until_ok(node: std::net::SocketAddr, args: &[&str]) {
@@ -940,42 +864,46 @@ fn until_ok(node: std::net::SocketAddr, args: &[&str]) {
 #[test]
 fn a_raft_follower_reads_linearizably_by_default() {
     let dir = tempfile::tempdir().unwrap();
-    let mut nodes: Vec<RaftNode> = (1..=3u64).map(|id| RaftNode::new(dir.path(), id)).collect();
-    for n in &mut nodes {
+    let mut nodes: Vec<(ServeProcess, std::net::SocketAddr)> = (1..=3u64)
+        .map(|id| {
+            let data = dir.path().join(format!("node{id}"));
+            serve_process(&data, &["--node-id", &id.to_string()])
+        })
+        .collect();
+    for (n, addr) in &mut nodes {
         n.start();
+        until_ok(*addr, &["cluster", "status"]);
     }
-    for n in &nodes {
-        until_ok(n.rpc, &["cluster", "status"]);
+    let leader = nodes[0].1;
+    ok(leader, &["cluster", "init"]);
+    for (i, (_, addr)) in nodes.iter().enumerate().skip(1) {
+        let (id, addr) = ((i + 1).to_string(), addr.to_string());
+        until_ok(leader, &["cluster", "add-learner", &id, &addr]);
     }
-    ok(nodes[0].rpc, &["cluster", "init"]);
-    for n in &nodes[1..] {
-        let (id, addr) = (n.id.to_string(), n.rpc.to_string());
-        until_ok(nodes[0].rpc, &["cluster", "add-learner", &id, &addr]);
-    }
-    until_ok(nodes[0].rpc, &["cluster", "promote", "2", "3"]);
-    let leader = nodes[0].rpc;
-    let follower = &mut nodes[2];
+    until_ok(leader, &["cluster", "promote", "2", "3"]);
+    let (follower, at) = &mut nodes[2];
+    let at = *at;
     for round in 0..6 {
         let path = format!("/p{round}");
         if round % 2 == 0 {
-            follower.signal(libc::SIGSTOP);
+            follower.pause();
         } else {
-            follower.kill9();
+            follower.kill();
         }
         let written = tl(leader, &["mkdir", &path]);
         assert_eq!(written.code(), 0, "{written:?}");
         if round % 2 == 0 {
-            follower.signal(libc::SIGCONT);
+            follower.resume();
         } else {
             follower.start();
             // Up (answering from what it has), not necessarily caught up.
-            until_ok(follower.rpc, &["--consistency", "latest", "stat", "/"]);
+            until_ok(at, &["--consistency", "latest", "stat", "/"]);
         }
         // The default consistency; a generous bound for a loaded machine.
-        let r = tl(follower.rpc, &["--timeout", "60", "stat", &path]);
+        let r = tl(at, &["--timeout", "60", "stat", &path]);
         assert_eq!(r.code(), 0, "round {round}: {r:?}");
         let r = tl(
-            follower.rpc,
+            at,
             &[
                 "--consistency",
                 "linearizable",
