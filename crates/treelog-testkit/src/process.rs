@@ -19,7 +19,12 @@ pub fn free_addr() -> SocketAddr {
 fn signal(pid: u32, sig: libc::c_int) {
     // SAFETY: a plain signal to a process this test started.
     let r = unsafe { libc::kill(pid as libc::pid_t, sig) };
-    assert_eq!(r, 0, "kill({pid}, {sig}): {}", std::io::Error::last_os_error());
+    assert_eq!(
+        r,
+        0,
+        "kill({pid}, {sig}): {}",
+        std::io::Error::last_os_error()
+    );
 }
 
 /// One server process. Dropping it kills the process (resuming it first
@@ -130,7 +135,10 @@ impl ServeProcess {
             if Instant::now() >= deadline {
                 let _ = c.kill();
                 let _ = c.wait();
-                panic!("{} did not end within {within:?} of SIGTERM", self.bin.display());
+                panic!(
+                    "{} did not end within {within:?} of SIGTERM",
+                    self.bin.display()
+                );
             }
             std::thread::sleep(Duration::from_millis(10));
         }
