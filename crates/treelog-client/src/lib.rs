@@ -27,6 +27,9 @@ use crate::types::{ContentSummary, DirEntry, Inode, ListPage, Xattr, XattrFlag};
 use treelog_proto::{command, cursor, error, path, protocol, read, stream, types};
 pub use treelog_tls::ClientTls;
 
+mod named;
+pub use named::{check_host_port, resolve};
+
 /// How to reach a server. (Its `Debug` leaves the token out.)
 #[derive(Clone)]
 pub struct ClientOptions {
@@ -643,19 +646,16 @@ impl Client {
     /// shares this client's read-your-writes token, and does not follow
     /// further itself.
     async fn leader(&self, addr: &str) -> Result<Client> {
-        let addr: SocketAddr = addr.parse().map_err(|e| {
-            Error::Protocol(format!(
-                "the replica named a leader {addr:?} that does not parse: {e}"
-            ))
-        })?;
+        // A leader may be named by host name: resolved at every connect.
+        let addrs = resolve(addr).await?;
         let mut held = self.inner.leader.lock().await;
         if let Some(c) = held.as_ref() {
             let open = c.inner.pending.lock().map(|p| p.is_some()).unwrap_or(false);
-            if c.addr == addr && open {
+            if addrs.contains(&c.addr) && open {
                 return Ok(c.clone());
             }
         }
-        let c = Client::connect(
+        let c = Client::connect_named(
             addr,
             ClientOptions {
                 seen_seq: Some(self.seen_token().clone()),
