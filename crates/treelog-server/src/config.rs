@@ -133,6 +133,11 @@ pub trait ClusterService: Send + Sync + 'static {
     fn read_index(&self) -> BoxFuture<'_, Result<u64>>;
     /// The node's role and the leader's address (for `Status`).
     fn role(&self) -> (protocol::Role, Option<String>);
+    /// Why the node should not take traffic yet (`/readyz` answers 503
+    /// with it), or `None`.
+    fn not_ready(&self) -> Option<String> {
+        None
+    }
 }
 
 pub type BoxFuture<'a, T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send + 'a>>;
