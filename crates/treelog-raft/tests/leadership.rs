@@ -226,6 +226,19 @@ async fn check_quorum() {
         m.state
     };
     assert_eq!(raw, openraft::ServerState::Leader);
+    // Its metrics say the same as its status.
+    let (code, metrics) = http::get(c.node(old).http, "/metrics").await;
+    assert_eq!(code, 200);
+    for want in [
+        "treelog_raft_state{state=\"leader\"} 0",
+        "treelog_raft_state{state=\"follower\"} 1",
+        "treelog_raft_leader 0",
+    ] {
+        assert!(
+            metrics.lines().any(|l| l == want),
+            "no `{want}` in the cut-off node's metrics"
+        );
+    }
     // Refused at once, naming no one: it knows no leader.
     let on_old = direct(&c, old).await;
     match on_old.submit(mkdir("/q/minority")).await {

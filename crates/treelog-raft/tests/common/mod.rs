@@ -51,6 +51,9 @@ pub(crate) struct Node {
     pub(crate) rpc: SocketAddr,
     pub(crate) http: SocketAddr,
     pub(crate) handle: Option<ClusterHandle>,
+    /// The sockets bound when the cluster was made, kept for the node's
+    /// first start (another test may take a port let go of meanwhile).
+    listeners: Option<treelog_server::Listeners>,
 }
 
 pub(crate) struct Cluster {
@@ -88,6 +91,7 @@ impl Cluster {
                     rpc: b.rpc,
                     http: b.http,
                     handle: None,
+                    listeners: Some(l),
                 }
             })
             .collect();
@@ -133,7 +137,10 @@ impl Cluster {
         node.durability = Durability::None;
         node.faults = Some(faults);
         tweak(&mut node);
-        let listeners = treelog_server::Listeners::bind(n.rpc, n.http).unwrap();
+        let listeners = match n.listeners.take() {
+            Some(l) => l,
+            None => treelog_server::Listeners::bind(n.rpc, n.http).unwrap(),
+        };
         n.handle = Some(
             treelog_raft::start_on(ClusterConfig { server, node }, listeners)
                 .await
