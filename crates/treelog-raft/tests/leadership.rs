@@ -444,3 +444,45 @@ async fn readiness_and_build_info() {
         c.stop(id).await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_node_cut_off_from_the_leader_alone_fails_reads_at_once_naming_it() {
+    bounded(cut_off_from_the_leader()).await
+}
+
+async fn cut_off_from_the_leader() {
+    let mut c = Cluster::new(3, slower_heartbeat);
+    c.form().await;
+    let leader = c.wait_leader(&[1, 2, 3]).await;
+    let cl = c.client(leader).await;
+    let base = submit(&cl, mkdir("/c")).await;
+    c.converge(base).await;
+    let reader = if leader == 1 { 2 } else { 1 };
+    // The reader and the leader cannot reach each other; the third node
+    // reaches both (so the leader keeps its majority, and the reader's
+    // pre-vote finds no support: it goes on knowing the leader).
+    c.faults.block(leader, reader);
+    c.faults.block(reader, leader);
+    let on_reader = direct(&c, reader).await;
+    let started = Instant::now();
+    let e = on_reader
+        .stat_at("/c", ReadAt::Linearizable)
+        .await
+        .unwrap_err();
+    // Refused, not waited on until the read's 30 s bound ran out.
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "the read failed only after {:?}",
+        started.elapsed()
+    );
+    assert_eq!(e.kind(), ErrorKind::Busy, "{e}");
+    assert!(e.to_string().contains(&c.addr(leader)), "{e}");
+    // Reads at the node's own state go on.
+    on_reader.stat_at("/c", ReadAt::Latest).await.unwrap();
+    c.faults.heal();
+    let r = on_reader.stat_at("/c", ReadAt::Linearizable).await.unwrap();
+    assert!(r.seq >= base);
+    for id in c.ids() {
+        c.stop(id).await;
+    }
+}
