@@ -2,8 +2,8 @@
 //! by host name; a node catching up that knows the leader but not yet its
 //! address; a leader cut off from its majority stepping down
 //! (check-quorum) and, once healed, naming the new leader; linearizable
-//! reads that reach a node no longer leading; `/readyz` and the build's
-//! metric.
+//! reads that reach a node no longer leading, and on a node cut off from
+//! the leader alone; `/readyz` and the build's metric.
 
 mod common;
 
