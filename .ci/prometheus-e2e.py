@@ -65,13 +65,16 @@ def main():
             procs.append(subprocess.Popen([BIN, "--data", f"{tmp}/node{i}", "serve", "--node-id", str(i),
                                            "--listen", rpc, "--http", http],
                                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-            wait_until(f"node {i}'s /readyz", lambda: get(f"http://{http}/readyz")[0] == 200)
+            # Live, not ready: a node is ready once it is a member with a leader.
+            wait_until(f"node {i}'s /healthz", lambda: get(f"http://{http}/healthz")[0] == 200)
         first = NODES[0][1]
         cli("cluster", "init", server=first)
         wait_until("node 1 to lead", lambda: cli("mkdir", "-p", "/c", server=first, ok=False).returncode == 0)
         for (i, rpc, _) in NODES[1:]:
             cli("cluster", "add-learner", str(i), rpc, server=first)
         cli("cluster", "promote", "2", "3", server=first)
+        for (i, _, http) in NODES:
+            wait_until(f"node {i}'s /readyz", lambda: get(f"http://{http}/readyz")[0] == 200)
         targets = ", ".join(f"'{t}'" for t in [HTTP, REPLICA_HTTP] + [h for (_, _, h) in NODES])
         with open(f"{tmp}/prometheus.yml", "w") as f:
             f.write(f"global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: treelog\n"

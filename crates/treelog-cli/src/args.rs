@@ -415,7 +415,9 @@ pub(crate) enum ClusterCmd {
     /// reads and change streams, does not vote. Waits until it caught up.
     AddLearner {
         node: u64,
-        /// Its RPC address, as the other nodes reach it.
+        /// Its RPC address, as the other nodes reach it (`host:port` or
+        /// `[v6]:port`; a host name is resolved at every connect).
+        #[arg(value_parser = parse_host_port)]
         addr: String,
         /// Answer at once instead of when it caught up.
         #[arg(long)]
@@ -588,9 +590,10 @@ pub(crate) struct ServeArgs {
     /// Run as a replica of the server at this RPC address: bootstrap the
     /// data directory from its checkpoint when it holds no database, then
     /// follow its log; writes are refused (NotLeader, naming it). See
-    /// docs/REPLICATION.md.
-    #[arg(long, value_name = "ADDR")]
-    pub replica_of: Option<std::net::SocketAddr>,
+    /// docs/REPLICATION.md. `host:port` or `[v6]:port`; a host name is
+    /// resolved at every connect.
+    #[arg(long, value_name = "ADDR", value_parser = parse_host_port)]
+    pub replica_of: Option<String>,
     /// Migrate the data directory to this build's format first if it is of
     /// an older one (as `admin migrate`); without it, such a database is
     /// refused.
@@ -620,8 +623,9 @@ pub(crate) struct ServeArgs {
     #[arg(long, value_name = "N", conflicts_with = "replica_of")]
     pub node_id: Option<u64>,
     /// The RPC address the other nodes and clients reach this node at
-    /// (default: --listen).
-    #[arg(long, value_name = "ADDR", requires = "node_id")]
+    /// (default: --listen): `host:port` or `[v6]:port`, kept as given in
+    /// the membership (a host name is resolved at every connect).
+    #[arg(long, value_name = "ADDR", requires = "node_id", value_parser = parse_host_port)]
     pub advertise: Option<String>,
     /// Raft heartbeat interval in ms; a follower starts an election after 3
     /// to 6 times it without one.
@@ -635,6 +639,11 @@ pub(crate) struct ServeArgs {
     /// cursors may keep more).
     #[arg(long, requires = "node_id", default_value_t = 100_000)]
     pub raft_keep_after_snapshot: u64,
+    /// `/readyz` answers 503 while this node has applied more than this
+    /// many entries fewer than the cluster committed (and while it knows no
+    /// leader).
+    #[arg(long, value_name = "ENTRIES", requires = "node_id", default_value_t = treelog_raft::node::DEFAULT_READY_MAX_LAG)]
+    pub ready_max_lag: u64,
     /// Run a bridge that publishes this server's committed log into NATS
     /// JetStream at this URL (as `treelog bridge nats`; its metrics join
     /// the server's). See docs/BRIDGE.md.
@@ -693,6 +702,17 @@ pub(crate) enum QuotaCmd {
 }
 
 /// A count or size: digits, with an optional K, M, G or T (powers of 1024).
+/// `host:port` or `[v6]:port` (its form only: a host name is resolved
+/// when connecting).
+pub(crate) fn parse_host_port(s: &str) -> std::result::Result<String, String> {
+    treelog_client::Endpoint::parse(s).map(|_| ())
+        .map(|()| s.to_owned())
+        .map_err(|e| match e {
+            treelog::Error::InvalidArgument(m) => m,
+            e => e.to_string(),
+        })
+}
+
 pub(crate) fn parse_size(s: &str) -> std::result::Result<u64, String> {
     let (digits, shift) = match s.char_indices().last() {
         Some((i, 'K' | 'k')) => (&s[..i], 10),

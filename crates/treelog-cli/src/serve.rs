@@ -75,13 +75,14 @@ pub(crate) fn run(cli: &Cli, a: &ServeArgs) -> Result<u8> {
         node.heartbeat_ms = a.raft_heartbeat_ms;
         node.snapshot_every = a.raft_snapshot_every;
         node.keep_after_snapshot = a.raft_keep_after_snapshot;
+        node.ready_max_lag = a.ready_max_lag;
         rt.block_on(treelog_raft::run(treelog_raft::ClusterConfig {
             server: cfg,
             node,
         }))?;
         return Ok(0);
     }
-    match a.replica_of {
+    match &a.replica_of {
         Some(source) => {
             let mut rc = treelog_replica::ReplicaConfig::new(cfg, source);
             rc.source_token = read_token(a.source_token_file.as_deref())?;

@@ -219,13 +219,32 @@ impl Shared {
             None => resolving.await,
         }
         .map_err(OpenError::Unreachable)?;
+        // Over TLS without a server name of its own, a server named by a
+        // host name must hold a certificate for that name (an IP literal:
+        // for that address).
+        let named_tls;
+        let opts = match (&self.opts.tls, ep.host_name()) {
+            (Some(tls), Some(name)) if !tls.has_server_name() => {
+                let tls = tls
+                    .as_ref()
+                    .clone()
+                    .with_server_name(name)
+                    .map_err(|e| OpenError::Refused(Error::InvalidArgument(format!("{ep}: {e}"))))?;
+                named_tls = ClientOptions {
+                    tls: Some(Arc::new(tls)),
+                    ..self.opts.clone()
+                };
+                &named_tls
+            }
+            _ => &self.opts,
+        };
         let mut last = None;
         for a in addrs {
             let mut limit = Instant::now() + self.opts.connect_timeout;
             if let Some(d) = deadline {
                 limit = limit.min(d);
             }
-            match Connection::open(a, &self.opts, &self.seen, limit).await {
+            match Connection::open(a, opts, &self.seen, limit).await {
                 Ok(c) => return Ok(c),
                 Err(OpenError::Refused(e)) => return Err(OpenError::Refused(e)),
                 Err(e) => last = Some(e),

@@ -71,6 +71,14 @@ impl Endpoint {
         Ok(list)
     }
 
+    /// The host name, when the endpoint is not an IP literal.
+    pub fn host_name(&self) -> Option<&str> {
+        match &self.host {
+            Host::Name(n) => Some(n),
+            Host::Ip(_) => None,
+        }
+    }
+
     pub fn port(&self) -> u16 {
         self.port
     }

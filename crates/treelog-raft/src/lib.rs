@@ -18,17 +18,23 @@
 //! - [`network`]: Raft's messages over treelog's protocol; partitions for
 //!   tests.
 //! - [`features`]: feature levels in a cluster of mixed releases.
-//! - [`node`]: a node's lifecycle, leadership, administration.
+//! - [`node`]: a node's lifecycle, administration.
+//! - [`leadership`]: who leads as this node reports it; the writer told to
+//!   lead or follow; check-quorum; readiness.
+//! - [`read_index`]: linearizable reads, the read index asked of the
+//!   leader.
 //! - [`service`]: what the server routes to the node.
 //!
 //! A store that is no cluster's node never goes through any of this.
 
 pub mod features;
+pub mod leadership;
 pub mod log_store;
 pub mod metrics;
 pub mod network;
 pub mod node;
 pub mod proposer;
+pub mod read_index;
 pub mod service;
 pub mod snapshot;
 pub mod state_machine;

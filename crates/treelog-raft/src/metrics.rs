@@ -232,11 +232,16 @@ impl RaftMetrics {
         self.proposals_not_leader.inc();
     }
 
-    /// Refreshes the gauges from openraft's metrics.
-    pub(crate) fn refresh(&self, m: &openraft::RaftMetrics<TypeConfig>) {
+    /// Refreshes the gauges from openraft's metrics, with the state and
+    /// leader this node reports (check-quorum applied).
+    pub(crate) fn refresh(
+        &self,
+        m: &openraft::RaftMetrics<TypeConfig>,
+        state: &str,
+        leader: Option<u64>,
+    ) {
         self.term.set(m.current_term as i64);
-        self.leader.set(m.current_leader.unwrap_or(0) as i64);
-        let state = state_name(m);
+        self.leader.set(leader.unwrap_or(0) as i64);
         for s in STATES {
             self.state.with_label_values(&[s]).set((s == state) as i64);
         }

@@ -7,7 +7,6 @@
 //! tests' partitions (in-process: every node of a test shares one).
 
 use std::collections::{HashMap, HashSet};
-use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -188,17 +187,23 @@ enum CallError {
     Unreachable(String),
     /// The peer answered with an error.
     Remote(String),
+    /// The peer refused: it does not lead (naming whom it knows).
+    NotLeader(Option<String>),
 }
 
 impl Peer {
-    /// The leader's read index (this peer is the leader).
-    pub(crate) async fn read_index(&mut self) -> treelog::Result<u64> {
-        self.call::<_, u64>(RaftRpc::ReadIndex, &(), Duration::from_secs(5))
+    /// The leader's read index (this peer is the leader, as far as the
+    /// asking node knows): `NotLeader` when it is not (naming whom it
+    /// knows), `Busy` when it cannot be reached or does not answer.
+    pub(crate) async fn read_index(&mut self, ttl: Duration) -> treelog::Result<u64> {
+        self.call::<_, u64>(RaftRpc::ReadIndex, &(), ttl)
             .await
             .map_err(|e| match e {
-                CallError::Unreachable(m) | CallError::Remote(m) => {
-                    Error::Busy(format!("the leader's read index: {m}"))
-                }
+                CallError::NotLeader(leader) => Error::NotLeader { leader },
+                CallError::Unreachable(m) | CallError::Remote(m) => Error::Busy(format!(
+                    "the read index of node {} at {}: {m}",
+                    self.target, self.addr
+                )),
             })
     }
 
@@ -206,21 +211,31 @@ impl Peer {
         if let Some(c) = &self.client {
             return Ok(c.clone());
         }
-        let addr: SocketAddr = self
-            .addr
-            .parse()
-            .map_err(|e| CallError::Unreachable(format!("address {:?}: {e}", self.addr)))?;
-        let c = Client::connect(
-            addr,
+        // Resolved at every connect: a peer named by host name may have
+        // moved to another address since.
+        let connect = Client::connect_to(
+            &self.addr,
             ClientOptions {
                 token: self.token.clone(),
                 tls: self.tls.clone(),
                 connect_timeout: Duration::from_secs(1),
                 ..Default::default()
             },
-        )
-        .await
-        .map_err(|e| CallError::Unreachable(format!("connecting to node {}: {e}", self.target)))?;
+        );
+        let c = tokio::time::timeout(Duration::from_secs(3), connect)
+            .await
+            .map_err(|_| {
+                CallError::Unreachable(format!(
+                    "connecting to node {} at {} timed out",
+                    self.target, self.addr
+                ))
+            })?
+            .map_err(|e| {
+                CallError::Unreachable(format!(
+                    "connecting to node {} at {}: {e}",
+                    self.target, self.addr
+                ))
+            })?;
         self.client = Some(c.clone());
         Ok(c)
     }
@@ -271,6 +286,7 @@ impl Peer {
                     self.target
                 )));
             }
+            Ok(Err(Error::NotLeader { leader })) => return Err(CallError::NotLeader(leader)),
             Ok(Err(e)) => {
                 if matches!(e, Error::Protocol(_) | Error::Io(_)) {
                     self.client = None;
@@ -294,10 +310,22 @@ impl Peer {
     }
 }
 
+impl CallError {
+    fn not_leader(leader: Option<String>) -> String {
+        match leader {
+            Some(l) => format!("not the leader (the leader is at {l})"),
+            None => "not the leader".into(),
+        }
+    }
+}
+
 fn rpc_error(e: CallError) -> RPCError<TypeConfig> {
     match e {
         CallError::Unreachable(m) => RPCError::Unreachable(Unreachable::from_string(m)),
         CallError::Remote(m) => RPCError::Network(NetworkError::from_string(m)),
+        CallError::NotLeader(l) => {
+            RPCError::Network(NetworkError::from_string(CallError::not_leader(l)))
+        }
     }
 }
 
@@ -305,6 +333,9 @@ fn streaming_error(e: CallError) -> StreamingError<TypeConfig> {
     match e {
         CallError::Unreachable(m) => StreamingError::Unreachable(Unreachable::from_string(m)),
         CallError::Remote(m) => StreamingError::Network(NetworkError::from_string(m)),
+        CallError::NotLeader(l) => {
+            StreamingError::Network(NetworkError::from_string(CallError::not_leader(l)))
+        }
     }
 }
 

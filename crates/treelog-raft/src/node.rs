@@ -5,19 +5,19 @@
 use openraft::async_runtime::WatchReceiver;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use openraft::{ChangeMembers, ReadPolicy, ServerState};
 use treelog::format::meta::RaftLogId;
-use treelog::format::record::LeaderTag;
 use treelog::{Durability, Error, Result, Treelog};
 use treelog_proto::protocol::{ClusterMember, ClusterStatus};
 
 use crate::features::FeatureLevels;
+use crate::leadership::Leadership;
 use crate::log_store::LogStore;
 use crate::metrics::RaftMetrics;
 use crate::network::{Faults, Network};
-use crate::proposer::{LeaderProposer, RaftProposer, OUTCOME_WAIT};
+use crate::proposer::RaftProposer;
 use crate::snapshot::Receiver;
 use crate::state_machine::{Raft, Snapshots, StateMachine};
 use crate::types::{encode_entry, log_id, Entry, Membership, Node, NodeId, StoreRef, TypeConfig};
@@ -44,6 +44,9 @@ pub struct NodeConfig {
     pub keep_after_snapshot: u64,
     /// Messages between chosen nodes dropped or delayed (tests).
     pub faults: Option<Arc<Faults>>,
+    /// `/readyz` fails while the applied index is more than this many
+    /// entries behind the commit index.
+    pub ready_max_lag: u64,
 }
 
 impl NodeConfig {
@@ -58,6 +61,7 @@ impl NodeConfig {
             snapshot_every: 1_000_000,
             keep_after_snapshot: 100_000,
             faults: None,
+            ready_max_lag: DEFAULT_READY_MAX_LAG,
         }
     }
 
@@ -65,8 +69,8 @@ impl NodeConfig {
         let c = openraft::Config {
             cluster_name: "treelog".into(),
             heartbeat_interval: self.heartbeat_ms,
-            election_timeout_min: self.heartbeat_ms * 3,
-            election_timeout_max: self.heartbeat_ms * 6,
+            election_timeout_min: self.heartbeat_ms * ELECTION_TIMEOUT_MIN_HEARTBEATS,
+            election_timeout_max: self.heartbeat_ms * ELECTION_TIMEOUT_MAX_HEARTBEATS,
             // A snapshot is a checkpoint of the whole database: not every
             // few thousand entries.
             snapshot_policy: if self.snapshot_every == 0 {
@@ -102,6 +106,16 @@ impl NodeConfig {
 /// loaded 2-core machine shorter timeouts caused elections for nothing.
 pub const DEFAULT_HEARTBEAT_MS: u64 = 100;
 
+/// Elections after this many heartbeat intervals without one, at least...
+pub const ELECTION_TIMEOUT_MIN_HEARTBEATS: u64 = 3;
+/// ...and at most: also how long a leader may go without hearing from a
+/// majority before it steps down.
+pub const ELECTION_TIMEOUT_MAX_HEARTBEATS: u64 = 6;
+
+/// A node is ready while it has applied all but this many committed
+/// entries.
+pub const DEFAULT_READY_MAX_LAG: u64 = 1000;
+
 /// The running openraft instance and its tasks (replaced as a whole when
 /// `cluster init` restarts it).
 struct Running {
@@ -114,7 +128,8 @@ struct Running {
 pub struct RaftNode {
     cfg: NodeConfig,
     t: Arc<Treelog>,
-    metrics: Option<Arc<RaftMetrics>>,
+    pub(crate) metrics: Option<Arc<RaftMetrics>>,
+    pub(crate) leadership: Leadership,
     snapshots: Arc<Snapshots>,
     pub(crate) receiver: Receiver,
     /// The peers' feature levels and the cluster's.
@@ -125,6 +140,11 @@ pub struct RaftNode {
 impl RaftNode {
     /// Starts the node on `t` (opened with `NodeRole::Consensus`).
     pub async fn start(t: Arc<Treelog>, cfg: NodeConfig) -> Result<Arc<RaftNode>> {
+        // What the other nodes dial: a host name is resolved at each
+        // connect, so only its form is checked here.
+        treelog_client::Endpoint::parse(&cfg.addr).map(|_| ()).map_err(|e| {
+            Error::InvalidArgument(format!("node {}'s advertised address: {e}", cfg.id))
+        })?;
         let metrics = match t.metrics() {
             Some(m) => Some(Arc::new(RaftMetrics::register(m.registry()).map_err(
                 |e| Error::InvalidArgument(format!("cannot register Raft metrics: {e}")),
@@ -139,6 +159,7 @@ impl RaftNode {
             t,
             metrics,
             snapshots: Arc::default(),
+            leadership: Leadership::default(),
             running: tokio::sync::RwLock::new(None),
         });
         let running = node.run().await?;
@@ -164,7 +185,7 @@ impl RaftNode {
             .await
             .map_err(|e| Error::InvalidArgument(format!("starting Raft: {e}")))?;
         let (proposer, writes) = RaftProposer::start(raft.clone(), self.metrics.clone());
-        let watch = tokio::spawn(watch_leadership(
+        let watch = tokio::spawn(crate::leadership::watch(
             Arc::downgrade(self),
             raft.clone(),
             proposer.clone(),
@@ -182,6 +203,10 @@ impl RaftNode {
 
     pub fn store(&self) -> &Arc<Treelog> {
         &self.t
+    }
+
+    pub fn config(&self) -> &NodeConfig {
+        &self.cfg
     }
 
     /// The openraft instance (`Fatal` once the node shut down).
@@ -292,6 +317,9 @@ impl RaftNode {
 
     /// Adds `node` at `addr` as a learner; with `wait`, once it caught up.
     pub async fn add_learner(&self, node: NodeId, addr: String, wait: bool) -> Result<()> {
+        // Kept as given (a host name is resolved at each connect).
+        treelog_client::Endpoint::parse(&addr).map(|_| ())
+            .map_err(|e| Error::InvalidArgument(format!("node {node}'s address: {e}")))?;
         let raft = self.raft().await?;
         raft.add_learner(node, Node { addr }, wait)
             .await
@@ -356,81 +384,22 @@ impl RaftNode {
     pub async fn leader_addr(&self) -> Option<String> {
         let raft = self.raft().await.ok()?;
         let m = raft.metrics().borrow_watched().clone();
-        let id = m.current_leader?;
-        m.membership_config
-            .membership()
-            .get_node(&id)
-            .map(|n| n.addr.clone())
+        self.view(&m).leader_addr
     }
 
-    /// The sequence a linearizable read must see: the leader's read index
-    /// (asked of the leader when this node is not it), once this node has
-    /// applied it.
-    pub async fn read_index(&self) -> Result<u64> {
-        let raft = self.raft().await?;
-        let wait = self.t.min_seq_wait();
-        let seq = if raft.is_leader() {
-            let r = tokio::time::timeout(wait, raft.ensure_linearizable(ReadPolicy::ReadIndex))
-                .await
-                .map_err(|_| {
-                    Error::Busy(format!(
-                        "no read index within {wait:?}: this leader may have lost its majority"
-                    ))
-                })?
-                .map_err(|e| match e.forward_to_leader() {
-                    Some(_) => Error::NotLeader { leader: None },
-                    None => Error::Busy(format!("read index: {e}")),
-                })?;
-            r.log_id().index
-        } else {
-            let (leader, addr) = {
-                let m = raft.metrics().borrow_watched().clone();
-                let id = m.current_leader.ok_or_else(|| {
-                    Error::Busy("no leader is known: a linearizable read waits for one".into())
-                })?;
-                let addr = m
-                    .membership_config
-                    .membership()
-                    .get_node(&id)
-                    .map(|n| n.addr.clone())
-                    .ok_or_else(|| Error::Busy(format!("the leader {id} has no address")))?;
-                (id, addr)
-            };
-            let mut peer = Network::new(
-                self.cfg.id,
-                self.cfg.token.clone(),
-                self.cfg.faults.clone(),
-                self.features.clone(),
-            )
-            .with_tls(self.cfg.tls.clone())
-            .peer(leader, &addr);
-            peer.read_index().await?
+    /// The leadership as this node reports it (check-quorum applied).
+    pub(crate) fn view(&self, m: &crate::leadership::Metrics) -> crate::leadership::View {
+        crate::leadership::view(m, self.leadership.without_quorum())
+    }
+
+    /// Why this node should not take traffic yet (`/readyz`), or `None`.
+    pub fn not_ready(&self) -> Option<String> {
+        let raft = match self.raft_now() {
+            Ok(r) => r,
+            Err(e) => return Some(e.to_string()),
         };
-        let wm = self.t.watermark();
-        if tokio::time::timeout(wait, wm.wait_for_async(seq))
-            .await
-            .is_err()
-        {
-            return Err(self.t.replication().not_caught_up(seq, wait));
-        }
-        Ok(seq)
-    }
-
-    /// The leader's read index, for another node's linearizable read.
-    pub async fn leader_read_index(&self) -> Result<u64> {
-        let raft = self.raft().await?;
-        let wait = self.t.min_seq_wait();
-        let (read, _applied) =
-            tokio::time::timeout(wait, raft.get_read_log_id(ReadPolicy::ReadIndex))
-                .await
-                .map_err(|_| Error::Busy(format!("no read index within {wait:?}")))?
-                .map_err(|e| match e.forward_to_leader() {
-                    Some(f) => Error::NotLeader {
-                        leader: f.leader_node.as_ref().map(|n| n.addr.clone()),
-                    },
-                    None => Error::Busy(format!("read index: {e}")),
-                })?;
-        Ok(read.log_id().index)
+        let m = raft.metrics().borrow_watched().clone();
+        crate::leadership::not_ready(self, &m, self.cfg.ready_max_lag)
     }
 
     /// This node's view of the cluster.
@@ -458,14 +427,13 @@ impl RaftNode {
             })
             .collect();
         let idx = |l: &Option<crate::types::LogId>| l.as_ref().map(|l| l.index);
+        let v = self.view(&m);
         Ok(ClusterStatus {
             node: self.cfg.id,
-            state: crate::metrics::state_name(&m).into(),
+            state: v.state.into(),
             term: m.current_term,
-            leader: m.current_leader,
-            leader_addr: m
-                .current_leader
-                .and_then(|id| membership.get_node(&id).map(|n| n.addr.clone())),
+            leader: v.leader,
+            leader_addr: v.leader_addr,
             members,
             last_log: m.last_log_index,
             committed: idx(&m.local_committed),
@@ -498,121 +466,5 @@ fn write_error(
             leader: f.leader_node.as_ref().map(|n| n.addr.clone()),
         },
         None => Error::InvalidArgument(msg),
-    }
-}
-
-/// Tells the store's writer to lead or follow as openraft's state changes,
-/// keeps the metrics current, and answers the callers of a lost
-/// leadership's unsettled entries once they have waited long enough.
-async fn watch_leadership(
-    weak: std::sync::Weak<RaftNode>,
-    raft: Raft,
-    proposer: Arc<RaftProposer>,
-) {
-    let mut rx = raft.metrics();
-    let mut leading: Option<LeaderTag> = None;
-    // What the writer was last told while following (the leader's address).
-    let mut following: Option<Option<String>> = None;
-    let (mut last_term, mut last_leader) = (None, None);
-    let mut lost_at: Option<Instant> = None;
-    loop {
-        let Some(node) = weak.upgrade() else { return };
-        let m = rx.borrow_watched().clone();
-        if let Some(x) = &node.metrics {
-            x.refresh(&m);
-            if last_term.is_some_and(|t| t != m.current_term) {
-                x.elections.inc();
-            }
-            if last_leader.is_some() && last_leader != Some(m.current_leader) {
-                x.leader_changes.inc();
-            }
-        }
-        last_term = Some(m.current_term);
-        last_leader = Some(m.current_leader);
-        node.features.set_members(
-            m.membership_config
-                .membership()
-                .nodes()
-                .map(|(id, _)| *id)
-                .collect(),
-            m.state == ServerState::Leader,
-        );
-        let vote = &m.vote;
-        let is_leader = m.state == ServerState::Leader
-            && vote.committed
-            && vote.leader_id.node_id == node.cfg.id;
-        if is_leader {
-            let tag = LeaderTag {
-                term: vote.leader_id.term,
-                node: node.cfg.id,
-            };
-            if leading != Some(tag) {
-                // Everything committed before this leader's first entry is
-                // applied once the read index is: the writer then validates
-                // against all of it.
-                // Bounded: a leader cut off from its majority never gets
-                // the read index; look at its state again meanwhile.
-                let barrier = tokio::time::timeout(
-                    Duration::from_millis(node.cfg.heartbeat_ms * 10),
-                    raft.ensure_linearizable(ReadPolicy::ReadIndex),
-                )
-                .await;
-                match barrier {
-                    Ok(Ok(_)) => {
-                        let lead = Arc::new(LeaderProposer {
-                            tag,
-                            proposer: proposer.clone(),
-                        });
-                        if node.t.replication().lead(lead).await.is_ok() {
-                            leading = Some(tag);
-                            following = None;
-                            lost_at = None;
-                        }
-                    }
-                    Ok(Err(e)) => tracing::debug!(error = %e, "not leading yet"),
-                    Err(_) => tracing::debug!("no read index yet: not leading yet"),
-                }
-                // Whatever happened, look at the state again.
-                continue;
-            }
-        } else {
-            let addr = m.current_leader.and_then(|id| {
-                m.membership_config
-                    .membership()
-                    .get_node(&id)
-                    .map(|n| n.addr.clone())
-            });
-            if (leading.is_some() || following.as_ref() != Some(&addr))
-                && node.t.replication().follow(addr.clone()).await.is_ok()
-            {
-                if leading.take().is_some() {
-                    lost_at = Some(Instant::now());
-                }
-                following = Some(addr);
-            }
-        }
-        let wait = match lost_at {
-            Some(at) => OUTCOME_WAIT.saturating_sub(at.elapsed()),
-            None => Duration::from_secs(3600),
-        };
-        drop(node);
-        tokio::select! {
-            changed = rx.changed() => if changed.is_err() { return },
-            _ = tokio::time::sleep(wait) => {
-                if lost_at.take().is_some() {
-                    let n = proposer.give_up_unsettled(
-                        "this node stopped leading and the entry's fate is not known yet",
-                    );
-                    if n > 0 {
-                        tracing::warn!(callers = n, "answered OutcomeUnknown: leadership was lost");
-                        if let Some(m) = weak.upgrade().and_then(|n| n.metrics.clone()) {
-                            m.outcome_unknown
-                                .with_label_values(&["leadership_lost"])
-                                .inc_by(n as u64);
-                        }
-                    }
-                }
-            }
-        }
     }
 }

@@ -104,7 +104,13 @@ impl RaftService {
                 };
                 answer(raft.install_full_snapshot(req.vote, snapshot).await)
             }
-            RaftRpc::ReadIndex => answer(node.leader_read_index().await),
+            // A refusal as the protocol's own error, not inside the answer:
+            // the asking node then asks the leader it names (a node of an
+            // earlier release sees an error either way).
+            RaftRpc::ReadIndex => match node.leader_read_index().await {
+                Err(e @ Error::NotLeader { .. }) => Err(e),
+                r => answer(r),
+            },
         }
     }
 
@@ -147,20 +153,26 @@ impl ClusterService for RaftService {
     }
 
     fn role(&self) -> (Role, Option<String>) {
-        let Some(r) = self.node.upgrade().and_then(|n| n.raft_now().ok()) else {
+        let Some(node) = self.node.upgrade() else {
+            return (Role::Follower, None);
+        };
+        let Ok(r) = node.raft_now() else {
             return (Role::Follower, None);
         };
         let m = r.metrics().borrow_watched().clone();
-        let role = match m.state {
-            ServerState::Leader => Role::Leader,
-            _ => Role::Follower,
+        let v = node.view(&m);
+        let role = if v.is_leader {
+            Role::Leader
+        } else {
+            Role::Follower
         };
-        let leader = m.current_leader.and_then(|id| {
-            m.membership_config
-                .membership()
-                .get_node(&id)
-                .map(|n| n.addr.clone())
-        });
-        (role, leader)
+        (role, v.leader_addr)
+    }
+
+    fn not_ready(&self) -> Option<String> {
+        match self.node.upgrade() {
+            Some(n) => n.not_ready(),
+            None => Some("the node is stopping".into()),
+        }
     }
 }

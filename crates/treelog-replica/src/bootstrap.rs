@@ -160,7 +160,7 @@ async fn attempt(cfg: &ReplicaConfig, backup: &Path, new: &Path) -> Result<Prepa
     if backup.join(treelog::backup::MANIFEST_FILE).exists() {
         remove_dir_if_present(backup)?;
     }
-    let client = treelog_client::Client::connect(cfg.source, cfg.client_options()).await?;
+    let client = treelog_client::Client::connect_to(&cfg.source, cfg.client_options()).await?;
     let fetched =
         crate::fetch::fetch(&client, backup, cfg.fetch_chunk, |m| tracing::info!("{m}")).await?;
     drop(client);

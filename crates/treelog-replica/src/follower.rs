@@ -132,7 +132,7 @@ async fn connect(
     stop: &mut watch::Receiver<bool>,
 ) -> Result<Option<(Client, NodeStatus)>> {
     let client = tokio::select! {
-        c = Client::connect(cfg.source, cfg.client_options()) => match c {
+        c = Client::connect_to(&cfg.source, cfg.client_options()) => match c {
             Ok(c) => c,
             Err(e) => {
                 state.connect_failed();

@@ -27,7 +27,6 @@ pub mod fetch;
 mod follower;
 pub mod metrics;
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -42,8 +41,9 @@ pub struct ReplicaConfig {
     /// The server the replica runs (its data directory, ports, limits and
     /// store options; the store is opened as a replica).
     pub server: ServerConfig,
-    /// The source's RPC address (a leader, or another replica).
-    pub source: SocketAddr,
+    /// The source's RPC address (a leader, or another replica): `host:port`
+    /// or `[v6]:port`, resolved at every connect.
+    pub source: String,
     /// The token the source requires, if any.
     pub source_token: Option<String>,
     /// TLS to the source (its CA, and this node's certificate for mutual
@@ -109,11 +109,11 @@ pub fn default_cursor(server: &ServerConfig) -> String {
 }
 
 impl ReplicaConfig {
-    pub fn new(server: ServerConfig, source: SocketAddr) -> ReplicaConfig {
+    pub fn new(server: ServerConfig, source: impl ToString) -> ReplicaConfig {
         ReplicaConfig {
             cursor: Some(default_cursor(&server)),
             server,
-            source,
+            source: source.to_string(),
             source_token: None,
             source_tls: None,
             max_batch_bytes: 1 << 20,
@@ -169,6 +169,8 @@ impl ReplicaHandle {
 /// to its ports wait in the listen backlog).
 pub async fn start(mut cfg: ReplicaConfig) -> Result<ReplicaHandle> {
     cfg.server.validate()?;
+    treelog_client::Endpoint::parse(&cfg.source).map(|_| ())
+        .map_err(|e| Error::InvalidArgument(format!("the replica's source: {e}")))?;
     let listeners = Listeners::bind(cfg.server.listen, cfg.server.http)?;
     let bound = listeners.bound()?;
     if cfg.server.listen.port() == 0 && cfg.cursor == Some(default_cursor(&cfg.server)) {
@@ -177,7 +179,7 @@ pub async fn start(mut cfg: ReplicaConfig) -> Result<ReplicaHandle> {
     }
     // A replica never creates a database: it restores its source's.
     cfg.server.store.store.create_if_missing = false;
-    let state = Arc::new(ReplicaState::new(cfg.source.to_string()));
+    let state = Arc::new(ReplicaState::new(cfg.source.clone()));
     cfg.server.store.role = NodeRole::Replica(state.clone());
     let (stop, stop_rx) = watch::channel(false);
     let done = tokio::spawn(supervise(cfg, listeners, state.clone(), stop_rx));
@@ -191,7 +193,7 @@ pub async fn start(mut cfg: ReplicaConfig) -> Result<ReplicaHandle> {
 
 /// Runs a replica until SIGINT or SIGTERM (`treelog serve --replica-of`).
 pub async fn run(cfg: ReplicaConfig) -> Result<()> {
-    let source = cfg.source;
+    let source = cfg.source.clone();
     let mut h = start(cfg).await?;
     let signalled = treelog_server::signal_handlers();
     tracing::info!(rpc = %h.bound.rpc, http = %h.bound.http, %source, "replica started");

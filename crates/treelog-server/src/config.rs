@@ -139,6 +139,12 @@ pub trait ClusterService: Send + Sync + 'static {
         let _ = cmd;
         Ok(())
     }
+
+    /// Why the node should not take traffic yet (`/readyz` answers 503
+    /// with it), or `None`.
+    fn not_ready(&self) -> Option<String> {
+        None
+    }
 }
 
 pub type BoxFuture<'a, T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send + 'a>>;

@@ -187,13 +187,23 @@ async fn readyz(state: Arc<State>) -> (axum::http::StatusCode, String) {
             "replaying the log\n".into(),
         );
     }
-    match state.store.get().and_then(|t| t.writer_failure()) {
-        Some(why) => (
+    if let Some(why) = state.store.get().and_then(|t| t.writer_failure()) {
+        return (
             StatusCode::SERVICE_UNAVAILABLE,
             format!("writer stopped: {why}\n"),
-        ),
-        None => (StatusCode::OK, "ready\n".into()),
+        );
     }
+    // A cluster's node is ready once it knows a leader and has caught up.
+    if let Some(slot) = &state.cfg.cluster {
+        let why = match slot.get() {
+            None => Some("Raft is starting".to_owned()),
+            Some(c) => c.not_ready(),
+        };
+        if let Some(why) = why {
+            return (StatusCode::SERVICE_UNAVAILABLE, format!("{why}\n"));
+        }
+    }
+    (StatusCode::OK, "ready\n".into())
 }
 
 /// The credentials of an `Authorization: Bearer <token>` header (the

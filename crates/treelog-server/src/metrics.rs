@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use prometheus::{IntCounter, IntCounterVec, IntGauge, Opts};
+use prometheus::{IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts};
 use treelog::metrics::{Metrics, READ_OPS};
 
 /// The server's series, and the store's metrics they are registered with
@@ -37,6 +37,30 @@ pub struct ServerMetrics {
     pub tls_handshakes: IntCounterVec,
     /// Plaintext RPC connections refused by `--require-tls`.
     pub plaintext_refused: IntCounter,
+    /// 1, labelled with what this build is (version, commit, formats).
+    pub build_info: IntGaugeVec,
+}
+
+/// The git commit this build is of (`unknown` outside a checkout).
+const BUILD_COMMIT: &str = env!("TREELOG_GIT_COMMIT");
+
+/// `treelog_build_info{version, commit, format, protocol} 1`.
+fn build_info() -> prometheus::Result<IntGaugeVec> {
+    let g = IntGaugeVec::new(
+        Opts::new(
+            "treelog_build_info",
+            "1, labelled with the build: its version, git commit, on-disk format and protocol version",
+        ),
+        &["version", "commit", "format", "protocol"],
+    )?;
+    g.with_label_values(&[
+        env!("CARGO_PKG_VERSION"),
+        BUILD_COMMIT,
+        &treelog::format::FORMAT_VERSION.to_string(),
+        &treelog_proto::protocol::PROTOCOL_VERSION.to_string(),
+    ])
+    .set(1);
+    Ok(g)
 }
 
 impl ServerMetrics {
@@ -127,6 +151,7 @@ impl ServerMetrics {
                 "treelog_server_plaintext_refused_total",
                 "Plaintext RPC connections refused because the server requires TLS",
             )?,
+            build_info: build_info()?,
             store,
         };
         // Both ports' series exist from the start (at zero).
@@ -164,6 +189,7 @@ impl ServerMetrics {
         ] {
             r.register(Box::new(c.clone()))?;
         }
+        r.register(Box::new(self.build_info.clone()))?;
         for v in [
             &self.requests,
             &self.accept_errors,

@@ -66,6 +66,11 @@ impl ClientTls {
         Ok(self)
     }
 
+    /// Whether a server name was given ([`ClientTls::with_server_name`]).
+    pub fn has_server_name(&self) -> bool {
+        self.server_name.is_some()
+    }
+
     /// The name the certificate of the server at `addr` must carry.
     pub fn server_name_for(&self, addr: SocketAddr) -> ServerName<'static> {
         self.server_name
