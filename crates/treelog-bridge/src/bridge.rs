@@ -33,9 +33,11 @@ pub enum Start {
 /// How to run a bridge. (Its `Debug` leaves the token out.)
 #[derive(Clone)]
 pub struct BridgeConfig {
-    /// The treelog server whose committed log is published (a leader or a
-    /// replica: both serve the same records at the same sequences).
-    pub server: SocketAddr,
+    /// The treelog servers whose committed log is published (a leader or a
+    /// replica: both serve the same records at the same sequences):
+    /// `host:port`, `[v6]:port` or a comma-separated list of them, resolved
+    /// at every connect.
+    pub server: String,
     pub token: Option<String>,
     /// TLS to the server; `None`: plaintext.
     pub tls: Option<std::sync::Arc<treelog_client::ClientTls>>,
@@ -68,9 +70,11 @@ impl std::fmt::Debug for BridgeConfig {
 }
 
 impl BridgeConfig {
-    pub fn new(server: SocketAddr) -> BridgeConfig {
+    /// A bridge of the servers `server` names (an address, `host:port`, or
+    /// a list: see [`BridgeConfig::server`]).
+    pub fn new(server: impl ToString) -> BridgeConfig {
         BridgeConfig {
-            server,
+            server: server.to_string(),
             token: None,
             tls: None,
             cursor: "bridge".into(),
@@ -212,7 +216,7 @@ async fn attempt<S: Sink>(
         tls: cfg.tls.clone(),
         ..Default::default()
     };
-    let client = match Client::connect(cfg.server, opts).await {
+    let client = match Client::connect_to(&cfg.server, opts).await {
         Ok(c) => c,
         Err(e) => return treelog_end(&format!("cannot reach treelog at {}", cfg.server), e),
     };

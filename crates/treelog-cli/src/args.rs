@@ -52,8 +52,11 @@ pub(crate) struct Cli {
     /// Machine-readable JSON output.
     #[arg(long, global = true)]
     pub json: bool,
-    /// Talk to this server instead of opening the data directory.
-    #[arg(long, global = true, env = "TREELOG_SERVER")]
+    /// Talk to this server instead of opening the data directory: `host:port`,
+    /// `[v6]:port`, or a comma-separated list of them (`a:7400,b:7400,c:7400`),
+    /// tried in turn; names are resolved at every connect. A write reaching a
+    /// follower or a replica goes on to the leader it names.
+    #[arg(long, global = true, env = "TREELOG_SERVER", value_name = "ENDPOINTS")]
     pub server: Option<String>,
     /// File holding the shared token (client: sent in the handshake; serve:
     /// required from clients).
@@ -94,9 +97,14 @@ pub(crate) struct Cli {
     /// caught up).
     #[arg(long, global = true, env = "TREELOG_MIN_SEQ", value_name = "SEQ")]
     pub min_seq: Option<u64>,
-    /// Read commands: how long to wait for --min-seq, and for a
-    /// linearizable read while a Raft node is busy (restarting, or not yet
-    /// knowing its leader), in seconds (a fraction allowed).
+    /// The deadline of each request to a server, in seconds (a fraction
+    /// allowed), as etcdctl's --command-timeout: connecting (2 s per
+    /// address), reconnecting, finding the leader and the reply; read
+    /// commands also wait at most this long for --min-seq, and for a
+    /// linearizable read while a Raft node is busy. A read past it exits 18
+    /// (deadline exceeded, nothing changed); a write sent before it passed
+    /// exits 13 (outcome unknown). `cluster` requests and backups wait as
+    /// long as they take.
     #[arg(long, global = true, env = "TREELOG_TIMEOUT", value_name = "SECS",
           value_parser = crate::consistency::parse_timeout, default_value = "5")]
     pub timeout: std::time::Duration,

@@ -38,42 +38,41 @@ pub(crate) enum Sub<'a> {
     },
 }
 
-/// A `--server` address: `host:port` or an IP address and port.
-pub(crate) fn resolve(addr: &str) -> Result<std::net::SocketAddr> {
-    addr.parse()
-        .or_else(|_| {
-            use std::net::ToSocketAddrs;
-            addr.to_socket_addrs()
-                .map_err(|e| e.to_string())
-                .and_then(|mut a| a.next().ok_or_else(|| "no address".to_string()))
-        })
-        .map_err(|e| Error::InvalidArgument(format!("bad server address {addr:?}: {e}")))
-}
-
 impl Backend {
     pub(crate) fn local(data: &std::path::Path, opts: Options) -> Result<Backend> {
         Ok(Backend::Local(Treelog::open(data, opts)?))
     }
 
+    /// A client of the servers `endpoints` names (`host:port`, `[v6]:port`,
+    /// or a comma-separated list), each request within `deadline` (none:
+    /// as long as it takes).
     pub(crate) fn remote(
-        addr: &str,
+        endpoints: &str,
         token: Option<String>,
         tls: Option<std::sync::Arc<crate::client::ClientTls>>,
+        deadline: Option<std::time::Duration>,
     ) -> Result<Backend> {
-        let addr = resolve(addr)?;
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()?;
-        let client = rt.block_on(Client::connect(
-            addr,
+        let client = rt.block_on(Client::connect_to(
+            endpoints,
             ClientOptions {
                 token,
                 tls,
-                // A write sent to a replica goes on to its leader.
+                // A write sent to a replica or a follower goes on to its
+                // leader.
                 follow_leader: true,
+                // etcdctl's --dial-timeout.
+                connect_timeout: std::time::Duration::from_secs(2),
+                request_timeout: deadline.unwrap_or(std::time::Duration::from_secs(30)),
                 ..Default::default()
             },
         ))?;
+        let client = match deadline {
+            Some(d) => client.with_deadline(d),
+            None => client.without_deadline(),
+        };
         Ok(Backend::Remote { rt, client })
     }
 
@@ -382,6 +381,7 @@ pub(crate) fn open(cli: &Cli) -> Result<Backend> {
             addr,
             read_token(cli.token_file.as_deref())?,
             crate::tls::client_tls(cli)?,
+            Some(cli.timeout),
         ),
         None => Backend::local(
             &cli.data,

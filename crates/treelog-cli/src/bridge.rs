@@ -9,7 +9,7 @@ use treelog_bridge::{BridgeConfig, BridgeError, Encoding, NatsConfig, Start};
 /// A bridge of `server` into `stream` at `url`, with the library's
 /// defaults for everything else (what `serve --bridge-nats` runs).
 fn base_configs(
-    server: std::net::SocketAddr,
+    server: impl ToString,
     token: Option<String>,
     url: &str,
     stream: &str,
@@ -27,7 +27,7 @@ fn base_configs(
 
 /// The settings of `bridge nats` from its flags.
 fn configs(
-    server: std::net::SocketAddr,
+    server: &str,
     token: Option<String>,
     url: &str,
     stream: &str,
@@ -83,9 +83,10 @@ pub(crate) fn nats(cli: &Cli, a: &BridgeNatsArgs) -> Result<u8> {
             "bridge publishes a server's log: give --server ADDR".into(),
         ));
     };
-    let server = crate::backend::resolve(addr)?;
+    // Checked now (a typo is an error at start); resolved at each connect.
+    treelog_client::Endpoint::parse_list(addr)?;
     let token = read_token(cli.token_file.as_deref())?;
-    let (mut cfg, nats) = configs(server, token, &a.nats, &a.stream, &a.opts)?;
+    let (mut cfg, nats) = configs(addr, token, &a.nats, &a.stream, &a.opts)?;
     cfg.tls = crate::tls::client_tls(cli)?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

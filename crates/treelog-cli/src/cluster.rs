@@ -35,7 +35,7 @@ pub(crate) fn run(cli: &Cli, out: &Out, cmd: &ClusterCmd) -> Result<u8> {
     };
     let token = crate::backend::read_token(cli.token_file.as_deref())?;
     let crate::backend::Backend::Remote { rt, client } =
-        crate::backend::Backend::remote(addr, token, crate::tls::client_tls(cli)?)?
+        crate::backend::Backend::remote(addr, token, crate::tls::client_tls(cli)?, None)?
     else {
         unreachable!("a remote backend")
     };

@@ -28,6 +28,9 @@ pub(crate) fn exit_code(kind: ErrorKind) -> u8 {
         ErrorKind::NotLeader => 16,
         // The node did not reach the sequence asked for (--min-seq) in time.
         ErrorKind::Lagging => 17,
+        // --timeout passed with nothing sent that could change the store:
+        // safe to run again.
+        ErrorKind::DeadlineExceeded => 18,
         _ => 1,
     }
 }
