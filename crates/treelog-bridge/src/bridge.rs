@@ -4,7 +4,6 @@
 //! again with backoff after any error that can be retried.
 
 use std::collections::VecDeque;
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 

@@ -172,7 +172,7 @@ async fn a_stream_of_another_namespace_or_shared_with_other_subjects_is_refused(
     let b = treelog_bridge::start_nats(cfg.clone(), n.clone(), &prometheus_registry()).unwrap();
     harness::wait_published(&nats.url(), "S", 1, 30).await;
     b.shutdown().await.unwrap();
-    cfg.server = other.bound.rpc;
+    cfg.server = other.bound.rpc.to_string();
     let mut b = treelog_bridge::start_nats(cfg.clone(), n, &prometheus_registry()).unwrap();
     match b.ended().await {
         Err(BridgeError::Refused(m)) => assert!(m.contains("its own stream"), "{m}"),

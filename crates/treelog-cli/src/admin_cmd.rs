@@ -93,7 +93,12 @@ pub(crate) fn run(cli: &Cli, out: &Out, cmd: &AdminCmd) -> Result<u8> {
             if let Some(addr) = &cli.server {
                 let token = crate::backend::read_token(cli.token_file.as_deref())?;
                 let crate::backend::Backend::Remote { rt, client } =
-                    crate::backend::Backend::remote(addr, token, crate::tls::client_tls(cli)?, None)?
+                    crate::backend::Backend::remote(
+                        addr,
+                        token,
+                        crate::tls::client_tls(cli)?,
+                        None,
+                    )?
                 else {
                     unreachable!("a remote backend")
                 };
@@ -151,8 +156,12 @@ pub(crate) fn run(cli: &Cli, out: &Out, cmd: &AdminCmd) -> Result<u8> {
                 ));
             };
             let token = crate::backend::read_token(cli.token_file.as_deref())?;
-            let crate::backend::Backend::Remote { rt, client } =
-                crate::backend::Backend::remote(addr, token, crate::tls::client_tls(cli)?, Some(cli.timeout))?
+            let crate::backend::Backend::Remote { rt, client } = crate::backend::Backend::remote(
+                addr,
+                token,
+                crate::tls::client_tls(cli)?,
+                Some(cli.timeout),
+            )?
             else {
                 unreachable!("a remote backend")
             };

@@ -713,7 +713,8 @@ pub(crate) enum QuotaCmd {
 /// `host:port` or `[v6]:port` (its form only: a host name is resolved
 /// when connecting).
 pub(crate) fn parse_host_port(s: &str) -> std::result::Result<String, String> {
-    treelog_client::Endpoint::parse(s).map(|_| ())
+    treelog_client::Endpoint::parse(s)
+        .map(|_| ())
         .map(|()| s.to_owned())
         .map_err(|e| match e {
             treelog::Error::InvalidArgument(m) => m,

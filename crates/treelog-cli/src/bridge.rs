@@ -145,7 +145,7 @@ pub(crate) async fn serve_with_bridge(
 ) -> Result<()> {
     let mut h = treelog_server::start(cfg).await?;
     let signalled = treelog_server::signal_handlers();
-    bridge.server = h.bound.rpc;
+    bridge.server = h.bound.rpc.to_string();
     let registry = match h.metrics() {
         Some(m) => m.registry().clone(),
         None => prometheus::Registry::new(),

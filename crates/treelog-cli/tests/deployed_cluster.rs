@@ -377,7 +377,10 @@ fn never_stale(load: &Load, endpoint: &str, must_answer: bool) {
         return;
     };
     let (code, out) = cli_stat(endpoint, &last);
-    assert_ne!(code, 3, "{endpoint} read {last} as missing after its ack: {out}");
+    assert_ne!(
+        code, 3,
+        "{endpoint} read {last} as missing after its ack: {out}"
+    );
     if must_answer {
         assert_eq!(code, 0, "stat {last} at {endpoint}: {out}");
     }
@@ -462,7 +465,11 @@ async fn a_cluster_on_host_names_rides_out_kill_pause_and_partition_of_its_leade
     let l = one_leader(&nodes.iter().collect::<Vec<_>>(), 30, "a leader").await;
     let li = (l - 1) as usize;
     nodes[li].proc.kill();
-    let rest: Vec<&Node> = all.iter().filter(|i| **i != li).map(|i| &nodes[*i]).collect();
+    let rest: Vec<&Node> = all
+        .iter()
+        .filter(|i| **i != li)
+        .map(|i| &nodes[*i])
+        .collect();
     one_leader(&rest, 30, "a leader after the kill").await;
     writes_go_on(&load, 20, "after the leader was killed").await;
     for n in &rest {
@@ -475,14 +482,23 @@ async fn a_cluster_on_host_names_rides_out_kill_pause_and_partition_of_its_leade
     let l = one_leader(&nodes.iter().collect::<Vec<_>>(), 30, "a leader").await;
     let li = (l - 1) as usize;
     nodes[li].proc.pause();
-    let rest: Vec<&Node> = all.iter().filter(|i| **i != li).map(|i| &nodes[*i]).collect();
+    let rest: Vec<&Node> = all
+        .iter()
+        .filter(|i| **i != li)
+        .map(|i| &nodes[*i])
+        .collect();
     one_leader(&rest, 30, "a leader while the old one is paused").await;
     writes_go_on(&load, 20, "while the leader is paused").await;
     for n in &rest {
         never_stale(&load, &n.endpoint(), true);
     }
     nodes[li].proc.resume();
-    one_leader(&nodes.iter().collect::<Vec<_>>(), 30, "one leader after SIGCONT").await;
+    one_leader(
+        &nodes.iter().collect::<Vec<_>>(),
+        30,
+        "one leader after SIGCONT",
+    )
+    .await;
 
     // 3. The leader cut off from both peers: the majority elects; the old
     // one stops calling itself leader within a few election timeouts
@@ -496,7 +512,11 @@ async fn a_cluster_on_host_names_rides_out_kill_pause_and_partition_of_its_leade
         .map(|i| (nodes[*i].uid, nodes[*i].rpc.port()))
         .collect();
     fw.partition(nodes[li].uid, nodes[li].rpc.port(), &others);
-    let rest: Vec<&Node> = all.iter().filter(|i| **i != li).map(|i| &nodes[*i]).collect();
+    let rest: Vec<&Node> = all
+        .iter()
+        .filter(|i| **i != li)
+        .map(|i| &nodes[*i])
+        .collect();
     one_leader(&rest, 30, "a leader in the majority").await;
     writes_go_on(&load, 20, "while the leader is cut off").await;
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -525,7 +545,12 @@ async fn a_cluster_on_host_names_rides_out_kill_pause_and_partition_of_its_leade
         never_stale(&load, &n.endpoint(), true);
     }
     fw.heal();
-    one_leader(&nodes.iter().collect::<Vec<_>>(), 30, "one leader after the heal").await;
+    one_leader(
+        &nodes.iter().collect::<Vec<_>>(),
+        30,
+        "one leader after the heal",
+    )
+    .await;
     writes_go_on(&load, 20, "after the heal").await;
 
     stop.store(true, Ordering::Release);

@@ -225,11 +225,9 @@ impl Shared {
         let named_tls;
         let opts = match (&self.opts.tls, ep.host_name()) {
             (Some(tls), Some(name)) if !tls.has_server_name() => {
-                let tls = tls
-                    .as_ref()
-                    .clone()
-                    .with_server_name(name)
-                    .map_err(|e| OpenError::Refused(Error::InvalidArgument(format!("{ep}: {e}"))))?;
+                let tls = tls.as_ref().clone().with_server_name(name).map_err(|e| {
+                    OpenError::Refused(Error::InvalidArgument(format!("{ep}: {e}")))
+                })?;
                 named_tls = ClientOptions {
                     tls: Some(Arc::new(tls)),
                     ..self.opts.clone()

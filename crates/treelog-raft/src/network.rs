@@ -252,7 +252,7 @@ impl Peer {
         match &r {
             Err(CallError::Unreachable(_)) => self.features.lost(self.target),
             Ok((_, t)) => self.features.heard(self.target, t.as_ref()),
-            Err(CallError::Remote(_)) => {}
+            Err(CallError::Remote(_) | CallError::NotLeader(_)) => {}
         }
         r.and_then(|(resp, _)| resp.map_err(CallError::Remote))
     }
@@ -288,7 +288,10 @@ impl Peer {
             }
             Ok(Err(Error::NotLeader { leader })) => return Err(CallError::NotLeader(leader)),
             Ok(Err(e)) => {
-                if matches!(e, Error::Protocol(_) | Error::Io(_)) {
+                if matches!(
+                    e,
+                    Error::Protocol(_) | Error::Io(_) | Error::DeadlineExceeded(_)
+                ) {
                     self.client = None;
                     return Err(CallError::Unreachable(e.to_string()));
                 }

@@ -142,9 +142,11 @@ impl RaftNode {
     pub async fn start(t: Arc<Treelog>, cfg: NodeConfig) -> Result<Arc<RaftNode>> {
         // What the other nodes dial: a host name is resolved at each
         // connect, so only its form is checked here.
-        treelog_client::Endpoint::parse(&cfg.addr).map(|_| ()).map_err(|e| {
-            Error::InvalidArgument(format!("node {}'s advertised address: {e}", cfg.id))
-        })?;
+        treelog_client::Endpoint::parse(&cfg.addr)
+            .map(|_| ())
+            .map_err(|e| {
+                Error::InvalidArgument(format!("node {}'s advertised address: {e}", cfg.id))
+            })?;
         let metrics = match t.metrics() {
             Some(m) => Some(Arc::new(RaftMetrics::register(m.registry()).map_err(
                 |e| Error::InvalidArgument(format!("cannot register Raft metrics: {e}")),
@@ -318,7 +320,8 @@ impl RaftNode {
     /// Adds `node` at `addr` as a learner; with `wait`, once it caught up.
     pub async fn add_learner(&self, node: NodeId, addr: String, wait: bool) -> Result<()> {
         // Kept as given (a host name is resolved at each connect).
-        treelog_client::Endpoint::parse(&addr).map(|_| ())
+        treelog_client::Endpoint::parse(&addr)
+            .map(|_| ())
             .map_err(|e| Error::InvalidArgument(format!("node {node}'s address: {e}")))?;
         let raft = self.raft().await?;
         raft.add_learner(node, Node { addr }, wait)

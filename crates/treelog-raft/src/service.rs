@@ -8,7 +8,6 @@ use std::sync::{Arc, Weak};
 use openraft::raft::{
     AppendEntriesRequest, AppendEntriesResponse, TransferLeaderRequest, VoteRequest,
 };
-use openraft::ServerState;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use treelog::{Command, Error, Result};

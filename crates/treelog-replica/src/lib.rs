@@ -169,7 +169,8 @@ impl ReplicaHandle {
 /// to its ports wait in the listen backlog).
 pub async fn start(mut cfg: ReplicaConfig) -> Result<ReplicaHandle> {
     cfg.server.validate()?;
-    treelog_client::Endpoint::parse(&cfg.source).map(|_| ())
+    treelog_client::Endpoint::parse(&cfg.source)
+        .map(|_| ())
         .map_err(|e| Error::InvalidArgument(format!("the replica's source: {e}")))?;
     let listeners = Listeners::bind(cfg.server.listen, cfg.server.http)?;
     let bound = listeners.bound()?;
