@@ -98,8 +98,9 @@ pub(crate) struct Cli {
     #[arg(long, global = true, env = "TREELOG_MIN_SEQ", value_name = "SEQ")]
     pub min_seq: Option<u64>,
     /// The deadline of each request to a server, in seconds (a fraction
-    /// allowed), as etcdctl's --command-timeout: connecting (2 s per
-    /// address), reconnecting, finding the leader and the reply; read
+    /// allowed; at least 2 s, the time to connect), as etcdctl's
+    /// --command-timeout: connecting (2 s per address), reconnecting,
+    /// finding the leader and the reply; read
     /// commands also wait at most this long for --min-seq, and for a
     /// linearizable read while a Raft node is busy. A read past it exits 18
     /// (deadline exceeded, nothing changed); a write sent before it passed

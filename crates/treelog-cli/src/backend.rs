@@ -38,6 +38,9 @@ pub(crate) enum Sub<'a> {
     },
 }
 
+/// How long connecting to one address may take (etcdctl's --dial-timeout).
+const DIAL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
+
 impl Backend {
     pub(crate) fn local(data: &std::path::Path, opts: Options) -> Result<Backend> {
         Ok(Backend::Local(Treelog::open(data, opts)?))
@@ -52,6 +55,9 @@ impl Backend {
         tls: Option<std::sync::Arc<crate::client::ClientTls>>,
         deadline: Option<std::time::Duration>,
     ) -> Result<Backend> {
+        // At least the dial timeout: a request can always (re)connect
+        // once, even under `--timeout 0` (no wait for --min-seq).
+        let deadline = deadline.map(|d| d.max(DIAL_TIMEOUT));
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()?;
@@ -63,8 +69,7 @@ impl Backend {
                 // A write sent to a replica or a follower goes on to its
                 // leader.
                 follow_leader: true,
-                // etcdctl's --dial-timeout.
-                connect_timeout: std::time::Duration::from_secs(2),
+                connect_timeout: DIAL_TIMEOUT,
                 request_timeout: deadline.unwrap_or(std::time::Duration::from_secs(30)),
                 ..Default::default()
             },

@@ -11,15 +11,10 @@ use treelog::stream::{StartFrom, StreamItem, SubscribeOptions};
 use treelog::ErrorKind;
 use treelog_client::{Client, ClientOptions};
 use treelog_proto::protocol::{RequestBody, ResponseBody};
+use treelog_testkit::process::free_addr;
 use treelog_testkit::{cli, commands};
 
 const BIN: &str = env!("CARGO_BIN_EXE_treelog");
-
-/// A loopback address with a port free now (the OS's choice, released).
-fn free_addr() -> SocketAddr {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap()
-}
 
 struct Node {
     data: PathBuf,

@@ -22,14 +22,10 @@ use treelog::{Command, ReadAt};
 use treelog_client::{Client, ClientOptions, ClientTls};
 use treelog_proto::protocol::{ClusterRequest, ClusterStatus, RequestBody, ResponseBody};
 use treelog_testkit::history::{self, Entry, Op, Outcome};
+use treelog_testkit::process::free_addr;
 use treelog_testkit::{cli, poll, rounds, Rng};
 
 const BIN: &str = env!("CARGO_BIN_EXE_treelog");
-
-fn free_addr() -> SocketAddr {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap()
-}
 
 /// The client TLS of the nodes listening at these addresses (the test's
 /// own clients connect with it); nodes not in it speak plaintext. By

@@ -17,13 +17,9 @@ use treelog_client::{Client, ClientOptions};
 use treelog_proto::protocol::{ClusterRequest, ClusterStatus, RequestBody, ResponseBody};
 use treelog_testkit::cli;
 use treelog_testkit::commands::{create, mkdir};
+use treelog_testkit::process::free_addr;
 
 const BIN: &str = env!("CARGO_BIN_EXE_treelog");
-
-fn free_addr() -> SocketAddr {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap()
-}
 
 fn localhost_resolves() -> bool {
     use std::net::ToSocketAddrs;

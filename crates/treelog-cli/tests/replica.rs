@@ -17,16 +17,11 @@ use std::time::{Duration, Instant};
 
 use treelog_client::{Client, ClientOptions};
 use treelog_proto::protocol::{NodeStatus, RequestBody, ResponseBody};
+use treelog_testkit::process::free_addr;
 use treelog_testkit::{cli, commands, rounds};
 use treelog_testkit_server::closed_state;
 
 const BIN: &str = env!("CARGO_BIN_EXE_treelog");
-
-/// A loopback address with a port free now (the OS's choice, released).
-fn free_addr() -> SocketAddr {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap()
-}
 
 struct Node {
     data: PathBuf,

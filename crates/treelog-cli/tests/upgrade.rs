@@ -24,6 +24,7 @@ use treelog::Command;
 use treelog_client::{Client, ClientOptions};
 use treelog_proto::protocol::{ClusterRequest, ClusterStatus, RequestBody, ResponseBody};
 use treelog_proto::FEATURE_LEVEL;
+use treelog_testkit::process::free_addr;
 use treelog_testkit::{cli, http, poll};
 
 const NEW: &str = env!("CARGO_BIN_EXE_treelog");
@@ -54,11 +55,6 @@ fn previous_binary() -> Option<String> {
             None
         }
     }
-}
-
-fn free_addr() -> SocketAddr {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap()
 }
 
 struct Node {

@@ -302,3 +302,46 @@ async fn a_node_certificate_gets_node_powers_and_no_other_certificate_does() {
     }
     h.shutdown().await.unwrap();
 }
+
+/// A server named by host name must hold a certificate for that name: one
+/// issued for its IP address alone is refused when reached as `localhost`,
+/// and taken when reached by the address; one naming `localhost` too is
+/// taken both ways.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_named_by_host_is_verified_for_that_name() {
+    let pki = Pki::new("test ca");
+    let dir = tempfile::tempdir().unwrap();
+    let (cert, key) = pki.issue(CertSpec::node("by-ip"));
+    let by_ip = start(
+        &dir.path().join("a"),
+        ServerTls::load(&cert, &key, None).unwrap(),
+        true,
+    )
+    .await;
+    let mut named = CertSpec::node("by-name");
+    named.dns = vec!["localhost".into()];
+    let (cert, key) = pki.issue(named);
+    let by_name = start(
+        &dir.path().join("b"),
+        ServerTls::load(&cert, &key, None).unwrap(),
+        true,
+    )
+    .await;
+    let opts = || ClientOptions {
+        request_timeout: std::time::Duration::from_secs(10),
+        ..over(Some(pki.client(None)))
+    };
+
+    let e = Client::connect_to(&format!("localhost:{}", by_ip.bound.rpc.port()), opts())
+        .await
+        .err()
+        .expect("a certificate without the name is refused");
+    assert!(e.to_string().contains("TLS"), "{e}");
+    Client::connect_to(&by_ip.bound.rpc.to_string(), opts())
+        .await
+        .expect("the certificate names the address");
+    let c = Client::connect_to(&format!("localhost:{}", by_name.bound.rpc.port()), opts())
+        .await
+        .expect("the certificate names localhost");
+    c.submit(mkdir("/named")).await.unwrap();
+}
