@@ -21,6 +21,7 @@ mod fs;
 mod import;
 mod list;
 mod output;
+mod parse;
 mod run;
 mod serve;
 mod tail;
