@@ -1,0 +1,1 @@
+//! The namespace as a FUSE filesystem.
