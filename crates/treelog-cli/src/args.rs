@@ -377,11 +377,20 @@ pub(crate) enum Cmd {
     /// Acknowledge a durable cursor up to SEQ (after processing what `tail
     /// --cursor CURSOR --no-ack` printed up to there).
     Ack { cursor: String, seq: u64 },
-    /// Mirror a local directory tree under DEST: directories, and regular
-    /// files with their size, mode, owner, group and modification time
-    /// (other kinds are skipped and counted). DIR's contents go under DEST
-    /// (created if missing); an entry that exists already fails alone.
+    /// Mirror a local directory tree under DEST: directories, regular files
+    /// (size, mode, owner, group, modification time) and symbolic links,
+    /// with their extended attributes. Hard links become separate files;
+    /// devices, sockets and FIFOs are skipped; both are counted. DIR's
+    /// contents go under DEST (created if missing); an entry that exists
+    /// already fails alone.
     Import(ImportArgs),
+    /// Write a subtree to standard output (or -o FILE) as JSON Lines, read
+    /// at one state: every entry's kind, attributes, link target and
+    /// extended attributes (`treelog load` reads it back).
+    Dump(crate::dump::DumpArgs),
+    /// Recreate a subtree from a `treelog dump` (a file or - for standard
+    /// input) under DEST.
+    Load(crate::dump::LoadArgs),
     /// Run the server. Every option is also a config file key (--config)
     /// and an environment variable: TREELOG_ and the option's name in
     /// capitals with `_` for `-` (TREELOG_MAX_CONNECTIONS). A flag wins
@@ -959,6 +968,10 @@ pub(crate) struct ImportArgs {
     /// The block size recorded for each file.
     #[arg(long, default_value_t = DEFAULT_BLOCK_SIZE)]
     pub block_size: u64,
+    /// Leave extended attributes out (by default every one the caller may
+    /// read is imported).
+    #[arg(long)]
+    pub no_xattrs: bool,
 }
 
 /// See `serve --on-writer-failure`.

@@ -1,21 +1,25 @@
 //! `treelog import DIR [DEST]`: mirrors a local directory tree into the
-//! namespace: directories, and regular files with their size, mode, owner,
-//! group and modification time. Other kinds (symbolic links, devices,
-//! sockets, FIFOs) are skipped and counted.
+//! namespace: directories, regular files (size, mode, owner, group,
+//! modification time) and symbolic links (target, owner, group, time),
+//! each with its extended attributes (all that the caller may read:
+//! `user.*`, and `trusted.*`/`security.*`/`system.*` where the local
+//! system lets it list them). A file with several hard links is imported
+//! once per name, as separate files (treelog has no hard links), and
+//! counted. Other kinds (devices, sockets, FIFOs) are skipped and counted.
 //!
 //! A walker thread reads the tree (depth first, each directory's entries
 //! in name order) into a bounded channel; up to `--jobs` entries are in
 //! flight at once, each a short chain of commands that waits for the one
-//! before (a file: create, complete with its size, set its time), so the
-//! writer commits many entries per group (and per fsync). Entries do not
-//! wait for one another: every create makes missing parents (`-p`), and a
-//! directory's own chain then sets its attributes whatever created it.
-//! Directories' modification times are set last, once everything is in
-//! them (an entry created in a directory moves its time, as in POSIX), as
-//! `cp -a` does. Against `--server`, the same chains are pipelined on one
-//! connection.
+//! before (a file: create, complete with its size, its attributes, set its
+//! time), so the writer commits many entries per group (and per fsync).
+//! Entries do not wait for one another: every create makes missing
+//! parents (`-p`), and a directory's own chain then sets its attributes
+//! whatever created it. Directories' modification times are set last, once
+//! everything is in them (an entry created in a directory moves its time,
+//! as in POSIX), as `cp -a` does. Against `--server`, the same chains are
+//! pipelined on one connection.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::ffi::CStr;
 use std::io::Write;
 use std::os::unix::fs::MetadataExt;
@@ -34,6 +38,7 @@ use crate::error::{Error, Result};
 use crate::exit::{quote_always, reason, FirstFailure};
 use crate::output::{outln, Out};
 use crate::timefmt::human_size;
+use crate::types::XattrFlag;
 use treelog::Treelog;
 
 /// Failures printed on standard error; the rest are only counted.
@@ -41,13 +46,13 @@ const SHOWN_FAILURES: u64 = 10;
 
 /// Where commands go: the two backends' async submission.
 #[derive(Clone, Copy)]
-enum Submitter<'a> {
+pub(crate) enum Submitter<'a> {
     Local(&'a Treelog),
     Remote(&'a Client),
 }
 
 impl Submitter<'_> {
-    async fn submit(self, cmd: Command) -> Result<u64> {
+    pub(crate) async fn submit(self, cmd: Command) -> Result<u64> {
         match self {
             Submitter::Local(t) => t.submit_async(cmd).await,
             Submitter::Remote(c) => c.submit(cmd).await,
@@ -64,18 +69,31 @@ struct Attrs {
     mtime_ms: u64,
 }
 
+/// An extended attribute read from a local entry.
+type LocalXattr = (String, Vec<u8>);
+
 /// What the walker found.
 enum Walked {
     Dir {
         path: String,
         attrs: Attrs,
+        xattrs: Vec<LocalXattr>,
     },
     File {
         path: String,
         attrs: Attrs,
         size: u64,
+        xattrs: Vec<LocalXattr>,
+        /// Another name of the same local file was found before: imported
+        /// again as a file of its own.
+        linked: bool,
     },
-    Symlink,
+    Symlink {
+        path: String,
+        attrs: Attrs,
+        target: String,
+        xattrs: Vec<LocalXattr>,
+    },
     Other,
     /// A local entry that could not be read or named.
     Failed {
@@ -84,6 +102,57 @@ enum Walked {
         local: PathBuf,
         error: Error,
     },
+}
+
+impl Walked {
+    fn path(&self) -> Option<&str> {
+        match self {
+            Walked::Dir { path, .. } | Walked::File { path, .. } | Walked::Symlink { path, .. } => {
+                Some(path)
+            }
+            Walked::Other | Walked::Failed { .. } => None,
+        }
+    }
+
+    fn xattrs(&self) -> &[LocalXattr] {
+        match self {
+            Walked::Dir { xattrs, .. }
+            | Walked::File { xattrs, .. }
+            | Walked::Symlink { xattrs, .. } => xattrs,
+            Walked::Other | Walked::Failed { .. } => &[],
+        }
+    }
+}
+
+/// The extended attributes of `local` itself (not of a link's target),
+/// in name order. Those that vanish between the listing and the read are
+/// left out; any other failure fails the entry.
+fn read_xattrs(local: &Path) -> std::result::Result<Vec<LocalXattr>, (&'static str, Error)> {
+    let names = match xattr::list(local) {
+        Ok(n) => n,
+        // A file system without extended attributes has none to import.
+        Err(e) if e.raw_os_error() == Some(libc::ENOTSUP) => return Ok(Vec::new()),
+        Err(e) => return Err(("cannot list the extended attributes of", Error::Io(e))),
+    };
+    let mut out = Vec::new();
+    for name in names {
+        let Some(text) = name.to_str() else {
+            return Err((
+                "cannot import an extended attribute of",
+                Error::InvalidName {
+                    name: name.to_string_lossy().into_owned(),
+                    reason: "not valid UTF-8",
+                },
+            ));
+        };
+        match xattr::get(local, &name) {
+            Ok(Some(v)) => out.push((text.to_owned(), v)),
+            Ok(None) => {}
+            Err(e) => return Err(("cannot read an extended attribute of", Error::Io(e))),
+        }
+    }
+    out.sort();
+    Ok(out)
 }
 
 /// User and group names by id, from the system's databases (numeric when
@@ -202,8 +271,10 @@ fn io_error(what: &str, local: &Path, e: std::io::Error) -> Error {
 
 /// Walks `root` (already sent as `dest`), depth first, sending what it
 /// finds; stops when the receiver is gone.
-fn walk(root: PathBuf, dest: String, tx: mpsc::Sender<Walked>, found: ProgressBar) {
+fn walk(root: PathBuf, dest: String, xattrs: bool, tx: mpsc::Sender<Walked>, found: ProgressBar) {
     let mut names = Names::default();
+    // Files with more than one link, by (device, inode), once seen.
+    let mut linked: HashSet<(u64, u64)> = HashSet::new();
     let mut stack = vec![(root, dest)];
     let send = |w: Walked| {
         found.inc_length(1);
@@ -244,24 +315,15 @@ fn walk(root: PathBuf, dest: String, tx: mpsc::Sender<Walked>, found: ProgressBa
                 },
                 (Some(name), Ok(m)) => {
                     let path = crate::path::join(&tdir, name);
-                    let ft = m.file_type();
-                    if ft.is_dir() {
-                        subdirs.push((local, path.clone()));
-                        Walked::Dir {
-                            path,
-                            attrs: attrs_of(&m, &mut names),
-                        }
-                    } else if ft.is_file() {
-                        Walked::File {
-                            path,
-                            attrs: attrs_of(&m, &mut names),
-                            size: m.len(),
-                        }
-                    } else if ft.is_symlink() {
-                        Walked::Symlink
-                    } else {
-                        Walked::Other
-                    }
+                    walked(
+                        &local,
+                        path,
+                        &m,
+                        xattrs,
+                        &mut names,
+                        &mut linked,
+                        &mut subdirs,
+                    )
                 }
             };
             if !send(w) {
@@ -273,12 +335,89 @@ fn walk(root: PathBuf, dest: String, tx: mpsc::Sender<Walked>, found: ProgressBa
     }
 }
 
+/// One local entry (`m` its own metadata, not a link's target's).
+fn walked(
+    local: &Path,
+    path: String,
+    m: &std::fs::Metadata,
+    with_xattrs: bool,
+    names: &mut Names,
+    linked: &mut HashSet<(u64, u64)>,
+    subdirs: &mut Vec<(PathBuf, String)>,
+) -> Walked {
+    let ft = m.file_type();
+    if !(ft.is_dir() || ft.is_file() || ft.is_symlink()) {
+        return Walked::Other;
+    }
+    let xattrs = if with_xattrs {
+        match read_xattrs(local) {
+            Ok(x) => x,
+            Err((what, error)) => {
+                return Walked::Failed {
+                    what,
+                    local: local.to_owned(),
+                    error,
+                }
+            }
+        }
+    } else {
+        Vec::new()
+    };
+    let attrs = attrs_of(m, names);
+    if ft.is_dir() {
+        subdirs.push((local.to_owned(), path.clone()));
+        Walked::Dir {
+            path,
+            attrs,
+            xattrs,
+        }
+    } else if ft.is_file() {
+        Walked::File {
+            path,
+            attrs,
+            size: m.len(),
+            xattrs,
+            linked: m.nlink() > 1 && !linked.insert((m.dev(), m.ino())),
+        }
+    } else {
+        let target = match std::fs::read_link(local) {
+            Ok(t) => t,
+            Err(error) => {
+                return Walked::Failed {
+                    what: "cannot read link",
+                    local: local.to_owned(),
+                    error: Error::Io(error),
+                }
+            }
+        };
+        match target.into_os_string().into_string() {
+            Ok(target) => Walked::Symlink {
+                path,
+                attrs,
+                target,
+                xattrs,
+            },
+            Err(t) => Walked::Failed {
+                what: "cannot import",
+                local: local.to_owned(),
+                error: Error::InvalidName {
+                    name: t.to_string_lossy().into_owned(),
+                    reason: "a link target that is not valid UTF-8",
+                },
+            },
+        }
+    }
+}
+
 /// One entry's commands, each after the one before succeeded.
 async fn import_one(sub: Submitter<'_>, w: &Walked, block_size: u64) -> Result<()> {
-    match w {
-        Walked::Dir { path, attrs } => {
+    let Some(path) = w.path() else {
+        return Ok(());
+    };
+    let mtime = match w {
+        Walked::Dir { attrs, .. } => {
             sub.submit(Command::Mkdir {
-                path: path.clone(),
+                path: path.to_owned(),
                 parents: true,
                 mode: attrs.mode,
                 owner: attrs.owner.clone(),
@@ -288,17 +427,18 @@ async fn import_one(sub: Submitter<'_>, w: &Walked, block_size: u64) -> Result<(
             // Also when the directory existed, or a child's create made it.
             // (Its time once its entries are in: see `import`.)
             sub.submit(Command::SetAttr {
-                path: path.clone(),
+                path: path.to_owned(),
                 mode: Some(attrs.mode),
                 owner: Some(attrs.owner.clone()),
                 group: Some(attrs.group.clone()),
                 mtime_ms: None,
             })
             .await?;
+            None
         }
-        Walked::File { path, attrs, size } => {
+        Walked::File { attrs, size, .. } => {
             sub.submit(Command::Create {
-                path: path.clone(),
+                path: path.to_owned(),
                 parents: true,
                 mode: attrs.mode,
                 owner: attrs.owner.clone(),
@@ -307,21 +447,44 @@ async fn import_one(sub: Submitter<'_>, w: &Walked, block_size: u64) -> Result<(
             })
             .await?;
             sub.submit(Command::Complete {
-                path: path.clone(),
+                path: path.to_owned(),
                 size: *size,
             })
             .await?;
-            // Last: completing sets the time to now.
-            sub.submit(Command::SetAttr {
-                path: path.clone(),
-                mode: None,
-                owner: None,
-                group: None,
-                mtime_ms: Some(attrs.mtime_ms),
+            Some(attrs.mtime_ms)
+        }
+        Walked::Symlink { attrs, target, .. } => {
+            sub.submit(Command::Symlink {
+                target: target.clone(),
+                path: path.to_owned(),
+                parents: true,
+                owner: attrs.owner.clone(),
+                group: attrs.group.clone(),
             })
             .await?;
+            Some(attrs.mtime_ms)
         }
-        Walked::Symlink | Walked::Other | Walked::Failed { .. } => {}
+        Walked::Other | Walked::Failed { .. } => return Ok(()),
+    };
+    for (name, value) in w.xattrs() {
+        sub.submit(Command::SetXattr {
+            path: path.to_owned(),
+            name: name.clone(),
+            value: value.clone().into(),
+            flag: XattrFlag::Either,
+        })
+        .await?;
+    }
+    if let Some(mtime_ms) = mtime {
+        // Last: completing sets the time to now.
+        sub.submit(Command::SetAttr {
+            path: path.to_owned(),
+            mode: None,
+            owner: None,
+            group: None,
+            mtime_ms: Some(mtime_ms),
+        })
+        .await?;
     }
     Ok(())
 }
@@ -332,6 +495,10 @@ struct Tally {
     files: u64,
     bytes: u64,
     symlinks: u64,
+    /// Extended attributes set.
+    xattrs: u64,
+    /// Files imported again under another of their names.
+    linked: u64,
     other: u64,
     failed: u64,
     failure: FirstFailure,
@@ -385,9 +552,10 @@ async fn import(sub: Submitter<'_>, a: &ImportArgs, dest: &str, pb: &ProgressBar
     let (tx, rx) = mpsc::channel(4096);
     let walker = {
         let (dir, dest, found) = (a.dir.clone(), dest.to_owned(), pb.clone());
+        let xattrs = !a.no_xattrs;
         std::thread::Builder::new()
             .name("treelog-import-walk".into())
-            .spawn(move || walk(dir, dest, tx, found))?
+            .spawn(move || walk(dir, dest, xattrs, tx, found))?
     };
     let block_size = a.block_size;
     let done =
@@ -403,12 +571,19 @@ async fn import(sub: Submitter<'_>, a: &ImportArgs, dest: &str, pb: &ProgressBar
     let mut dir_times: Vec<(String, u64)> = Vec::new();
     while let Some((w, r)) = done.next().await {
         pb.inc(1);
+        tally.xattrs += match r {
+            Ok(()) => w.xattrs().len() as u64,
+            Err(_) => 0,
+        };
         match (w, r) {
             (Walked::Failed { what, local, error }, _) => {
                 let line = format!("{what} {}: {error}", shown(&local));
                 tally.fail(pb, line, &error);
             }
-            (Walked::Dir { path, .. } | Walked::File { path, .. }, Err(e)) => {
+            (
+                Walked::Dir { path, .. } | Walked::File { path, .. } | Walked::Symlink { path, .. },
+                Err(e),
+            ) => {
                 let line = format!(
                     "cannot import {}: {}",
                     quote_always(&path),
@@ -416,15 +591,16 @@ async fn import(sub: Submitter<'_>, a: &ImportArgs, dest: &str, pb: &ProgressBar
                 );
                 tally.fail(pb, line, &e);
             }
-            (Walked::Dir { path, attrs }, Ok(())) => {
+            (Walked::Dir { path, attrs, .. }, Ok(())) => {
                 tally.dirs += 1;
                 dir_times.push((path, attrs.mtime_ms));
             }
-            (Walked::File { size, .. }, Ok(())) => {
+            (Walked::File { size, linked, .. }, Ok(())) => {
                 tally.files += 1;
                 tally.bytes += size;
+                tally.linked += u64::from(linked);
             }
-            (Walked::Symlink, _) => tally.symlinks += 1,
+            (Walked::Symlink { .. }, Ok(())) => tally.symlinks += 1,
             (Walked::Other, _) => tally.other += 1,
         }
     }
@@ -479,15 +655,20 @@ pub(crate) fn run(cli: &Cli, out: &Out, a: &ImportArgs) -> Result<u8> {
         Backend::Remote { client, .. } => client.seen_seq(),
     };
     let secs = started.elapsed().as_secs_f64();
-    let entries = tally.dirs + tally.files;
+    let entries = tally.dirs + tally.files + tally.symlinks;
     let rate = entries as f64 / secs.max(1e-9);
-    let skipped = tally.symlinks + tally.other;
-    if skipped > 0 {
+    if tally.other > 0 {
         let _ = writeln!(
             std::io::stderr(),
-            "treelog: import: skipped {skipped} entries that are neither directories nor regular files (symbolic links: {}, other: {})",
-            tally.symlinks,
+            "treelog: import: skipped {} entries that are not directories, regular files or symbolic links (devices, sockets, FIFOs)",
             tally.other
+        );
+    }
+    if tally.linked > 0 {
+        let _ = writeln!(
+            std::io::stderr(),
+            "treelog: import: {} files had a hard link imported before them: each name is a file of its own (treelog has no hard links)",
+            tally.linked
         );
     }
     if tally.failed > SHOWN_FAILURES {
@@ -505,8 +686,11 @@ pub(crate) fn run(cli: &Cli, out: &Out, a: &ImportArgs) -> Result<u8> {
             "dest": dest,
             "directories": tally.dirs,
             "files": tally.files,
+            "symlinks": tally.symlinks,
             "bytes": tally.bytes,
-            "skipped": {"symlinks": tally.symlinks, "other": tally.other},
+            "xattrs": tally.xattrs,
+            "hard_links": tally.linked,
+            "skipped": {"other": tally.other},
             "failed": tally.failed,
             "first_failures": tally.first,
             "seconds": secs,
@@ -516,11 +700,14 @@ pub(crate) fn run(cli: &Cli, out: &Out, a: &ImportArgs) -> Result<u8> {
     } else {
         outln!(
             out,
-            "imported {entries} entries ({} directories, {} files ({})) into {} in {secs:.2} s, {rate:.0} entries/s; {skipped} skipped, {} failed (seq {seq})",
+            "imported {entries} entries ({} directories, {} files ({}), {} symbolic links; {} extended attributes) into {} in {secs:.2} s, {rate:.0} entries/s; {} skipped, {} failed (seq {seq})",
             tally.dirs,
             tally.files,
             human_size(tally.bytes),
+            tally.symlinks,
+            tally.xattrs,
             crate::output::quote(&dest),
+            tally.other,
             tally.failed
         )?;
     }

@@ -16,6 +16,7 @@ mod consistency;
 mod credential;
 mod demo;
 mod describe;
+mod dump;
 mod exit;
 mod fs;
 mod import;

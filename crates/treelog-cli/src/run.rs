@@ -153,6 +153,8 @@ fn dispatch(cli: &Cli, out: &Out) -> Result<u8> {
         ),
         Cmd::Ack { cursor, seq } => crate::tail::ack(cli, out, cursor, *seq),
         Cmd::Import(a) => crate::import::run(cli, out, a),
+        Cmd::Dump(a) => crate::dump::dump(cli, out, a),
+        Cmd::Load(a) => crate::dump::load(cli, out, a),
         Cmd::Serve(args) => crate::serve::run(cli, args),
         Cmd::Completions { shell } => crate::cli_docs::completions(*shell),
         Cmd::Man => crate::cli_docs::man(),
