@@ -16,6 +16,7 @@ pub mod bridge;
 pub mod cluster;
 pub mod format2;
 mod load;
+pub mod mdtest;
 pub mod network;
 pub mod redis_peer;
 pub mod replica;
@@ -265,6 +266,25 @@ pub enum BenchCmd {
         /// Where to put the scratch databases (default: a temp directory).
         #[arg(long)]
         dir: Option<std::path::PathBuf>,
+    },
+    /// mdtest's phases through the kernel on directories of any file
+    /// system (a `treelog mount`, tmpfs, ext4), side by side.
+    MdtestFs {
+        /// LABEL=DIR, one per target (each an existing directory).
+        #[arg(long = "target", required = true, value_parser = mdtest::parse_target)]
+        targets: Vec<(String, std::path::PathBuf)>,
+        /// Concurrent tasks.
+        #[arg(long, default_value_t = 2)]
+        tasks: usize,
+        /// Items (directories, then files) per task and phase.
+        #[arg(long, default_value_t = 2000)]
+        items: usize,
+        #[arg(long, default_value_t = 3)]
+        iterations: usize,
+        /// All tasks in one shared directory (mdtest "hard") instead of a
+        /// directory each ("easy", `mdtest -u`).
+        #[arg(long)]
+        shared: bool,
     },
 }
 
@@ -890,6 +910,22 @@ pub fn run(args: &BenchArgs) -> Result<u8> {
             if dir.is_none() {
                 let _ = std::fs::remove_dir_all(&base);
             }
+            Ok(0)
+        }
+        BenchCmd::MdtestFs {
+            targets,
+            tasks,
+            items,
+            iterations,
+            shared,
+        } => {
+            mdtest::run(&mdtest::MdtestArgs {
+                targets: targets.clone(),
+                tasks: *tasks,
+                items: *items,
+                iterations: *iterations,
+                shared: *shared,
+            })?;
             Ok(0)
         }
         BenchCmd::Stream {
