@@ -20,6 +20,7 @@ mod exit;
 mod fs;
 mod import;
 mod list;
+mod mount_cmd;
 mod output;
 mod parse;
 mod run;

@@ -154,6 +154,7 @@ fn dispatch(cli: &Cli, out: &Out) -> Result<u8> {
         Cmd::Ack { cursor, seq } => crate::tail::ack(cli, out, cursor, *seq),
         Cmd::Import(a) => crate::import::run(cli, out, a),
         Cmd::Serve(args) => crate::serve::run(cli, args),
+        Cmd::Mount(args) => crate::mount_cmd::run(cli, args),
         Cmd::Completions { shell } => crate::cli_docs::completions(*shell),
         Cmd::Man => crate::cli_docs::man(),
         Cmd::Demo => crate::demo::run(&cli.data, out.json),

@@ -124,7 +124,7 @@ async fn follow(s: Arc<Shared>, mut sub: RemoteSubscription, tx: mpsc::Sender<Ve
         s.own.clear();
         let batch = everything(&s);
         tracing::warn!(
-            inodes = batch.len(),
+            inodes = s.inodes.lock().unwrap().len(),
             "change stream resubscribed after a gap: invalidating every cached entry and attribute"
         );
         if tx.send(batch).await.is_err() {
