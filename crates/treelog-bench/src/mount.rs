@@ -133,7 +133,12 @@ pub fn run(base: &Path, samples: usize, procs: usize, files: usize) -> Result<Ve
     Ok(figures)
 }
 
-fn lag(rt: &tokio::runtime::Runtime, c: &Client, mnt: &Path, samples: usize) -> Result<Vec<Figure>> {
+fn lag(
+    rt: &tokio::runtime::Runtime,
+    c: &Client,
+    mnt: &Path,
+    samples: usize,
+) -> Result<Vec<Figure>> {
     rt.block_on(async {
         c.submit(Command::Mkdir {
             path: "/lag".into(),
@@ -292,7 +297,13 @@ fn mdtest(
     let top = root.join(if shared { "md-shared" } else { "md-own" });
     std::fs::create_dir_all(&top)?;
     let dirs: Vec<PathBuf> = (0..procs)
-        .map(|i| if shared { top.clone() } else { top.join(format!("p{i}")) })
+        .map(|i| {
+            if shared {
+                top.clone()
+            } else {
+                top.join(format!("p{i}"))
+            }
+        })
         .collect();
     for d in &dirs {
         std::fs::create_dir_all(d)?;
@@ -300,7 +311,11 @@ fn mdtest(
     let create: fn(&Path) -> std::io::Result<()> = create_new;
     let stat: fn(&Path) -> std::io::Result<()> = stat_of;
     let remove: fn(&Path) -> std::io::Result<()> = remove;
-    let layout = if shared { "one shared dir" } else { "a dir each" };
+    let layout = if shared {
+        "one shared dir"
+    } else {
+        "a dir each"
+    };
     let mut out = Vec::new();
     for (what, op) in [("create", create), ("stat", stat), ("remove", remove)] {
         let (rate, lat) = phase(&dirs, files, op)?;
