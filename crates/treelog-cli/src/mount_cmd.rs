@@ -113,19 +113,20 @@ pub(crate) fn run(cli: &Cli, a: &MountArgs) -> Result<u8> {
             (None, None) => unreachable!("a server was started"),
         }
     })?;
-    let stop = async {
+    // Registered before mounting: a signal that comes as soon as the
+    // mount shows must unmount, not kill the process.
+    let (mut int, mut term) = {
         use tokio::signal::unix::{signal, SignalKind};
-        match (
-            signal(SignalKind::interrupt()),
-            signal(SignalKind::terminate()),
-        ) {
-            (Ok(mut i), Ok(mut t)) => {
-                tokio::select! {
-                    _ = i.recv() => {}
-                    _ = t.recv() => {}
-                }
-            }
-            _ => std::future::pending().await,
+        let _rt = rt.enter();
+        (
+            signal(SignalKind::interrupt())?,
+            signal(SignalKind::terminate())?,
+        )
+    };
+    let stop = async move {
+        tokio::select! {
+            _ = int.recv() => {}
+            _ = term.recv() => {}
         }
     };
     let r = treelog_mount::run(&rt, client, &a.mountpoint, opts, stop);

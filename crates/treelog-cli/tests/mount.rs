@@ -408,7 +408,9 @@ fn every_refusal_has_its_posix_errno() {
     if !fuse_available() {
         return;
     }
-    let m = Mounted::new(&[]);
+    // allow_other: other users reach the mount, and the kernel's mode
+    // checks (default_permissions) decide.
+    let m = Mounted::new(&["--allow-other"]);
     std::fs::create_dir_all(m.p("d/sub")).unwrap();
     std::fs::write(m.p("f"), b"").unwrap();
     std::fs::create_dir(m.p("empty")).unwrap();
@@ -560,17 +562,31 @@ fn every_refusal_has_its_posix_errno() {
 
     // Permissions: the kernel checks mode bits (default_permissions).
     std::fs::set_permissions(m.p("d"), std::fs::Permissions::from_mode(0o700)).unwrap();
-    let as_nobody = Command::new("setpriv")
-        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "touch"])
-        .arg(m.p("d/x"))
-        .output();
-    if let Ok(o) = as_nobody {
-        assert!(!o.status.success());
-        assert!(
-            String::from_utf8_lossy(&o.stderr).contains("Permission denied"),
-            "{o:?}"
-        );
-        assert!(m.server_stat("/d/x").is_none());
+    std::fs::create_dir(m.p("open")).unwrap();
+    std::fs::set_permissions(m.p("open"), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let as_nobody = |path: &Path| {
+        Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups", "touch"])
+            .arg(path)
+            .output()
+    };
+    match as_nobody(&m.p("d/x")) {
+        Ok(o) => {
+            assert!(!o.status.success());
+            assert!(
+                String::from_utf8_lossy(&o.stderr).contains("Permission denied"),
+                "{o:?}"
+            );
+            assert!(m.server_stat("/d/x").is_none());
+            let o = as_nobody(&m.p("open/y")).unwrap();
+            assert!(o.status.success(), "{o:?}");
+            let y = m.server_stat("/open/y").unwrap();
+            assert_eq!(
+                (y["attrs"]["owner"].as_str(), y["attrs"]["group"].as_str()),
+                (Some("nobody"), Some("nogroup"))
+            );
+        }
+        Err(e) => eprintln!("no setpriv ({e}): the permission checks are not exercised"),
     }
 }
 
