@@ -73,6 +73,7 @@ fn is_mounted(mnt: &Path) -> bool {
 struct Mounted {
     _server: Option<ServeProcess>,
     addr: Option<SocketAddr>,
+    http: Option<SocketAddr>,
     mount: Option<Child>,
     mnt: PathBuf,
     log: PathBuf,
@@ -124,6 +125,7 @@ impl Mounted {
         let mut m = Mounted {
             _server: Some(server),
             addr: Some(addr),
+            http: Some(http),
             mount: None,
             mnt: dir.path().join("mnt"),
             log: dir.path().join("mount.log"),
@@ -142,6 +144,7 @@ impl Mounted {
         let mut m = Mounted {
             _server: None,
             addr: None,
+            http: None,
             mount: None,
             mnt: dir.path().join("mnt"),
             log: dir.path().join("mount.log"),
@@ -204,6 +207,22 @@ impl Mounted {
             3 => None,
             c => panic!("stat {path}: exit {c}: {r:?}"),
         }
+    }
+
+    /// The stats (by path and by id) the server has answered.
+    fn server_stats(&self) -> u64 {
+        use std::io::{Read, Write};
+        let mut c = std::net::TcpStream::connect(self.http.expect("a server process")).unwrap();
+        c.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").unwrap();
+        let mut body = String::new();
+        c.read_to_string(&mut body).unwrap();
+        body.lines()
+            .filter(|l| {
+                l.starts_with("treelog_server_requests_total{")
+                    && (l.contains("request=\"stat\"") || l.contains("request=\"stat_id\""))
+            })
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum::<f64>() as u64
     }
 
     /// Ends the mount process and waits for it; its exit code.
@@ -677,6 +696,14 @@ fn another_clients_changes_show_through_the_mount_while_stats_stay_cached() {
     // a change through the mount lands on the right inode.
     std::fs::set_permissions(m.p("e/new"), std::fs::Permissions::from_mode(0o700)).unwrap();
     assert_eq!(m.server_stat("/e/new").unwrap()["attrs"]["mode"], 0o700);
+    // Stats stay cached meanwhile: a thousand of them reach the server
+    // (nearly) never.
+    let before = m.server_stats();
+    for _ in 0..1000 {
+        std::fs::metadata(m.p("e/new")).unwrap();
+    }
+    let asked = m.server_stats() - before;
+    assert!(asked < 10, "{asked} of 1000 stats reached the server");
     for (what, lag) in lags {
         eprintln!(
             "visible through the mount {:.1} ms after the other client's {what} returned",
