@@ -62,7 +62,7 @@ impl Mount {
             let info = std::fs::read_to_string("/proc/self/mountinfo")?;
             if info
                 .lines()
-                .any(|l| l.contains(&want) && l.contains("fuse.treelog"))
+                .any(|l| l.contains(&want) && l.contains(" - fuse"))
             {
                 break;
             }

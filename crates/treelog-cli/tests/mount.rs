@@ -63,7 +63,10 @@ fn is_mounted(mnt: &Path) -> bool {
     let want = mnt.to_str().unwrap();
     info.lines().any(|l| {
         let f: Vec<&str> = l.split(' ').collect();
-        f.get(4) == Some(&want) && l.contains(" - fuse.treelog ")
+        // Type `fuse` with source `treelog` when mounted directly (as
+        // root), `fuse.treelog` through fusermount3.
+        f.get(4) == Some(&want)
+            && (l.contains(" - fuse.treelog ") || l.contains(" - fuse treelog "))
     })
 }
 
