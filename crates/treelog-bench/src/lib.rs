@@ -17,6 +17,7 @@ pub mod cluster;
 pub mod format2;
 mod load;
 pub mod mdtest;
+pub mod mount;
 pub mod network;
 pub mod redis_peer;
 pub mod replica;
@@ -112,6 +113,23 @@ pub enum BenchCmd {
         #[arg(long)]
         json_out: Option<std::path::PathBuf>,
         /// Where to put the scratch databases (default: a temp directory).
+        #[arg(long)]
+        dir: Option<std::path::PathBuf>,
+    },
+    /// The FUSE mount: visibility lag of another client's changes under
+    /// load, and mdtest-shaped create/stat/remove beside tmpfs (needs
+    /// /dev/fuse and fusermount3; docs/MOUNT.md).
+    Mount {
+        /// Lag samples of each kind (chmod, rename).
+        #[arg(long, default_value_t = 200)]
+        samples: usize,
+        /// mdtest's processes (threads here).
+        #[arg(long, default_value_t = 4)]
+        procs: usize,
+        /// Files per process.
+        #[arg(long, default_value_t = 2_000)]
+        files: usize,
+        /// Where to put the scratch database and mount point.
         #[arg(long)]
         dir: Option<std::path::PathBuf>,
     },
@@ -804,6 +822,19 @@ pub fn run(args: &BenchArgs) -> Result<u8> {
                     .map_err(|e| Error::Io(std::io::Error::other(e)))?;
                 std::fs::write(p, json)?;
             }
+            if dir.is_none() {
+                let _ = std::fs::remove_dir_all(&base);
+            }
+            Ok(0)
+        }
+        BenchCmd::Mount {
+            samples,
+            procs,
+            files,
+            dir,
+        } => {
+            let base = scratch(dir)?;
+            mount::run(&base, *samples, *procs, *files)?;
             if dir.is_none() {
                 let _ = std::fs::remove_dir_all(&base);
             }

@@ -396,6 +396,9 @@ pub(crate) enum Cmd {
     /// capitals with `_` for `-` (TREELOG_MAX_CONNECTIONS). A flag wins
     /// over the environment, which wins over the file.
     Serve(Box<ServeArgs>),
+    /// Mount the namespace as a FUSE filesystem (file contents are not
+    /// stored: files read as zeros, write fails with EOPNOTSUPP).
+    Mount(Box<crate::mount_cmd::MountArgs>),
     /// Print a shell completion script (bash, zsh, fish, elvish,
     /// powershell) for `treelog`.
     Completions { shell: clap_complete::Shell },

@@ -21,6 +21,7 @@ mod exit;
 mod fs;
 mod import;
 mod list;
+mod mount_cmd;
 mod output;
 mod parse;
 mod run;

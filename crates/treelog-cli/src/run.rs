@@ -156,6 +156,7 @@ fn dispatch(cli: &Cli, out: &Out) -> Result<u8> {
         Cmd::Dump(a) => crate::dump::dump(cli, out, a),
         Cmd::Load(a) => crate::dump::load(cli, out, a),
         Cmd::Serve(args) => crate::serve::run(cli, args),
+        Cmd::Mount(args) => crate::mount_cmd::run(cli, args),
         Cmd::Completions { shell } => crate::cli_docs::completions(*shell),
         Cmd::Man => crate::cli_docs::man(),
         Cmd::Demo => crate::demo::run(&cli.data, out.json),
