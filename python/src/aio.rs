@@ -96,7 +96,11 @@ impl AsyncClient {
     }
 
     #[pyo3(signature = (*_args))]
-    fn __aexit__<'py>(&self, py: Python<'py>, _args: &Bound<'py, pyo3::types::PyTuple>) -> PyResult<Bound<'py, PyAny>> {
+    fn __aexit__<'py>(
+        &self,
+        py: Python<'py>,
+        _args: &Bound<'py, pyo3::types::PyTuple>,
+    ) -> PyResult<Bound<'py, PyAny>> {
         crate::iters::ready(py, ())
     }
 
@@ -273,7 +277,10 @@ impl AsyncClient {
     ) -> PyResult<Bound<'py, PyAny>> {
         let c = Consistency::parse(consistency, min_seq)?;
         let core = self.core.clone();
-        fut(py, async move { core.xattrs(path, None, c).await.map(XattrMap) })
+        fut(
+            py,
+            async move { core.xattrs(path, None, c).await.map(XattrMap) },
+        )
     }
 
     /// The usage of ``path`` and everything under it (``du -s``), and its
@@ -339,13 +346,29 @@ impl AsyncClient {
 
     /// Marks a file complete with its final size (again with the same
     /// size: nothing changes).
-    fn complete<'py>(&self, py: Python<'py>, path: String, size: u64) -> PyResult<Bound<'py, PyAny>> {
-        fut(py, self.core.clone().submit(Command::Complete { path, size }))
+    fn complete<'py>(
+        &self,
+        py: Python<'py>,
+        path: String,
+        size: u64,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        fut(
+            py,
+            self.core.clone().submit(Command::Complete { path, size }),
+        )
     }
 
     /// Changes a file's size.
-    fn set_size<'py>(&self, py: Python<'py>, path: String, size: u64) -> PyResult<Bound<'py, PyAny>> {
-        fut(py, self.core.clone().submit(Command::SetSize { path, size }))
+    fn set_size<'py>(
+        &self,
+        py: Python<'py>,
+        path: String,
+        size: u64,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        fut(
+            py,
+            self.core.clone().submit(Command::SetSize { path, size }),
+        )
     }
 
     /// Changes the permission bits.
@@ -381,7 +404,12 @@ impl AsyncClient {
 
     /// Sets the modification time (seconds since the epoch; ``None``: now).
     #[pyo3(signature = (path, mtime=None))]
-    fn utime<'py>(&self, py: Python<'py>, path: String, mtime: Option<f64>) -> PyResult<Bound<'py, PyAny>> {
+    fn utime<'py>(
+        &self,
+        py: Python<'py>,
+        path: String,
+        mtime: Option<f64>,
+    ) -> PyResult<Bound<'py, PyAny>> {
         let cmd = Command::SetAttr {
             path,
             mode: None,
@@ -396,7 +424,13 @@ impl AsyncClient {
     /// replaced only with ``overwrite`` (file over file, empty directory
     /// over directory).
     #[pyo3(signature = (src, dst, *, overwrite=false))]
-    fn rename<'py>(&self, py: Python<'py>, src: String, dst: String, overwrite: bool) -> PyResult<Bound<'py, PyAny>> {
+    fn rename<'py>(
+        &self,
+        py: Python<'py>,
+        src: String,
+        dst: String,
+        overwrite: bool,
+    ) -> PyResult<Bound<'py, PyAny>> {
         let cmd = Command::Rename {
             src,
             dst,
@@ -408,10 +442,17 @@ impl AsyncClient {
     /// Removes a file, a link or a directory (a non-empty one only with
     /// ``recursive``).
     #[pyo3(signature = (path, *, recursive=false))]
-    fn remove<'py>(&self, py: Python<'py>, path: String, recursive: bool) -> PyResult<Bound<'py, PyAny>> {
+    fn remove<'py>(
+        &self,
+        py: Python<'py>,
+        path: String,
+        recursive: bool,
+    ) -> PyResult<Bound<'py, PyAny>> {
         fut(
             py,
-            self.core.clone().submit(Command::Delete { path, recursive }),
+            self.core
+                .clone()
+                .submit(Command::Delete { path, recursive }),
         )
     }
 
@@ -459,7 +500,12 @@ impl AsyncClient {
     }
 
     /// Removes an extended attribute (``FileNotFoundError`` if absent).
-    fn removexattr<'py>(&self, py: Python<'py>, path: String, name: String) -> PyResult<Bound<'py, PyAny>> {
+    fn removexattr<'py>(
+        &self,
+        py: Python<'py>,
+        path: String,
+        name: String,
+    ) -> PyResult<Bound<'py, PyAny>> {
         fut(
             py,
             self.core
@@ -558,7 +604,12 @@ impl AsyncClient {
     /// Waits until the server has committed ``seq`` (up to ``timeout``
     /// seconds); returns its committed sequence.
     #[pyo3(signature = (seq, timeout=10.0))]
-    fn wait_for<'py>(&self, py: Python<'py>, seq: u64, timeout: f64) -> PyResult<Bound<'py, PyAny>> {
+    fn wait_for<'py>(
+        &self,
+        py: Python<'py>,
+        seq: u64,
+        timeout: f64,
+    ) -> PyResult<Bound<'py, PyAny>> {
         let t = core::seconds("timeout", Some(timeout))?.unwrap_or_default();
         fut(py, self.core.clone().wait_for(seq, t))
     }

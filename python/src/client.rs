@@ -399,12 +399,18 @@ impl Client {
     /// Marks a file complete with its final size (again with the same
     /// size: nothing changes).
     fn complete(&self, py: Python<'_>, path: String, size: u64) -> PyResult<u64> {
-        wait(py, self.core.clone().submit(Command::Complete { path, size }))
+        wait(
+            py,
+            self.core.clone().submit(Command::Complete { path, size }),
+        )
     }
 
     /// Changes a file's size.
     fn set_size(&self, py: Python<'_>, path: String, size: u64) -> PyResult<u64> {
-        wait(py, self.core.clone().submit(Command::SetSize { path, size }))
+        wait(
+            py,
+            self.core.clone().submit(Command::SetSize { path, size }),
+        )
     }
 
     /// Changes the permission bits.
@@ -470,7 +476,9 @@ impl Client {
     fn remove(&self, py: Python<'_>, path: String, recursive: bool) -> PyResult<u64> {
         wait(
             py,
-            self.core.clone().submit(Command::Delete { path, recursive }),
+            self.core
+                .clone()
+                .submit(Command::Delete { path, recursive }),
         )
     }
 

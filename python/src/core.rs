@@ -223,13 +223,20 @@ impl Core {
         self.client().await?.unpin_view(seq).await.map_err(err)
     }
 
-    async fn read(self, body: impl FnOnce(ReadAt) -> RequestBody, c: Consistency) -> PyResult<ResponseBody> {
+    async fn read(
+        self,
+        body: impl FnOnce(ReadAt) -> RequestBody,
+        c: Consistency,
+    ) -> PyResult<ResponseBody> {
         let cl = self.client().await?;
         cl.call(body(c.at(&cl))).await.map_err(err)
     }
 
     pub(crate) async fn readlink(self, path: String, c: Consistency) -> PyResult<String> {
-        match self.read(|at| RequestBody::Readlink { path, at }, c).await? {
+        match self
+            .read(|at| RequestBody::Readlink { path, at }, c)
+            .await?
+        {
             ResponseBody::Target { target, .. } => Ok(target),
             other => Err(unexpected(other)),
         }
@@ -250,7 +257,12 @@ impl Core {
         }
     }
 
-    pub(crate) async fn getxattr(self, path: String, name: String, c: Consistency) -> PyResult<Vec<u8>> {
+    pub(crate) async fn getxattr(
+        self,
+        path: String,
+        name: String,
+        c: Consistency,
+    ) -> PyResult<Vec<u8>> {
         let mut xs = self.xattrs(path, Some(name), c).await?;
         // The server answers `NotFound` for a missing attribute.
         match xs.pop() {
@@ -322,7 +334,11 @@ impl Core {
     }
 
     pub(crate) async fn wait_for(self, seq: u64, timeout: Duration) -> PyResult<u64> {
-        self.client().await?.wait_for(seq, timeout).await.map_err(err)
+        self.client()
+            .await?
+            .wait_for(seq, timeout)
+            .await
+            .map_err(err)
     }
 }
 
@@ -331,7 +347,9 @@ pub(crate) fn mtime_ms(mtime: Option<f64>) -> PyResult<u64> {
     match mtime {
         None => Ok(treelog_proto::now_ms()),
         Some(s) if s.is_finite() && s >= 0.0 => Ok((s * 1000.0).round() as u64),
-        Some(s) => Err(value_error(format!("mtime={s}: seconds since the epoch, not negative"))),
+        Some(s) => Err(value_error(format!(
+            "mtime={s}: seconds since the epoch, not negative"
+        ))),
     }
 }
 
@@ -404,10 +422,20 @@ pub(crate) fn endpoints(e: &Bound<'_, PyAny>) -> PyResult<String> {
 
 impl Core {
     /// A stat that answers `None` for a missing path (`exists`).
-    pub(crate) async fn stat_many_one(self, path: String, c: Consistency) -> PyResult<Option<Stat>> {
+    pub(crate) async fn stat_many_one(
+        self,
+        path: String,
+        c: Consistency,
+    ) -> PyResult<Option<Stat>> {
         match self.stat(path, c).await {
             Ok(s) => Ok(Some(s)),
-            Err(e) if Python::attach(|py| e.is_instance_of::<pyo3::exceptions::PyFileNotFoundError>(py)) => Ok(None),
+            Err(e)
+                if Python::attach(|py| {
+                    e.is_instance_of::<pyo3::exceptions::PyFileNotFoundError>(py)
+                }) =>
+            {
+                Ok(None)
+            }
             Err(e) => Err(e),
         }
     }

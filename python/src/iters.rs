@@ -17,7 +17,10 @@ use crate::types::{DirEntry, Page};
 use crate::{runtime, wait};
 
 /// An awaitable already done with `v` (an item a buffer held).
-pub(crate) fn ready<'py, T: IntoPyObject<'py>>(py: Python<'py>, v: T) -> PyResult<Bound<'py, PyAny>> {
+pub(crate) fn ready<'py, T: IntoPyObject<'py>>(
+    py: Python<'py>,
+    v: T,
+) -> PyResult<Bound<'py, PyAny>> {
     let f = pyo3_async_runtimes::get_running_loop(py)?.call_method0("create_future")?;
     f.call_method1("set_result", (v,))?;
     Ok(f)
@@ -41,7 +44,12 @@ impl ListState {
         let p = self
             .core
             .clone()
-            .list_page(self.path.clone(), self.after.clone(), self.page_size, self.c)
+            .list_page(
+                self.path.clone(),
+                self.after.clone(),
+                self.page_size,
+                self.c,
+            )
             .await?;
         match &p.next_start_after {
             Some(n) => self.after = Some(n.clone()),
@@ -249,7 +257,13 @@ impl WalkState {
             let cl = self.core.client().await?;
             let page = match self
                 .core
-                .list_page_at(&cl, dir.clone(), after.clone(), self.page_size, ReadAt::Exactly(seq))
+                .list_page_at(
+                    &cl,
+                    dir.clone(),
+                    after.clone(),
+                    self.page_size,
+                    ReadAt::Exactly(seq),
+                )
                 .await
             {
                 Ok(p) => p,

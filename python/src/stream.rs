@@ -35,7 +35,9 @@ impl SubArgs {
     ) -> PyResult<SubArgs> {
         let from = match (snapshot, from_seq) {
             (true, Some(_)) => {
-                return Err(value_error("snapshot=True and from_seq= exclude each other"))
+                return Err(value_error(
+                    "snapshot=True and from_seq= exclude each other",
+                ))
             }
             (true, None) => StartFrom::Snapshot,
             (false, Some(n)) => StartFrom::Seq(n),
@@ -328,7 +330,11 @@ impl AsyncSubscription {
     }
 
     #[pyo3(signature = (*_args))]
-    fn __aexit__<'py>(&self, py: Python<'py>, _args: &Bound<'py, PyTuple>) -> PyResult<Bound<'py, PyAny>> {
+    fn __aexit__<'py>(
+        &self,
+        py: Python<'py>,
+        _args: &Bound<'py, PyTuple>,
+    ) -> PyResult<Bound<'py, PyAny>> {
         self.close(py)
     }
 }
@@ -368,7 +374,9 @@ impl<'py> IntoPyObject<'py> for ItemOut {
                 },
             )?
             .into_any(),
-            StreamItem::SnapshotEnd { seq } => Bound::new(py, SnapshotEnd { seq, acker })?.into_any(),
+            StreamItem::SnapshotEnd { seq } => {
+                Bound::new(py, SnapshotEnd { seq, acker })?.into_any()
+            }
             StreamItem::Progress { seq } => Bound::new(py, Progress { seq, acker })?.into_any(),
             StreamItem::Record {
                 seq,
@@ -439,7 +447,11 @@ impl SnapshotEntry {
     }
 
     fn __repr__(&self) -> String {
-        format!("SnapshotEntry(path={:?}, stat={})", self.path, self.stat.__repr__())
+        format!(
+            "SnapshotEntry(path={:?}, stat={})",
+            self.path,
+            self.stat.__repr__()
+        )
     }
 }
 
@@ -466,7 +478,8 @@ impl SnapshotEnd {
     }
 
     fn __eq__(&self, o: &Bound<'_, PyAny>) -> bool {
-        o.cast::<SnapshotEnd>().is_ok_and(|o| o.get().seq == self.seq)
+        o.cast::<SnapshotEnd>()
+            .is_ok_and(|o| o.get().seq == self.seq)
     }
 
     fn __repr__(&self) -> String {

@@ -166,7 +166,11 @@ impl DirEntry {
     }
 
     pub(crate) fn __repr__(&self) -> String {
-        format!("DirEntry(path={:?}, stat={})", self.path, self.stat.__repr__())
+        format!(
+            "DirEntry(path={:?}, stat={})",
+            self.path,
+            self.stat.__repr__()
+        )
     }
 }
 
