@@ -13,6 +13,7 @@ use std::time::Duration;
 use pyo3::prelude::*;
 
 mod aio;
+mod bench;
 mod client;
 mod core;
 mod errors;
@@ -61,6 +62,7 @@ fn _treelog(m: &Bound<'_, PyModule>) -> PyResult<()> {
         .thread_name("treelog-client")
         .enable_all();
     pyo3_async_runtimes::tokio::init(b);
+    m.add_function(wrap_pyfunction!(bench::_bench_rust, m)?)?;
     m.add_class::<client::Client>()?;
     m.add_class::<aio::AsyncClient>()?;
     m.add_class::<client::Tls>()?;
