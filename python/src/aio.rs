@@ -534,7 +534,7 @@ impl AsyncClient {
         fut(py, self.core.clone().submit(cmd))
     }
 
-    /// Removes a directory's quota (``FileNotFoundError`` if none).
+    /// Removes a directory's quota (none: nothing to do).
     fn clear_quota<'py>(&self, py: Python<'py>, path: String) -> PyResult<Bound<'py, PyAny>> {
         fut(py, self.core.clone().submit(Command::ClearQuota { path }))
     }

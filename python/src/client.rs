@@ -555,7 +555,7 @@ impl Client {
         wait(py, self.core.clone().submit(cmd))
     }
 
-    /// Removes a directory's quota (``FileNotFoundError`` if none).
+    /// Removes a directory's quota (none: nothing to do).
     fn clear_quota(&self, py: Python<'_>, path: String) -> PyResult<u64> {
         wait(py, self.core.clone().submit(Command::ClearQuota { path }))
     }

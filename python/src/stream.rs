@@ -254,6 +254,17 @@ pub(crate) struct AsyncSubscription {
 }
 
 impl AsyncSubscription {
+    /// A future that opens the subscription and resolves to it.
+    fn opened<'py>(slf: PyRef<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
+        let py = slf.py();
+        let st = slf.st.clone();
+        let me: Py<AsyncSubscription> = slf.into();
+        pyo3_async_runtimes::tokio::future_into_py(py, async move {
+            st.lock().await.open().await?;
+            Ok(me)
+        })
+    }
+
     pub(crate) fn new(core: Core, args: SubArgs) -> AsyncSubscription {
         AsyncSubscription {
             st: state(core, args, true),
@@ -270,14 +281,7 @@ impl AsyncSubscription {
     /// Opens the subscription now (``await client.subscribe(...)``): the
     /// stream's start is fixed from then on.
     fn __await__<'py>(slf: PyRef<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
-        let py = slf.py();
-        let st = slf.st.clone();
-        let me: Py<AsyncSubscription> = slf.into();
-        let f = pyo3_async_runtimes::tokio::future_into_py(py, async move {
-            st.lock().await.open().await?;
-            Ok(me)
-        })?;
-        f.call_method0("__await__")
+        Self::opened(slf)?.call_method0("__await__")
     }
 
     fn __anext__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
@@ -326,7 +330,7 @@ impl AsyncSubscription {
     }
 
     fn __aenter__<'py>(slf: PyRef<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
-        Self::__await__(slf)
+        Self::opened(slf)
     }
 
     #[pyo3(signature = (*_args))]

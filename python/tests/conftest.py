@@ -7,6 +7,7 @@ skip, unless TREELOG_REQUIRE_PYTHON=1 (then they fail).
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -198,12 +199,20 @@ class Cluster:
     def admin(self, node: Server, *args: str) -> subprocess.CompletedProcess:
         return node.cli("--server", node.addr, "cluster", *args)
 
+    def state(self, node: Server) -> Optional[str]:
+        """The node's Raft state ("leader", "follower", ...), None when it
+        does not answer."""
+        r = node.cli("--json", "--server", node.addr, "cluster", "status", check=False)
+        if r.returncode != 0:
+            return None
+        return json.loads(r.stdout).get("state")
+
     def start(self) -> "Cluster":
         for n in self.nodes:
             n.start()
         first = self.nodes[0]
         self.admin(first, "init")
-        poll("node 1 leads", lambda: "leader" in self.admin(first, "status").stdout or None)
+        poll("node 1 leads", lambda: self.state(first) == "leader" or None)
         for n in self.nodes[1:]:
             self.admin(first, "add-learner", n.extra[1], n.addr)
         self.admin(first, "promote", "2", "3")
@@ -214,8 +223,7 @@ class Cluster:
             for n in self.nodes:
                 if n.proc is None:
                     continue
-                r = n.cli("--server", n.addr, "cluster", "status", check=False)
-                if r.returncode == 0 and "state: leader" in r.stdout.replace("\"", ""):
+                if self.state(n) == "leader":
                     return n
             return None
 

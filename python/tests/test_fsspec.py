@@ -58,7 +58,7 @@ def test_metadata_operations(tfs: TreelogFileSystem, base: str) -> None:
     assert tfs.exists(f"{base}/a/f") and not tfs.exists(f"{base}/zz")
     assert tfs.isdir(f"{base}/a") and tfs.isfile(f"{base}/a/f")
     assert tfs.find(base) == [f"{base}/a/b/g", f"{base}/a/f"]
-    assert tfs.find(base, withdirs=True) == [f"{base}/a", f"{base}/a/b", f"{base}/a/b/g", f"{base}/a/f"]
+    assert tfs.find(base, withdirs=True) == [base, f"{base}/a", f"{base}/a/b", f"{base}/a/b/g", f"{base}/a/f"]
     assert tfs.du(base) == 100
     assert tfs.du(base, total=False) == {f"{base}/a/b/g": 100, f"{base}/a/f": 0}
     assert sorted(tfs.glob(f"{base}/**/g")) == [f"{base}/a/b/g"]

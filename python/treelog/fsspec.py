@@ -224,7 +224,9 @@ class TreelogFileSystem(AbstractFileSystem):
         try:
             st = self.client.stat(path)
         except FileNotFoundError:
-            self.client.create(path)
+            # As object stores (and LocalFileSystem(auto_mkdir=True)): the
+            # missing parents come with it.
+            self.client.create(path, parents=True)
             self.client.complete(path, 0)
             return
         if st.is_dir:
@@ -241,14 +243,14 @@ class TreelogFileSystem(AbstractFileSystem):
             self.makedirs(dst, exist_ok=True)
             return
         if st.is_symlink:
-            self.client.symlink(self.client.readlink(src), dst)
+            self.client.symlink(self.client.readlink(src), dst, parents=True)
             return
         if st.size != 0:
             raise NotImplementedError(f"copying {src}: {_NO_CONTENTS}")
         # An empty file has nothing to copy but its metadata.
         if self.client.exists(dst):
             self.client.remove(dst)
-        self.client.create(dst, mode=st.mode)
+        self.client.create(dst, parents=True, mode=st.mode)
         self.client.complete(dst, 0)
 
     def _open(self, path: str, mode: str = "rb", **kwargs: Any) -> Any:
