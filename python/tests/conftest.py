@@ -210,6 +210,8 @@ class Cluster:
     def start(self) -> "Cluster":
         for n in self.nodes:
             n.start()
+        for n in self.nodes:
+            poll(f"Raft running on {n.addr}", lambda: self.state(n))
         first = self.nodes[0]
         self.admin(first, "init")
         poll("node 1 leads", lambda: self.state(first) == "leader" or None)
