@@ -139,8 +139,21 @@ class Server:
             self.proc = None
 
     def pause(self) -> None:
+        """SIGSTOP, and waits until every thread of the process is stopped
+        (the signal is delivered asynchronously)."""
         assert self.proc is not None
+        pid = self.proc.pid
         self.proc.send_signal(signal.SIGSTOP)
+
+        def stopped() -> Optional[bool]:
+            for t in os.listdir(f"/proc/{pid}/task"):
+                with open(f"/proc/{pid}/task/{t}/stat") as f:
+                    # The state follows the command name in parentheses.
+                    if f.read().rsplit(")", 1)[1].split()[0] not in ("T", "t"):
+                        return None
+            return True
+
+        poll(f"server {self.addr} stopped", stopped)
 
     def resume(self) -> None:
         assert self.proc is not None
