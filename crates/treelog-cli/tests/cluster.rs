@@ -618,6 +618,12 @@ async fn a_snapshot_install_killed_midway_is_finished_by_the_next_start() {
         for i in 0..400 {
             c.submit(mkdir(format!("/s/d{i}"))).await.unwrap();
         }
+        // Node 3's ports are picked now, just before it binds them: picked
+        // at the start, one could be taken meanwhile by a connection of
+        // this test or of the tests beside it (outgoing connections take
+        // their local ports from the same range).
+        nodes[2] = Node::new(dir.path(), 3);
+        let ids: Vec<(u64, SocketAddr)> = nodes.iter().map(|n| (n.id, n.rpc)).collect();
         // Node 3 dies inside its first install.
         nodes[2].start_with(&often, Some(&format!("{point}=return")));
         wait_up(ids[2].1).await;
