@@ -16,6 +16,7 @@ same methods as awaitables. ``subscribe`` gives the change stream;
 namespace to fsspec's tools.
 """
 
+from . import _errors
 from ._errors import (
     AlreadyExistsError,
     Busy,
@@ -63,7 +64,7 @@ from ._treelog import (
 
 __version__ = "0.1.0"
 
-__all__ = [
+__all__ = [  # and every error class, as `_errors` lists them
     "Client",
     "AsyncClient",
     "TLS",
@@ -85,23 +86,4 @@ __all__ = [
     "Record",
     "Progress",
     "Event",
-    "Error",
-    "NotFoundError",
-    "AlreadyExistsError",
-    "NotADirectoryError_",
-    "IsADirectoryError_",
-    "NotEmptyError",
-    "InvalidArgument",
-    "QuotaExceeded",
-    "NotLeader",
-    "Lagging",
-    "Compacted",
-    "CursorExpired",
-    "OutcomeUnknown",
-    "DeadlineExceeded",
-    "Unavailable",
-    "ProtocolError",
-    "Unauthorized",
-    "PermissionDenied",
-    "Busy",
-]
+] + list(_errors.__all__)
