@@ -31,6 +31,7 @@ from ._errors import (
     NotEmptyError,
     NotFoundError,
     NotLeader,
+    NotPermitted,
     OutcomeUnknown,
     PermissionDenied,
     ProtocolError,

@@ -32,6 +32,7 @@ __all__ = [
     "ProtocolError",
     "Unauthorized",
     "PermissionDenied",
+    "NotPermitted",
     "Busy",
 ]
 
@@ -162,9 +163,17 @@ class Unauthorized(Error, PermissionError):
 
 
 class PermissionDenied(Error, PermissionError):
-    """The connection's credential does not grant the request."""
+    """The connection's credential does not grant the request, or (on a
+    server that enforces permissions) the caller's permission bits do not."""
 
     kind = "permission_denied"
+
+
+class NotPermitted(Error, PermissionError):
+    """On a server that enforces permissions: the operation is reserved to
+    the entry's owner or the superuser (chmod, chown, the sticky bit)."""
+
+    kind = "not_permitted"
 
 
 class Busy(Error):
@@ -198,7 +207,8 @@ BY_KIND: Dict[str, Tuple[Type[Error], int]] = {
     "io": (Error, _errno.EIO),
     "outcome_unknown": (OutcomeUnknown, _errno.EIO),
     "quota_exceeded": (QuotaExceeded, _errno.EDQUOT),
-    "permission_denied": (PermissionDenied, _errno.EPERM),
+    "permission_denied": (PermissionDenied, _errno.EACCES),
+    "not_permitted": (NotPermitted, _errno.EPERM),
     "deadline_exceeded": (DeadlineExceeded, _errno.ETIMEDOUT),
 }
 

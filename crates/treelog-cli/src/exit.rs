@@ -22,7 +22,7 @@ pub(crate) fn exit_code(kind: ErrorKind) -> u8 {
         // applied as if it had failed.
         ErrorKind::OutcomeUnknown => 13,
         ErrorKind::QuotaExceeded => 14,
-        ErrorKind::PermissionDenied => 15,
+        ErrorKind::PermissionDenied | ErrorKind::NotPermitted => 15,
         // Go to the leader: a replica refused a linearizable read, or no
         // leader took a write (not applied).
         ErrorKind::NotLeader => 16,

@@ -601,6 +601,7 @@ fn error_kind() -> impl Strategy<Value = ErrorKind> {
         ErrorKind::QuotaExceeded,
         ErrorKind::PermissionDenied,
         ErrorKind::DeadlineExceeded,
+        ErrorKind::NotPermitted,
     ])
 }
 

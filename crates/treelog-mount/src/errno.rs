@@ -22,6 +22,9 @@ pub(crate) fn errno(e: &Error, op: &str) -> Errno {
         ErrorKind::DictionaryFull => Errno::ENOSPC,
         ErrorKind::QuotaExceeded => Errno::EDQUOT,
         ErrorKind::PermissionDenied | ErrorKind::Unauthorized => Errno::EACCES,
+        // Owner-only operations and the sticky bit, on a server that
+        // enforces permissions.
+        ErrorKind::NotPermitted => Errno::EPERM,
         // Writes on a replica whose leader cannot be reached.
         ErrorKind::NotLeader => Errno::EROFS,
         ErrorKind::Busy | ErrorKind::Lagging | ErrorKind::ShuttingDown => Errno::EAGAIN,
@@ -71,6 +74,8 @@ mod tests {
             (ErrorKind::OutcomeUnknown, libc::EIO),
             (ErrorKind::DeadlineExceeded, libc::ETIMEDOUT),
             (ErrorKind::Busy, libc::EAGAIN),
+            (ErrorKind::PermissionDenied, libc::EACCES),
+            (ErrorKind::NotPermitted, libc::EPERM),
         ] {
             assert_eq!(errno(&remote(kind), "t").code(), want, "{kind}");
         }

@@ -75,7 +75,8 @@ pub enum ErrorKind {
     /// was refused and wrote nothing.
     QuotaExceeded,
     /// The connection's credential does not grant the request (its role,
-    /// docs/SECURITY.md); nothing was done.
+    /// docs/SECURITY.md), or, on a server that enforces permissions, the
+    /// caller's permission bits do not (EACCES); nothing was done.
     PermissionDenied,
     /// The request's deadline passed before it got an answer, and nothing
     /// was sent that could have changed the store: a read, or a mutation
@@ -83,6 +84,10 @@ pub enum ErrorKind {
     /// Retrying is safe. (Last: the kinds are numbered on the wire in this
     /// order.)
     DeadlineExceeded,
+    /// On a server that enforces permissions: the operation is reserved to
+    /// the entry's owner or the superuser (chmod, chown, times, the sticky
+    /// bit), whatever the permission bits say (EPERM); nothing was done.
+    NotPermitted,
 }
 
 impl ErrorKind {
@@ -114,6 +119,7 @@ impl ErrorKind {
             ErrorKind::QuotaExceeded => "quota_exceeded",
             ErrorKind::PermissionDenied => "permission_denied",
             ErrorKind::DeadlineExceeded => "deadline_exceeded",
+            ErrorKind::NotPermitted => "not_permitted",
         }
     }
 
@@ -133,6 +139,7 @@ impl ErrorKind {
                 | ErrorKind::DictionaryFull
                 | ErrorKind::QuotaExceeded
                 | ErrorKind::PermissionDenied
+                | ErrorKind::NotPermitted
         )
     }
 }
@@ -247,6 +254,9 @@ pub enum Error {
     /// The connection's role does not grant the request.
     #[error("permission denied: {0}")]
     PermissionDenied(String),
+    /// The operation is reserved to the owner or the superuser.
+    #[error("operation not permitted: {0}")]
+    NotPermitted(String),
     /// A server limit was reached.
     #[error("busy: {0}")]
     Busy(String),
@@ -295,6 +305,7 @@ impl Error {
             Error::Protocol(_) => ErrorKind::Protocol,
             Error::Busy(_) => ErrorKind::Busy,
             Error::PermissionDenied(_) => ErrorKind::PermissionDenied,
+            Error::NotPermitted(_) => ErrorKind::NotPermitted,
             Error::DeadlineExceeded(_) => ErrorKind::DeadlineExceeded,
             // A failed checksum or a damaged file is the database's
             // corruption, not a passing I/O failure.

@@ -12,6 +12,7 @@
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
+use crate::caller::Caller;
 use crate::command::Command;
 use crate::cursor::CursorInfo;
 use crate::error::{Error, ErrorKind, Result};
@@ -50,7 +51,19 @@ pub struct Hello {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum ClientMsg {
     Hello(Hello),
-    Request { id: u64, body: RequestBody },
+    Request {
+        id: u64,
+        body: RequestBody,
+    },
+    /// A request made for `caller` (docs/SECURITY.md, "Permissions"): a
+    /// server that enforces permissions checks it as that user, once the
+    /// connection's credential may act for users; one that does not
+    /// answers it as a `Request`.
+    RequestAs {
+        id: u64,
+        caller: Caller,
+        body: RequestBody,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -784,6 +797,15 @@ mod tests {
                     },
                 ),
                 "00 00 00 06 01 06 07 16 01 71",
+            ),
+            (
+                encode(&ClientMsg::RequestAs {
+                    id: 7,
+                    caller: Caller::new("u", vec!["g".into()]),
+                    body: RequestBody::Ping,
+                })
+                .unwrap(),
+                "00 00 00 08 02 07 01 75 01 01 67 0a",
             ),
         ];
         for (got, want) in frames {

@@ -76,7 +76,7 @@ impl ErrorKind {
             K::WriterStopped => ErrorKind::WriterStopped,
             K::ShuttingDown => ErrorKind::ShuttingDown,
             K::Protocol => ErrorKind::Protocol,
-            K::Unauthorized | K::PermissionDenied => ErrorKind::Unauthorized,
+            K::Unauthorized | K::PermissionDenied | K::NotPermitted => ErrorKind::Unauthorized,
             // A client's own deadline is never a server's reply; were it
             // one, nothing was applied: retry later, as Busy says.
             K::Busy | K::DeadlineExceeded => ErrorKind::Busy,
