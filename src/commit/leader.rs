@@ -54,8 +54,8 @@ impl Role for Leader {
         let mut records: Vec<Record> = Vec::new();
         let mut fatal: Option<String> = None;
         for req in requests.iter() {
-            let cmd = match &req.work {
-                Work::Command(cmd) => cmd,
+            let (cmd, caller) = match &req.work {
+                Work::Command(cmd, caller) => (cmd, caller.as_deref()),
                 Work::Records(_) => {
                     results.push(Err(Error::InvalidArgument(
                         "this node leads its log: it takes no records from another".into(),
@@ -63,7 +63,7 @@ impl Role for Leader {
                     continue;
                 }
             };
-            match core.engine.execute(cmd, &mut overlay, time_ms) {
+            match core.engine.execute(cmd, caller, &mut overlay, time_ms) {
                 Executed::Applied(events) => {
                     seq += 1;
                     let rec = Record {

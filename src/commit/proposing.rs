@@ -102,7 +102,7 @@ impl Proposing {
         let mut fatal = None;
         let mut commands = commands.into_iter();
         for req in commands.by_ref() {
-            let Work::Command(cmd) = &req.work else {
+            let Work::Command(cmd, caller) = &req.work else {
                 let _ = req.reply.send(Err(Error::InvalidArgument(
                     "stored records are not proposed".into(),
                 )));
@@ -112,7 +112,10 @@ impl Proposing {
             // applied: then it waits for them (a refusal or a no-op
             // decided against a proposal that is never applied was wrong).
             let waits = self.proposals.last() > self.proposals.applied();
-            match self.ahead.execute(cmd, &mut overlay, time_ms) {
+            match self
+                .ahead
+                .execute(cmd, caller.as_deref(), &mut overlay, time_ms)
+            {
                 Executed::Applied(events) => {
                     let rec = Record {
                         seq: 0,

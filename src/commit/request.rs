@@ -7,6 +7,7 @@ use crate::command::Command;
 use crate::commit::port::{LeaderHint, Proposer, ReplyTx};
 use crate::error::Result;
 use crate::store::Store;
+use treelog_proto::caller::Caller;
 
 /// Meta entries written in the same batch as a group's index changes (a
 /// follower's position in another log, say): key, value.
@@ -38,8 +39,10 @@ pub(crate) enum Incoming {
 
 /// What the writer is asked to do in a group.
 pub(crate) enum Work {
-    /// A mutation, validated against the namespace by a role that leads.
-    Command(Command),
+    /// A mutation, validated against the namespace by a role that leads;
+    /// with a caller, made for that user and checked as such (see
+    /// `engine::access`).
+    Command(Command, Option<Box<Caller>>),
     /// Stored records (envelopes with their checksums, as another log holds
     /// them) that continue this log, in order: applied by a role that
     /// follows (see `follower`).
@@ -81,7 +84,7 @@ pub(crate) type Installer = Box<dyn FnOnce(&Store) -> Result<u64> + Send>;
 impl Work {
     pub(crate) fn approx_bytes(&self) -> usize {
         match self {
-            Work::Command(c) => c.approx_bytes(),
+            Work::Command(c, _) => c.approx_bytes(),
             Work::Records(r) => r.records.iter().map(|v| v.len() + 16).sum(),
         }
     }
@@ -89,7 +92,7 @@ impl Work {
     /// The name its outcome is counted under.
     pub(crate) fn name(&self) -> &'static str {
         match self {
-            Work::Command(c) => c.name(),
+            Work::Command(c, _) => c.name(),
             Work::Records(r) if r.append => "replicate",
             Work::Records(_) => "apply",
         }

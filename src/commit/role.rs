@@ -112,7 +112,7 @@ pub(crate) fn split(group: Vec<Request>) -> (Vec<Request>, Vec<Request>) {
     let mut records = Vec::new();
     for r in group {
         match &r.work {
-            Work::Command(_) => commands.push(r),
+            Work::Command(..) => commands.push(r),
             Work::Records(_) => records.push(r),
         }
     }

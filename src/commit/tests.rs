@@ -31,7 +31,7 @@ type ReplyRx = tokio::sync::oneshot::Receiver<Result<u64>>;
 
 fn request(cmd: Command) -> (Request, ReplyRx) {
     let (reply, rx) = tokio::sync::oneshot::channel();
-    (Request::new(Work::Command(cmd), reply), rx)
+    (Request::new(Work::Command(cmd, None), reply), rx)
 }
 
 /// A writer and syncer without their threads, so that a test decides

@@ -33,7 +33,9 @@ use crate::types::{
     XattrFlag, DEFAULT_DIR_MODE, SYMLINK_MODE,
 };
 use names::Names;
+use treelog_proto::caller::Caller;
 
+pub(crate) mod access;
 pub(crate) mod names;
 
 mod apply;

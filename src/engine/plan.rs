@@ -121,12 +121,20 @@ impl Engine {
     pub(crate) fn execute<R: IndexRead + ?Sized>(
         &mut self,
         cmd: &Command,
+        caller: Option<&Caller>,
         view: &mut Overlay<'_, R>,
         time_ms: u64,
     ) -> Executed {
+        // A request made for a user: checked, and given the owner, group
+        // and mode that user's new entry takes (see `access`).
+        let cmd = match caller.map(|c| access::authorize(&*view, &self.names, cmd, c)) {
+            None => std::borrow::Cow::Borrowed(cmd),
+            Some(Ok(cmd)) => cmd,
+            Some(Err(e)) => return Executed::Refused(e),
+        };
         // Planning a create takes ids; a refusal after it gives them back.
         let next_id = self.state.next_id;
-        let events = match self.plan(cmd, view, time_ms) {
+        let events = match self.plan(&cmd, view, time_ms) {
             Ok(Plan::Events(events)) => events,
             Ok(Plan::NoOp) => return Executed::NoOp,
             Err(e) => {

@@ -16,6 +16,9 @@ use crate::format::record::{decode_record_ref, encode_record};
 use crate::index::{Kv, MemIndex};
 use crate::types::DEFAULT_BLOCK_SIZE;
 
+#[path = "access_tests.rs"]
+mod access_rules;
+
 /// The time of the first group; each group runs 1000 ms after the last.
 const T0: u64 = 1_700_000_000_000;
 
@@ -37,6 +40,8 @@ struct Harness {
     /// The same log, replayed.
     replica: MemIndex,
     replica_state: EngineState,
+    /// The user commands are made for (`None`: unchecked).
+    caller: Option<Caller>,
 }
 
 impl Harness {
@@ -57,6 +62,7 @@ impl Harness {
             index,
             seq: 0,
             now: T0,
+            caller: None,
         }
     }
 
@@ -74,7 +80,7 @@ impl Harness {
         let mut records = Vec::new();
         for cmd in &cmds {
             let before = (ov.writes().clone(), self.engine.state.clone());
-            let ran = match self.engine.execute(cmd, &mut ov, now) {
+            let ran = match self.engine.execute(cmd, self.caller.as_ref(), &mut ov, now) {
                 Executed::Applied(events) => {
                     assert!(!events.is_empty(), "{cmd:?}: applied without events");
                     records.push(events.clone());
@@ -1634,7 +1640,7 @@ fn a_multi_event_command_is_refused_when_its_record_passes_max_record_bytes() {
     h.engine.max_record_bytes = size - 1;
     // Run by hand: the refused chain may have used up its ids.
     let mut ov = Overlay::new(&h.index);
-    match h.engine.execute(&cmd, &mut ov, h.now) {
+    match h.engine.execute(&cmd, None, &mut ov, h.now) {
         Executed::Refused(e) => {
             assert_eq!(e.kind(), InvalidArgument);
             assert!(e.to_string().contains(&format!("{size} bytes")), "{e}");
@@ -1724,7 +1730,7 @@ fn a_failed_index_read_refuses_the_command_and_writes_nothing() {
     let mut engine = Engine::new(h.engine.state.clone());
     let mut ov = Overlay::new(&Unreadable);
     for cmd in [mkdir("/a"), rm_r("/a"), mv("/a", "/b"), chmod("/", 0o700)] {
-        match engine.execute(&cmd, &mut ov, T0) {
+        match engine.execute(&cmd, None, &mut ov, T0) {
             Executed::Refused(e) => assert_eq!(e.kind(), Io, "{cmd:?}"),
             other => panic!("{cmd:?}: {other:?}"),
         }
@@ -1741,7 +1747,7 @@ fn an_edge_to_a_missing_inode_refuses_the_command_as_corruption() {
     broken.inodes.remove(&inode_key(h.id("/a/f"))[..]);
     let mut ov = Overlay::new(&broken);
     for cmd in [complete("/a/f", 1), rm_r("/a"), mv("/a/f", "/g")] {
-        match h.engine.execute(&cmd, &mut ov, T0) {
+        match h.engine.execute(&cmd, None, &mut ov, T0) {
             Executed::Refused(e) => assert_eq!(e.kind(), Corruption, "{cmd:?}"),
             other => panic!("{cmd:?}: {other:?}"),
         }

@@ -27,6 +27,7 @@ mod backup;
 mod follow;
 mod options;
 mod read;
+mod read_as;
 mod write;
 
 pub use options::{

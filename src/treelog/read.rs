@@ -15,7 +15,7 @@ use crate::treelog::Treelog;
 use crate::types::{Bytes, ContentSummary, Inode, ListPage, Xattr};
 
 impl Treelog {
-    fn count_read<T>(&self, op: usize, lookups: u64, r: &Result<T>) {
+    pub(super) fn count_read<T>(&self, op: usize, lookups: u64, r: &Result<T>) {
         if let Some(m) = self.shared.metrics() {
             m.read
                 .count(op, r.as_ref().err().map(|e| e.kind().as_str()), lookups);
@@ -142,7 +142,7 @@ impl Treelog {
     }
 
     /// Runs `read` at the state `at` asks for.
-    fn read_at<T>(
+    pub(super) fn read_at<T>(
         &self,
         at: ReadAt,
         mut read: impl FnMut(&dyn IndexRead, &Names) -> Result<T>,
@@ -289,7 +289,7 @@ fn resolve_dir(idx: &dyn IndexRead, dicts: &Names, dir: &str) -> Result<u64> {
 }
 
 /// One listing page of `dir` read through `idx`.
-fn list_page(
+pub(super) fn list_page(
     idx: &dyn IndexRead,
     dicts: &Names,
     dir: &str,

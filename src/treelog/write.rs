@@ -6,6 +6,7 @@ use crate::commit::request::Work;
 use crate::error::Result;
 use crate::treelog::{CreateOptions, MkdirOptions, PendingCommit, SetAttrs, Treelog};
 use crate::types::XattrFlag;
+use treelog_proto::caller::Caller;
 
 impl Treelog {
     /// Submits a command and blocks until it is committed or refused.
@@ -13,7 +14,7 @@ impl Treelog {
     /// sequence it was decided against).
     pub fn submit(&self, cmd: Command) -> Result<u64> {
         self.check_leader()?;
-        self.writer.send(Work::Command(cmd))
+        self.writer.send(Work::Command(cmd, None))
     }
 
     /// Queues a command without waiting for it (pipelining); commands from
@@ -21,14 +22,27 @@ impl Treelog {
     /// while the queue is full.
     pub fn submit_pipelined(&self, cmd: Command) -> Result<PendingCommit> {
         self.check_leader()?;
-        let rx = self.writer.queue(Work::Command(cmd))?;
+        let rx = self.writer.queue(Work::Command(cmd, None))?;
         Ok(PendingCommit { rx })
     }
 
     /// Submits a command from async code without blocking the runtime.
     pub async fn submit_async(&self, cmd: Command) -> Result<u64> {
+        self.submit_as(cmd, None).await
+    }
+
+    /// [`Treelog::submit_async`] for a user: with `caller`, the writer
+    /// checks the command with POSIX's permission rules as that user
+    /// (docs/SECURITY.md, "Permissions") and gives a new entry that
+    /// user's owner and group (or a setgid parent's group).
+    pub async fn submit_as(&self, cmd: Command, caller: Option<Caller>) -> Result<u64> {
         self.check_leader()?;
-        self.writer.send_async(Work::Command(cmd)).await
+        if let Some(c) = &caller {
+            c.validate()?;
+        }
+        self.writer
+            .send_async(Work::Command(cmd, caller.map(Box::new)))
+            .await
     }
 
     pub fn mkdir(&self, path: &str, o: MkdirOptions) -> Result<u64> {
