@@ -596,6 +596,13 @@ pub(crate) struct ServeArgs {
     /// operation to this file (`-`: the log's `treelog::audit` target).
     #[arg(long, value_name = "PATH")]
     pub audit_log: Option<crate::server::AuditTarget>,
+    /// Check requests with POSIX's permission rules (owners, groups, mode
+    /// bits, sticky and setgid directories) as the user they are made for:
+    /// the one a `proxy` credential names (a mount), else the user named
+    /// after a non-admin credential (docs/SECURITY.md). Needs
+    /// --credentials.
+    #[arg(long)]
+    pub enforce_permissions: bool,
     /// Refuse plaintext RPC connections (needs --tls-cert, --tls-key);
     /// without it the RPC port takes both, each connection's first byte
     /// telling TLS from plaintext.
@@ -904,7 +911,7 @@ pub(crate) enum CredentialCmd {
         file: PathBuf,
         #[arg(long)]
         name: String,
-        /// admin, write, read, stream or peer.
+        /// admin, write, read, stream, peer or proxy.
         #[arg(long)]
         role: crate::server::Role,
     },

@@ -19,6 +19,7 @@ pub(crate) fn run(cli: &Cli, a: &ServeArgs) -> Result<u8> {
     cfg.credentials = a.credentials.clone();
     cfg.peer_tls_names = a.peer_tls_names.clone();
     cfg.audit_log = a.audit_log.clone();
+    cfg.enforce_permissions = a.enforce_permissions;
     cfg.max_connections = a.max_connections;
     cfg.max_handshaking = a.max_handshaking;
     cfg.max_in_flight = a.max_in_flight;

@@ -76,6 +76,14 @@ impl Client {
         }
     }
 
+    /// See [`crate::Client::for_caller`].
+    pub fn for_caller(&self, caller: crate::Caller) -> Client {
+        Client {
+            rt: self.rt.clone(),
+            inner: self.inner.for_caller(caller),
+        }
+    }
+
     pub fn addr(&self) -> SocketAddr {
         self.inner.addr()
     }

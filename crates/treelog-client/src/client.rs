@@ -16,6 +16,7 @@ use crate::endpoint::Endpoint;
 use crate::error::{Error, ErrorKind, Result};
 use crate::options::{ClientOptions, SeenSeq};
 use crate::protocol::{self, RequestBody, ResponseBody};
+use crate::Caller;
 
 /// What may be done with a request whose connection was lost.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -262,6 +263,9 @@ impl Shared {
 pub struct Client {
     pub(crate) shared: Arc<Shared>,
     pub(crate) timeout: Option<Duration>,
+    /// The user this handle's requests are made for (see
+    /// [`Client::for_caller`]).
+    pub(crate) caller: Option<Arc<Caller>>,
 }
 
 impl Client {
@@ -305,7 +309,11 @@ impl Client {
             .connect_round(Some(deadline))
             .await
             .map_err(OpenError::into_error)?;
-        Ok(Client { shared, timeout })
+        Ok(Client {
+            shared,
+            timeout,
+            caller: None,
+        })
     }
 
     /// A handle (sharing this one's connections) whose requests each end
@@ -314,6 +322,7 @@ impl Client {
         Client {
             shared: self.shared.clone(),
             timeout: Some(d),
+            caller: self.caller.clone(),
         }
     }
 
@@ -322,6 +331,19 @@ impl Client {
         Client {
             shared: self.shared.clone(),
             timeout: None,
+            caller: self.caller.clone(),
+        }
+    }
+
+    /// A handle (sharing this one's connections) whose requests are made
+    /// for `caller`: a server with `--enforce-permissions` checks them as
+    /// that user, once this client's credential may act for users (role
+    /// `proxy` or `admin`; docs/SECURITY.md). Streams are not checked.
+    pub fn for_caller(&self, caller: Caller) -> Client {
+        Client {
+            shared: self.shared.clone(),
+            timeout: self.timeout,
+            caller: Some(Arc::new(caller)),
         }
     }
 
@@ -386,7 +408,10 @@ impl Client {
         let mut backoff = Backoff::new();
         loop {
             let conn = self.connection(deadline).await?;
-            let e = match conn.call(body.clone(), deadline).await {
+            let e = match conn
+                .call(body.clone(), self.caller.as_deref(), deadline)
+                .await
+            {
                 Ok(reply) => match protocol::response_error(&reply) {
                     // Refused by a server on its way out, so not applied:
                     // the next endpoint (or its successor) takes it.
@@ -456,7 +481,10 @@ impl Client {
         let mut backoff = Backoff::new();
         loop {
             let conn = self.connection(deadline).await?;
-            let e = match conn.call_batch(bodies.clone(), deadline).await {
+            let e = match conn
+                .call_batch(bodies.clone(), self.caller.as_deref(), deadline)
+                .await
+            {
                 Ok(replies) => {
                     return Ok(replies
                         .into_iter()

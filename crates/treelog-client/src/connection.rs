@@ -18,6 +18,7 @@ use tokio::time::Instant;
 use crate::error::{Error, ErrorKind, Result};
 use crate::options::{ClientOptions, SeenSeq};
 use crate::protocol::{self, ClientMsg, Hello, RequestBody, ResponseBody, ServerMsg};
+use crate::Caller;
 
 pub(crate) enum Waiter {
     One(oneshot::Sender<Result<ResponseBody>>),
@@ -407,11 +408,12 @@ impl Connection {
     pub(crate) async fn send(
         &self,
         body: RequestBody,
+        caller: Option<&Caller>,
         waiter: Waiter,
         deadline: Option<Instant>,
     ) -> Result<u64, Failure> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let frame = protocol::encode(&ClientMsg::Request { id, body }).map_err(Failure::NotSent)?;
+        let frame = protocol::encode(&message(id, body, caller)).map_err(Failure::NotSent)?;
         self.send_frames(frame, id, std::iter::once(waiter), deadline)
             .await?;
         Ok(id)
@@ -469,10 +471,11 @@ impl Connection {
     pub(crate) async fn call(
         &self,
         body: RequestBody,
+        caller: Option<&Caller>,
         deadline: Option<Instant>,
     ) -> Result<ResponseBody, Failure> {
         let (tx, rx) = oneshot::channel();
-        let id = self.send(body, Waiter::One(tx), deadline).await?;
+        let id = self.send(body, caller, Waiter::One(tx), deadline).await?;
         let reply = match deadline {
             None => rx.await,
             Some(d) => match tokio::time::timeout_at(d, rx).await {
@@ -513,6 +516,7 @@ impl Connection {
     pub(crate) async fn call_batch(
         &self,
         bodies: Vec<RequestBody>,
+        caller: Option<&Caller>,
         deadline: Option<Instant>,
     ) -> Result<Vec<Result<ResponseBody>>, Failure> {
         let n = bodies.len();
@@ -528,7 +532,7 @@ impl Connection {
         let mut frames = Vec::new();
         for (i, body) in bodies.into_iter().enumerate() {
             let id = first + i as u64;
-            let f = protocol::encode(&ClientMsg::Request { id, body }).map_err(Failure::NotSent)?;
+            let f = protocol::encode(&message(id, body, caller)).map_err(Failure::NotSent)?;
             frames.extend_from_slice(&f);
         }
         let waiters = (0..n).map(|i| Waiter::Batch(batch.clone(), i));
@@ -674,7 +678,7 @@ async fn watch(weak: Weak<Connection>, idle: Duration, ping: Duration) {
         let (tx, rx) = oneshot::channel();
         let limit = Instant::now() + ping;
         let id = match c
-            .send(RequestBody::Ping, Waiter::One(tx), Some(limit))
+            .send(RequestBody::Ping, None, Waiter::One(tx), Some(limit))
             .await
         {
             Ok(id) => id,
@@ -702,5 +706,17 @@ async fn watch(weak: Weak<Connection>, idle: Duration, ping: Duration) {
                 return;
             }
         }
+    }
+}
+
+/// Request `id`, made for `caller` when there is one.
+fn message(id: u64, body: RequestBody, caller: Option<&Caller>) -> ClientMsg {
+    match caller {
+        None => ClientMsg::Request { id, body },
+        Some(c) => ClientMsg::RequestAs {
+            id,
+            caller: c.clone(),
+            body,
+        },
     }
 }

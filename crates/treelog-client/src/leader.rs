@@ -94,7 +94,10 @@ async fn on_leader(
     cmd: Command,
     deadline: Option<Instant>,
 ) -> OnLeader {
-    let e = match c.call(RequestBody::Mutate(cmd), deadline).await {
+    let e = match c
+        .call(RequestBody::Mutate(cmd), client.caller.as_deref(), deadline)
+        .await
+    {
         Ok(reply) => {
             return OnLeader::Done(match protocol::response_error(&reply) {
                 Some(e) => Err(e),

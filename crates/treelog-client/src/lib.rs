@@ -29,4 +29,5 @@ pub use options::{ClientOptions, SeenSeq};
 pub use subscription::{RemoteSubscription, ReplyStream};
 pub use treelog_tls::ClientTls;
 
+pub use treelog_proto::caller::Caller;
 use treelog_proto::{command, cursor, error, path, protocol, read, stream, types};

@@ -36,7 +36,10 @@ impl Client {
         loop {
             let conn = self.connection(deadline).await?;
             let (tx, rx) = mpsc::channel(queue.max(1));
-            match conn.send(body.clone(), Waiter::Many(tx), deadline).await {
+            match conn
+                .send(body.clone(), None, Waiter::Many(tx), deadline)
+                .await
+            {
                 Ok(_) => return Ok(ReplyStream { _conn: conn, rx }),
                 Err(Failure::NotSent(e)) => self.shared.discard(&conn, &e),
                 Err(f) => return Err(failure_error(f, "sending a stream's request")),
@@ -58,6 +61,7 @@ impl Client {
             client: Client {
                 shared,
                 timeout: None,
+                caller: None,
             },
             opts,
             conn: None,
@@ -168,7 +172,7 @@ impl RemoteSubscription {
         if opts.from == StartFrom::Now {
             // Pin "now" to a sequence, so that a resume before the first
             // record still starts at the right place.
-            let c = match conn.call(RequestBody::Ping, deadline).await {
+            let c = match conn.call(RequestBody::Ping, None, deadline).await {
                 Ok(ResponseBody::Seq(s)) => s,
                 Ok(other) => {
                     return Err(
@@ -187,7 +191,7 @@ impl RemoteSubscription {
             min_seq if min_seq > 0 => RequestBody::SubscribeAt { opts, min_seq },
             _ => RequestBody::Subscribe(opts),
         };
-        conn.send(body, Waiter::Many(tx), deadline)
+        conn.send(body, None, Waiter::Many(tx), deadline)
             .await
             .map_err(|f| failure_error(f, "sending the subscription"))?;
         self.opened = true;

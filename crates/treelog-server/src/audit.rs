@@ -62,9 +62,17 @@ pub(crate) struct Draft {
     request: &'static str,
     paths: Vec<String>,
     detail: Option<String>,
+    /// The user the request was made for (`RequestAs`, checked).
+    user: Option<String>,
 }
 
 impl Draft {
+    /// The draft of a request made for `caller` (a checked one).
+    pub(crate) fn for_user(mut self, caller: Option<&treelog::Caller>) -> Draft {
+        self.user = caller.map(|c| c.user.clone());
+        self
+    }
+
     pub(crate) fn of(request: &'static str, body: &RequestBody) -> Draft {
         let (paths, detail) = match body {
             RequestBody::Mutate(c) => (command_paths(c), None),
@@ -84,6 +92,7 @@ impl Draft {
             request,
             paths,
             detail,
+            user: None,
         }
     }
 }
@@ -133,6 +142,9 @@ pub(crate) fn line(who: &Who<'_>, draft: Draft, outcome: &str, seq: Option<u64>)
     });
     if let (Some(d), Value::Object(m)) = (draft.detail, &mut v) {
         m.insert("detail".into(), Value::String(d));
+    }
+    if let (Some(u), Value::Object(m)) = (draft.user, &mut v) {
+        m.insert("user".into(), Value::String(u));
     }
     v.to_string()
 }

@@ -31,6 +31,11 @@ pub struct ServerConfig {
     pub peer_tls_names: Vec<String>,
     /// Where the audit log goes (`None`: off).
     pub audit_log: Option<crate::audit::AuditTarget>,
+    /// Check every request made for a user (`RequestAs`) with POSIX's
+    /// permission rules as that user, and every other request of a
+    /// credential that is not an admin as the user named after it
+    /// (docs/SECURITY.md, "Permissions"). Needs `credentials`.
+    pub enforce_permissions: bool,
     /// Largest frame a client may send (see [`MIN_MAX_FRAME`],
     /// [`MAX_MAX_FRAME`]).
     pub max_frame: usize,
@@ -191,6 +196,7 @@ impl std::fmt::Debug for ServerConfig {
             .field("credentials", &self.credentials)
             .field("peer_tls_names", &self.peer_tls_names)
             .field("audit_log", &self.audit_log)
+            .field("enforce_permissions", &self.enforce_permissions)
             .field("max_frame", &self.max_frame)
             .field("max_connections", &self.max_connections)
             .field("max_handshaking", &self.max_handshaking)
@@ -222,6 +228,7 @@ impl ServerConfig {
             credentials: None,
             peer_tls_names: Vec::new(),
             audit_log: None,
+            enforce_permissions: false,
             max_frame: protocol::DEFAULT_MAX_FRAME,
             max_connections: 1024,
             max_handshaking: None,
@@ -303,6 +310,13 @@ impl ServerConfig {
             return Err(Error::InvalidArgument(format!(
                 "{flag} needs a certificate: give --tls-cert and --tls-key"
             )));
+        }
+        if self.enforce_permissions && self.credentials.is_none() {
+            return Err(Error::InvalidArgument(
+                "--enforce-permissions needs --credentials: without credentials every client \
+                 is an admin and could name any user"
+                    .into(),
+            ));
         }
         if self.token.is_none()
             && self.credentials.is_none()

@@ -11,14 +11,14 @@ use std::time::Duration;
 use tokio::net::TcpStream;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
-use treelog::{Error, ErrorKind, Result, Treelog};
+use treelog::{Caller, Error, ErrorKind, Result, Treelog};
 use treelog_proto::protocol::{self, ClientMsg, RequestBody, ServerMsg};
 use treelog_proto::v1;
 
 use crate::admission::Admission;
 use crate::audit::Draft;
 use crate::context::ConnCtx;
-use crate::dispatch::{answer_reads, handle, request_name};
+use crate::dispatch::{answer_reads, handle, request_name, Read};
 use crate::handshake::handshake;
 use crate::incoming::{buffered, frame_buffered, read_sized, ReadHalf};
 use crate::out::{respond, send, Out};
@@ -160,7 +160,7 @@ impl Requests<'_> {
     /// Reads and starts requests until the client closes the connection,
     /// an error, or the server shuts down.
     async fn serve(&mut self) -> Result<()> {
-        while let Some((id, body, bytes)) = self.next_request().await? {
+        while let Some((id, body, named, bytes)) = self.next_request().await? {
             if self.ctx.out.version() == v1::VERSION {
                 if let Some(e) = v1::refusal(&body) {
                     let _ = respond(&self.ctx.out, id, protocol::error_body(&e)).await;
@@ -171,6 +171,13 @@ impl Requests<'_> {
                 self.refuse(id, &body, e).await;
                 continue;
             }
+            let caller = match self.ctx.caller_for(named) {
+                Ok(c) => c,
+                Err(e) => {
+                    self.refuse(id, &body, e).await;
+                    continue;
+                }
+            };
             // Subscriptions register before the next read, so that the
             // idle timeout never applies to a connection that carries one.
             let mut cancel = None;
@@ -188,9 +195,9 @@ impl Requests<'_> {
                 }
             }
             let started = if read_ready(&self.ctx, &body) {
-                self.start_reads(id, body, bytes).await
+                self.start_reads((id, body, caller), bytes).await
             } else {
-                self.start(id, body, bytes, cancel).await
+                self.start(id, body, caller, bytes, cancel).await
             };
             if !started {
                 break;
@@ -202,7 +209,7 @@ impl Requests<'_> {
 
     /// The next request, read once the client's queue has room; `None`
     /// when the client closed the connection or the server shuts down.
-    async fn next_request(&mut self) -> Result<Option<(u64, RequestBody, usize)>> {
+    async fn next_request(&mut self) -> Result<Option<(u64, RequestBody, Option<Caller>, usize)>> {
         if !self.wait_for_room().await {
             return Ok(None);
         }
@@ -218,8 +225,10 @@ impl Requests<'_> {
             }
         };
         match msg? {
-            Some((ClientMsg::Request { id, body }, bytes)) => Ok(Some((id, body, bytes))),
-            Some((ClientMsg::Hello(_), _)) => Err(Error::Protocol("Hello sent twice".into())),
+            Some((msg, bytes)) => {
+                let (id, body, named) = request_of(msg)?;
+                Ok(Some((id, body, named, bytes)))
+            }
             None => Ok(None),
         }
     }
@@ -245,15 +254,16 @@ impl Requests<'_> {
     /// burst), answered by one task. A task per request cost more than the
     /// stat itself; answering here instead would keep a connection's reads
     /// on one core. False when the connection is ending.
-    async fn start_reads(&mut self, id: u64, body: RequestBody, bytes: usize) -> bool {
-        let mut batch = vec![(id, body)];
+    async fn start_reads(&mut self, first: Read, bytes: usize) -> bool {
+        let mut batch = vec![first];
         let mut total = bytes;
         while batch.len() < READ_BATCH && frame_buffered(self.rd) {
-            match read_sized(self.rd, self.max_frame, None, self.ctx.out.version()).await {
-                Ok(Some((ClientMsg::Request { id, body }, bytes)))
-                    if read_ready(&self.ctx, &body) && self.ctx.identity.check(&body).is_ok() =>
-                {
-                    batch.push((id, body));
+            let next = read_sized(self.rd, self.max_frame, None, self.ctx.out.version()).await;
+            match next {
+                Ok(Some((ClientMsg::Request { id, body }, bytes))) if self.batches(&body) => {
+                    // `batches` made sure the caller is known.
+                    let caller = self.ctx.caller_for(None).unwrap_or(None);
+                    batch.push((id, body, caller));
                     total += bytes;
                 }
                 other => {
@@ -276,6 +286,7 @@ impl Requests<'_> {
         &mut self,
         id: u64,
         body: RequestBody,
+        caller: Option<Caller>,
         bytes: usize,
         cancel: Option<watch::Receiver<bool>>,
     ) -> bool {
@@ -288,7 +299,7 @@ impl Requests<'_> {
             if let Some(m) = &ctx.metrics {
                 m.in_flight.inc();
             }
-            handle(&ctx, id, body, permit, cancel).await;
+            handle(&ctx, id, body, caller, permit, cancel).await;
             if let Some(m) = &ctx.metrics {
                 m.in_flight.dec();
             }
@@ -299,6 +310,16 @@ impl Requests<'_> {
             self.tasks.spawn(task);
         }
         true
+    }
+
+    /// Whether a plain request read behind a read joins its batch: a read
+    /// that needs no wait, its role allows and its caller is known for
+    /// (anything else is carried to the main loop, which refuses or starts
+    /// it).
+    fn batches(&self, body: &RequestBody) -> bool {
+        read_ready(&self.ctx, body)
+            && self.ctx.identity.check(body).is_ok()
+            && self.ctx.caller_for(None).is_ok()
     }
 
     /// Answers request `id` with `e` (its credential's role does not grant
@@ -320,5 +341,14 @@ impl Requests<'_> {
     async fn finish(mut self) {
         self.ctx.end_streams();
         while self.tasks.join_next().await.is_some() {}
+    }
+}
+
+/// A client's request: its id, body and the caller it names (`RequestAs`).
+fn request_of(msg: ClientMsg) -> Result<(u64, RequestBody, Option<Caller>)> {
+    match msg {
+        ClientMsg::Request { id, body } => Ok((id, body, None)),
+        ClientMsg::RequestAs { id, caller, body } => Ok((id, body, Some(caller))),
+        ClientMsg::Hello(_) => Err(Error::Protocol("Hello sent twice".into())),
     }
 }

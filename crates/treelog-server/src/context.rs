@@ -10,13 +10,13 @@ use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 use treelog::metrics::READ_OPS;
 
 use crate::metrics::ServerMetrics;
-use treelog::{Error, Result, Treelog, ViewPins};
+use treelog::{Caller, Error, Result, Treelog, ViewPins};
 
 use crate::audit::{self, Audit, Draft, Who};
 use crate::backups::Backups;
 use crate::config::{ClusterService, ClusterSlot};
 use crate::out::Out;
-use crate::roles::Identity;
+use crate::roles::{Identity, Role};
 use crate::state::State;
 
 /// A request's place among the connection's requests in flight (see
@@ -60,6 +60,8 @@ pub(crate) struct ConnCtx {
     /// certificate.
     pub(crate) tls_identity: Option<String>,
     audit: Option<Arc<Audit>>,
+    /// See [`crate::ServerConfig::enforce_permissions`].
+    enforce_permissions: bool,
 }
 
 impl ConnCtx {
@@ -102,6 +104,32 @@ impl ConnCtx {
             peer,
             tls_identity,
             audit: state.audit.clone(),
+            enforce_permissions: cfg.enforce_permissions,
+        }
+    }
+
+    /// The user a request is checked as (`None`: not checked), given the
+    /// caller it names (`RequestAs`): on a server that enforces
+    /// permissions, that caller once the credential may act for users;
+    /// without one, the user named after a credential that is not an
+    /// admin's or a node's. A server that does not enforce checks no one.
+    pub(crate) fn caller_for(&self, named: Option<Caller>) -> Result<Option<Caller>> {
+        if !self.enforce_permissions {
+            return Ok(None);
+        }
+        let id = &self.identity;
+        match named {
+            Some(c) if id.role.acts_for_users() => {
+                c.validate()?;
+                Ok(Some(c))
+            }
+            Some(c) => Err(Error::PermissionDenied(format!(
+                "credential {} (role {}) may not make requests for user {} \
+                 (a proxy or admin credential may)",
+                id.name, id.role, c.user
+            ))),
+            None if id.node || id.role == Role::Admin => Ok(None),
+            None => Ok(Some(Caller::new(id.name.clone(), Vec::new()))),
         }
     }
 

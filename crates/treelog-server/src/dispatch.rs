@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::watch;
-use treelog::{Error, Result, Treelog};
+use treelog::{Caller, Error, Result, Treelog};
 use treelog_proto::protocol::{self, RequestBody, ResponseBody};
 
 use crate::audit::Draft;
@@ -17,6 +17,9 @@ use crate::replication::replication;
 use crate::roles::audited;
 use crate::streams::subscription;
 
+/// A read to answer: its request id, body and the user it is checked as.
+pub(crate) type Read = (u64, RequestBody, Option<Caller>);
+
 /// Answers request `id` (holding `permit`, its place among the
 /// connection's requests in flight): a stream, with `cancel` its cancel
 /// signal, runs until it ends; any other request is answered once.
@@ -24,11 +27,13 @@ pub(crate) async fn handle(
     ctx: &Arc<ConnCtx>,
     id: u64,
     body: RequestBody,
+    caller: Option<Caller>,
     permit: InFlight,
     cancel: Option<watch::Receiver<bool>>,
 ) {
     let name = request_name(&body);
-    let draft = (ctx.auditing() && audited(&body)).then(|| Draft::of(name, &body));
+    let draft = (ctx.auditing() && audited(&body))
+        .then(|| Draft::of(name, &body).for_user(caller.as_ref()));
     let body = match body {
         RequestBody::Replicate(from) => {
             let outcome =
@@ -59,7 +64,7 @@ pub(crate) async fn handle(
     // (Reads then build and queue their reply without yielding, so the
     // queue exceeds its bound by at most a reply per worker thread.)
     ctx.out.room().await;
-    let res = answer(ctx, body).await;
+    let res = answer(ctx, body, caller).await;
     ctx.count_result(name, &res);
     if let Some(d) = draft {
         let (outcome, seq) = match &res {
@@ -74,27 +79,29 @@ pub(crate) async fn handle(
     drop(permit);
 }
 
-/// The reply to a request that is not a stream.
-async fn answer(ctx: &ConnCtx, body: RequestBody) -> Result<ResponseBody> {
+/// The reply to a request that is not a stream, checked as `caller` (see
+/// [`ConnCtx::caller_for`]).
+async fn answer(ctx: &ConnCtx, body: RequestBody, caller: Option<Caller>) -> Result<ResponseBody> {
     let t = &ctx.t;
+    let who = caller.as_ref();
     match body {
         RequestBody::Mutate(cmd) => {
             if let Some(c) = ctx.cluster_service() {
                 c.admit(&cmd)?;
             }
-            t.submit_async(cmd).await.map(ResponseBody::Seq)
+            t.submit_as(cmd, caller).await.map(ResponseBody::Seq)
         }
         body @ (RequestBody::Stat { .. }
         | RequestBody::StatId { .. }
-        | RequestBody::List { .. }) => read_now(ctx, body).unwrap_or_else(not_a_read),
+        | RequestBody::List { .. }) => read_now(ctx, body, who).unwrap_or_else(not_a_read),
         body @ (RequestBody::StatAt { at, .. }
         | RequestBody::StatIdAt { at, .. }
-        | RequestBody::ListAt { at, .. }) => reads::read_at(ctx, at, body)
+        | RequestBody::ListAt { at, .. }) => reads::read_at(ctx, at, body, who)
             .await
             .unwrap_or_else(not_a_read),
-        RequestBody::Readlink { path, at } => reads::readlink(ctx, path, at).await,
-        RequestBody::GetXattrs { path, name, at } => reads::xattrs(ctx, path, name, at).await,
-        RequestBody::Count { path, at } => reads::summary(ctx, path, at).await,
+        RequestBody::Readlink { path, at } => reads::readlink(ctx, path, at, who).await,
+        RequestBody::GetXattrs { path, name, at } => reads::xattrs(ctx, path, name, at, who).await,
+        RequestBody::Count { path, at } => reads::summary(ctx, path, at, caller).await,
         RequestBody::Ack { cursor, seq } => t.ack(&cursor, seq).map(|_| ResponseBody::Done),
         RequestBody::ListCursors => Ok(ResponseBody::Cursors(t.cursors())),
         RequestBody::DropCursor { cursor } => t.drop_cursor(&cursor).map(|_| ResponseBody::Done),
@@ -201,16 +208,12 @@ where
 
 /// Answers a batch of reads that need no wait (see [`reads::read_ready`]),
 /// in order, holding `permit` for them all.
-pub(crate) async fn answer_reads(
-    ctx: Arc<ConnCtx>,
-    batch: Vec<(u64, RequestBody)>,
-    permit: InFlight,
-) {
-    for (id, body) in batch {
+pub(crate) async fn answer_reads(ctx: Arc<ConnCtx>, batch: Vec<Read>, permit: InFlight) {
+    for (id, body, caller) in batch {
         let name = request_name(&body);
         // Made only while the queue has room, as in `handle`.
         ctx.out.room().await;
-        let res = read_now(&ctx, body).unwrap_or_else(not_a_read);
+        let res = read_now(&ctx, body, caller.as_ref()).unwrap_or_else(not_a_read);
         ctx.count_result(name, &res);
         let reply = res.unwrap_or_else(|e| protocol::error_body(&e));
         if !respond(&ctx.out, id, reply).await {

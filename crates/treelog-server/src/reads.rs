@@ -3,7 +3,7 @@
 //! wait for the store to reach the client's sequence ([`caught_up`]), and
 //! their latency.
 
-use treelog::{Error, ReadAt, Result};
+use treelog::{Caller, Error, ReadAt, Result};
 use treelog_proto::protocol::{RequestBody, ResponseBody};
 
 use crate::context::ConnCtx;
@@ -43,13 +43,15 @@ pub(crate) fn read_ready(ctx: &ConnCtx, body: &RequestBody) -> bool {
 pub(crate) fn read_now(
     ctx: &ConnCtx,
     body: RequestBody,
+    who: Option<&Caller>,
 ) -> std::result::Result<Result<ResponseBody>, RequestBody> {
     let t = &ctx.t;
     let limit = |l: u32| l.clamp(1, MAX_LIST_LIMIT) as usize;
     Ok(match body {
-        RequestBody::Stat { path } => {
-            timed_read(ctx, "stat", || t.stat(&path).map(ResponseBody::Inode))
-        }
+        RequestBody::Stat { path } => timed_read(ctx, "stat", || {
+            t.stat_as(who, &path, ReadAt::Latest)
+                .map(|r| ResponseBody::Inode(r.value))
+        }),
         RequestBody::StatId { id } => {
             timed_read(ctx, "stat_id", || t.stat_id(id).map(ResponseBody::Inode))
         }
@@ -58,11 +60,11 @@ pub(crate) fn read_now(
             start_after,
             limit: l,
         } => timed_read(ctx, "list", || {
-            t.list(&path, start_after.as_deref(), limit(l))
-                .map(ResponseBody::Page)
+            t.list_as(who, &path, start_after.as_deref(), limit(l), ReadAt::Latest)
+                .map(|r| ResponseBody::Page(r.value))
         }),
         RequestBody::StatAt { path, at } => timed_read(ctx, "stat", || {
-            t.stat_at(&path, at).map(|r| ResponseBody::InodeAt {
+            t.stat_as(who, &path, at).map(|r| ResponseBody::InodeAt {
                 inode: r.value,
                 seq: r.seq,
             })
@@ -79,7 +81,7 @@ pub(crate) fn read_now(
             limit: l,
             at,
         } => timed_read(ctx, "list", || {
-            t.list_at(&path, start_after.as_deref(), limit(l), at)
+            t.list_as(who, &path, start_after.as_deref(), limit(l), at)
                 .map(|r| ResponseBody::PageAt {
                     page: r.value,
                     seq: r.seq,
@@ -95,21 +97,29 @@ pub(crate) async fn read_at(
     ctx: &ConnCtx,
     at: ReadAt,
     body: RequestBody,
+    who: Option<&Caller>,
 ) -> std::result::Result<Result<ResponseBody>, RequestBody> {
     match caught_up(ctx, at).await {
-        Ok(()) => read_now(ctx, body),
+        Ok(()) => read_now(ctx, body, who),
         Err(e) => Ok(Err(e)),
     }
 }
 
 /// A symbolic link's target at `at`.
-pub(crate) async fn readlink(ctx: &ConnCtx, path: String, at: ReadAt) -> Result<ResponseBody> {
+pub(crate) async fn readlink(
+    ctx: &ConnCtx,
+    path: String,
+    at: ReadAt,
+    who: Option<&Caller>,
+) -> Result<ResponseBody> {
     caught_up(ctx, at).await?;
     timed_read(ctx, "readlink", || {
-        ctx.t.readlink_at(&path, at).map(|r| ResponseBody::Target {
-            target: r.value,
-            seq: r.seq,
-        })
+        ctx.t
+            .readlink_as(who, &path, at)
+            .map(|r| ResponseBody::Target {
+                target: r.value,
+                seq: r.seq,
+            })
     })
 }
 
@@ -119,11 +129,12 @@ pub(crate) async fn xattrs(
     path: String,
     name: Option<String>,
     at: ReadAt,
+    who: Option<&Caller>,
 ) -> Result<ResponseBody> {
     caught_up(ctx, at).await?;
     timed_read(ctx, "get_xattrs", || {
         ctx.t
-            .xattrs_at(&path, name.as_deref(), at)
+            .xattrs_as(who, &path, name.as_deref(), at)
             .map(|r| ResponseBody::Xattrs {
                 xattrs: r.value,
                 seq: r.seq,
@@ -133,11 +144,16 @@ pub(crate) async fn xattrs(
 
 /// The content summary (counts and sizes) of the subtree at `path`, at
 /// `at`: a walk of up to `max_count_inodes` entries, off the workers.
-pub(crate) async fn summary(ctx: &ConnCtx, path: String, at: ReadAt) -> Result<ResponseBody> {
+pub(crate) async fn summary(
+    ctx: &ConnCtx,
+    path: String,
+    at: ReadAt,
+    caller: Option<Caller>,
+) -> Result<ResponseBody> {
     caught_up(ctx, at).await?;
     let t = ctx.t.clone();
     let t0 = std::time::Instant::now();
-    let r = tokio::task::spawn_blocking(move || t.count_at(&path, at))
+    let r = tokio::task::spawn_blocking(move || t.count_as(caller.as_ref(), &path, at))
         .await
         .unwrap_or_else(|_| Err(Error::corrupt("count", "the count task panicked")));
     if let Some(m) = &ctx.metrics {

@@ -20,15 +20,20 @@ pub enum Role {
     Read,
     Stream,
     Peer,
+    /// A mount's or a gateway's: reads, writes and change streams, made
+    /// for the users it serves (`RequestAs`), whom a server with
+    /// `--enforce-permissions` checks.
+    Proxy,
 }
 
 impl Role {
-    pub const ALL: [Role; 5] = [
+    pub const ALL: [Role; 6] = [
         Role::Admin,
         Role::Write,
         Role::Read,
         Role::Stream,
         Role::Peer,
+        Role::Proxy,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -38,6 +43,7 @@ impl Role {
             Role::Read => "read",
             Role::Stream => "stream",
             Role::Peer => "peer",
+            Role::Proxy => "proxy",
         }
     }
 
@@ -51,7 +57,14 @@ impl Role {
             Role::Read => matches!(need, Session | Read),
             Role::Stream => matches!(need, Session | Stream | Ack),
             Role::Peer => matches!(need, Session | Node | Backup | Ack),
+            Role::Proxy => matches!(need, Session | Read | Write | Stream | Ack),
         }
+    }
+
+    /// Whether the role may make requests for users (`RequestAs`) on a
+    /// server that enforces permissions.
+    pub(crate) fn acts_for_users(self) -> bool {
+        matches!(self, Role::Admin | Role::Proxy)
     }
 }
 
@@ -70,7 +83,7 @@ impl std::str::FromStr for Role {
             .find(|r| r.as_str() == s)
             .ok_or_else(|| {
                 Error::InvalidArgument(format!(
-                    "role {s:?}: expected admin, write, read, stream or peer"
+                    "role {s:?}: expected admin, write, read, stream, peer or proxy"
                 ))
             })
     }
@@ -142,7 +155,7 @@ impl Identity {
                 crate::dispatch::request_name(body)
             )));
         }
-        if self.role == Role::Stream && !self.node {
+        if matches!(self.role, Role::Stream | Role::Proxy) && !self.node {
             if let Some(cursor) = cursor_named(body) {
                 if !self.owns_cursor(cursor) {
                     return Err(Error::PermissionDenied(format!(
@@ -339,7 +352,7 @@ mod tests {
     #[test]
     fn each_role_grants_its_classes_only() {
         use Need::*;
-        let grants: [(Role, &[Need]); 5] = [
+        let grants: [(Role, &[Need]); 6] = [
             (
                 Role::Admin,
                 &[Session, Read, Write, Stream, Ack, Admin, Backup],
@@ -348,6 +361,7 @@ mod tests {
             (Role::Read, &[Session, Read]),
             (Role::Stream, &[Session, Stream, Ack]),
             (Role::Peer, &[Session, Node, Backup, Ack]),
+            (Role::Proxy, &[Session, Read, Write, Stream, Ack]),
         ];
         for (role, allowed) in grants {
             for (n, body) in one_of_each() {
