@@ -54,6 +54,12 @@ pub(crate) struct MountArgs {
     /// off): every caller may do everything the server allows.
     #[arg(long)]
     pub no_default_permissions: bool,
+    /// Send requests without the user they are made for. By default each
+    /// carries the requesting process's user and groups, which a server
+    /// with --enforce-permissions checks (the mount's credential then
+    /// needs the proxy role).
+    #[arg(long)]
+    pub no_callers: bool,
     /// The mount's source name, as mount(8) and df show it.
     #[arg(long, default_value = "treelog")]
     pub fsname: String,
@@ -79,6 +85,7 @@ pub(crate) fn run(cli: &Cli, a: &MountArgs) -> Result<u8> {
         nobody_gid: a.nobody_gid,
         allow_other: a.allow_other,
         default_permissions: !a.no_default_permissions,
+        send_callers: !a.no_callers,
         fsname: a.fsname.clone(),
         subtype: "treelog".into(),
         threads: a.threads,

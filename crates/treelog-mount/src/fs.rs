@@ -24,6 +24,7 @@ use treelog_proto::path::MAX_NAME_LEN;
 use treelog_proto::types::{FileType, Inode, XattrFlag, DEFAULT_BLOCK_SIZE};
 
 use crate::attr::{file_attr, kind};
+use crate::callers::Callers;
 use crate::dir::{DirHandle, FIRST};
 use crate::errno::errno;
 use crate::ids::IdMap;
@@ -47,6 +48,7 @@ pub(crate) struct Shared {
     pub(crate) ids: IdMap,
     pub(crate) own: OwnWrites,
     pub(crate) opts: MountOptions,
+    callers: Callers,
     dirs: Mutex<HashMap<u64, Arc<tokio::sync::Mutex<DirHandle>>>>,
     next_fh: AtomicU64,
 }
@@ -58,6 +60,7 @@ impl Shared {
             inodes: Mutex::new(Inodes::new()),
             ids: IdMap::new(opts.nobody_uid, opts.nobody_gid),
             own: OwnWrites::default(),
+            callers: Callers::new(opts.send_callers),
             opts,
             dirs: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
@@ -80,8 +83,8 @@ impl Shared {
     }
 
     /// Submits a mutation, remembering its sequence as this mount's own.
-    async fn submit(&self, cmd: Command, op: &str) -> Result<u64, Errno> {
-        match self.client.submit(cmd).await {
+    async fn submit(&self, c: &Client, cmd: Command, op: &str) -> Result<u64, Errno> {
+        match c.submit(cmd).await {
             Ok(seq) => {
                 self.own.add(seq);
                 Ok(seq)
@@ -90,12 +93,19 @@ impl Shared {
         }
     }
 
-    async fn stat(&self, path: &str, op: &str) -> Result<Inode, Errno> {
-        self.client.stat(path).await.map_err(|e| errno(&e, op))
+    async fn stat(&self, c: &Client, path: &str, op: &str) -> Result<Inode, Errno> {
+        c.stat(path).await.map_err(|e| errno(&e, op))
     }
 
-    async fn stat_id(&self, ino: INodeNo, op: &str) -> Result<Inode, Errno> {
-        self.client.stat_id(ino.0).await.map_err(|e| errno(&e, op))
+    async fn stat_id(&self, c: &Client, ino: INodeNo, op: &str) -> Result<Inode, Errno> {
+        c.stat_id(ino.0).await.map_err(|e| errno(&e, op))
+    }
+
+    /// The client handle for `req`'s requests: made for its process's
+    /// user (see `callers`).
+    fn client_for(&self, req: &Request) -> Client {
+        self.callers
+            .client(&self.client, &self.ids, req.pid(), req.uid(), req.gid())
     }
 
     /// Replies with an entry the kernel now holds once more.
@@ -143,13 +153,15 @@ pub(crate) struct TreelogFs {
 }
 
 impl TreelogFs {
-    /// Runs `f` on the runtime with the shared state.
-    fn spawn<F, Fut>(&self, f: F)
+    /// Runs `f` on the runtime with the shared state and the client
+    /// handle for `req`'s user.
+    fn spawn<F, Fut>(&self, req: &Request, f: F)
     where
-        F: FnOnce(Arc<Shared>) -> Fut,
+        F: FnOnce(Arc<Shared>, Client) -> Fut,
         Fut: Future<Output = ()> + Send + 'static,
     {
-        self.rt.spawn(f(self.shared.clone()));
+        let c = self.shared.client_for(req);
+        self.rt.spawn(f(self.shared.clone(), c));
     }
 }
 
@@ -225,11 +237,11 @@ impl Filesystem for TreelogFs {
         Ok(())
     }
 
-    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+    fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         let child = self.shared.child(parent, name);
-        self.spawn(|s| async move {
+        self.spawn(req, |s, c| async move {
             let r = match child {
-                Ok((path, _)) => s.stat(&path, "lookup").await,
+                Ok((path, _)) => s.stat(&c, &path, "lookup").await,
                 Err(e) => Err(e),
             };
             reply_entry(&s, r, reply);
@@ -240,9 +252,9 @@ impl Filesystem for TreelogFs {
         self.shared.inodes.lock().unwrap().forget(ino.0, nlookup);
     }
 
-    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
-        self.spawn(|s| async move {
-            match s.stat_id(ino, "getattr").await {
+    fn getattr(&self, req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        self.spawn(req, |s, c| async move {
+            match s.stat_id(&c, ino, "getattr").await {
                 Ok(i) => reply.attr(&s.opts.attr_ttl, &file_attr(&i, &s.ids)),
                 Err(e) => reply.error(e),
             }
@@ -251,7 +263,7 @@ impl Filesystem for TreelogFs {
 
     fn setattr(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         mode: Option<u32>,
         uid: Option<u32>,
@@ -268,7 +280,7 @@ impl Filesystem for TreelogFs {
         reply: ReplyAttr,
     ) {
         let path = self.shared.path(ino);
-        self.spawn(|s| async move {
+        self.spawn(req, |s, c| async move {
             let r = async {
                 let path = path?;
                 if let Some(size) = size {
@@ -276,7 +288,7 @@ impl Filesystem for TreelogFs {
                         path: path.clone(),
                         size,
                     };
-                    s.submit(cmd, "truncate").await?;
+                    s.submit(&c, cmd, "truncate").await?;
                 }
                 let owner = uid.map(|u| s.ids.owner_name(u));
                 let group = gid.map(|g| s.ids.group_name(g));
@@ -289,9 +301,9 @@ impl Filesystem for TreelogFs {
                         group,
                         mtime_ms,
                     };
-                    s.submit(cmd, "setattr").await?;
+                    s.submit(&c, cmd, "setattr").await?;
                 }
-                s.stat_id(ino, "setattr").await
+                s.stat_id(&c, ino, "setattr").await
             }
             .await;
             match r {
@@ -301,15 +313,11 @@ impl Filesystem for TreelogFs {
         });
     }
 
-    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+    fn readlink(&self, req: &Request, ino: INodeNo, reply: ReplyData) {
         let path = self.shared.path(ino);
-        self.spawn(|s| async move {
+        self.spawn(req, |_, c| async move {
             let r = match path {
-                Ok(p) => s
-                    .client
-                    .readlink(&p)
-                    .await
-                    .map_err(|e| errno(&e, "readlink")),
+                Ok(p) => c.readlink(&p).await.map_err(|e| errno(&e, "readlink")),
                 Err(e) => Err(e),
             };
             match r {
@@ -337,11 +345,12 @@ impl Filesystem for TreelogFs {
         }
         let child = self.shared.child(parent, name);
         let (owner, group) = self.shared.owner_group(req);
-        self.spawn(|s| async move {
+        self.spawn(req, |s, c| async move {
             let r = async {
                 let (path, _) = child?;
-                s.submit(create(&path, mode, owner, group), "mknod").await?;
-                s.stat(&path, "mknod").await
+                s.submit(&c, create(&path, mode, owner, group), "mknod")
+                    .await?;
+                s.stat(&c, &path, "mknod").await
             }
             .await;
             reply_entry(&s, r, reply);
@@ -359,7 +368,7 @@ impl Filesystem for TreelogFs {
     ) {
         let child = self.shared.child(parent, name);
         let (owner, group) = self.shared.owner_group(req);
-        self.spawn(|s| async move {
+        self.spawn(req, |s, c| async move {
             let r = async {
                 let (path, _) = child?;
                 let cmd = Command::Mkdir {
@@ -370,20 +379,20 @@ impl Filesystem for TreelogFs {
                     owner,
                     group,
                 };
-                s.submit(cmd, "mkdir").await?;
-                s.stat(&path, "mkdir").await
+                s.submit(&c, cmd, "mkdir").await?;
+                s.stat(&c, &path, "mkdir").await
             }
             .await;
             reply_entry(&s, r, reply);
         });
     }
 
-    fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        self.delete(parent, name, "unlink", reply);
+    fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        self.delete(req, parent, name, "unlink", reply);
     }
 
-    fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        self.delete(parent, name, "rmdir", reply);
+    fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        self.delete(req, parent, name, "rmdir", reply);
     }
 
     fn symlink(
@@ -397,7 +406,7 @@ impl Filesystem for TreelogFs {
         let child = self.shared.child(parent, link_name);
         let target = utf8(target.as_os_str()).map(str::to_owned);
         let (owner, group) = self.shared.owner_group(req);
-        self.spawn(|s| async move {
+        self.spawn(req, |s, c| async move {
             let r = async {
                 let (path, _) = child?;
                 let cmd = Command::Symlink {
@@ -407,8 +416,8 @@ impl Filesystem for TreelogFs {
                     owner,
                     group,
                 };
-                s.submit(cmd, "symlink").await?;
-                s.stat(&path, "symlink").await
+                s.submit(&c, cmd, "symlink").await?;
+                s.stat(&c, &path, "symlink").await
             }
             .await;
             reply_entry(&s, r, reply);
@@ -417,7 +426,7 @@ impl Filesystem for TreelogFs {
 
     fn rename(
         &self,
-        _req: &Request,
+        req: &Request,
         parent: INodeNo,
         name: &OsStr,
         newparent: INodeNo,
@@ -433,7 +442,7 @@ impl Filesystem for TreelogFs {
         let overwrite = !flags.contains(RenameFlags::RENAME_NOREPLACE);
         let src = self.shared.child(parent, name);
         let dst = self.shared.child(newparent, newname);
-        self.spawn(|s| async move {
+        self.spawn(req, |s, c| async move {
             let r = async {
                 let ((src, _), (dst, _)) = (src?, dst?);
                 let cmd = Command::Rename {
@@ -441,10 +450,10 @@ impl Filesystem for TreelogFs {
                     dst: dst.clone(),
                     overwrite,
                 };
-                s.submit(cmd, "rename").await?;
+                s.submit(&c, cmd, "rename").await?;
                 // Later requests about the moved inode must use its new
                 // path at once, not when the change stream says so.
-                if let Ok(i) = s.client.stat(&dst).await {
+                if let Ok(i) = c.stat(&dst).await {
                     s.inodes.lock().unwrap().moved(i.id, i.parent, &i.name);
                 }
                 Ok(())
@@ -474,7 +483,7 @@ impl Filesystem for TreelogFs {
 
     fn read(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         _fh: FileHandle,
         offset: u64,
@@ -483,8 +492,8 @@ impl Filesystem for TreelogFs {
         _lock_owner: Option<fuser::LockOwner>,
         reply: ReplyData,
     ) {
-        self.spawn(|s| async move {
-            match s.stat_id(ino, "read").await {
+        self.spawn(req, |s, c| async move {
+            match s.stat_id(&c, ino, "read").await {
                 Ok(i) => {
                     let n = i.attrs.size.saturating_sub(offset).min(u64::from(size));
                     reply.data(&vec![0u8; n as usize]);
@@ -568,7 +577,7 @@ impl Filesystem for TreelogFs {
 
     fn readdir(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         fh: FileHandle,
         offset: u64,
@@ -578,7 +587,7 @@ impl Filesystem for TreelogFs {
             reply.error(Errno::EBADF);
             return;
         };
-        self.spawn(|s| async move {
+        self.spawn(req, |_, c| async move {
             let path = match path {
                 Ok(p) => p,
                 Err(e) => return reply.error(e),
@@ -598,7 +607,7 @@ impl Filesystem for TreelogFs {
             }
             let mut h = handle.lock().await;
             loop {
-                let entries = match h.entries_from(&s.client, &path, pos).await {
+                let entries = match h.entries_from(&c, &path, pos).await {
                     Ok(e) => e,
                     Err(e) => return reply.error(errno(&e, "readdir")),
                 };
@@ -618,7 +627,7 @@ impl Filesystem for TreelogFs {
 
     fn readdirplus(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         fh: FileHandle,
         offset: u64,
@@ -628,7 +637,7 @@ impl Filesystem for TreelogFs {
             reply.error(Errno::EBADF);
             return;
         };
-        self.spawn(|s| async move {
+        self.spawn(req, |s, c| async move {
             let path = match path {
                 Ok(p) => p,
                 Err(e) => return reply.error(e),
@@ -638,7 +647,7 @@ impl Filesystem for TreelogFs {
             // `.` and `..` carry no lookup (the kernel skips them): their
             // attributes only need to be well-formed.
             if pos < FIRST {
-                let dir = match s.stat_id(ino, "readdirplus").await {
+                let dir = match s.stat_id(&c, ino, "readdirplus").await {
                     Ok(i) => file_attr(&i, &s.ids),
                     Err(e) => return reply.error(e),
                 };
@@ -654,7 +663,7 @@ impl Filesystem for TreelogFs {
             }
             let mut h = handle.lock().await;
             loop {
-                let entries = match h.entries_from(&s.client, &path, pos).await {
+                let entries = match h.entries_from(&c, &path, pos).await {
                     Ok(e) => e,
                     Err(e) => return reply.error(errno(&e, "readdirplus")),
                 };
@@ -678,9 +687,9 @@ impl Filesystem for TreelogFs {
         });
     }
 
-    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
-        self.spawn(|s| async move {
-            let summary = s.client.with_deadline(STATFS_DEADLINE).count("/").await;
+    fn statfs(&self, req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        self.spawn(req, |_, c| async move {
+            let summary = c.with_deadline(STATFS_DEADLINE).count("/").await;
             let (st, quota) = match &summary {
                 Ok(c) => (c.usage, c.quota),
                 Err(e) => {
@@ -714,7 +723,7 @@ impl Filesystem for TreelogFs {
 
     fn setxattr(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         name: &OsStr,
         value: &[u8],
@@ -737,7 +746,7 @@ impl Filesystem for TreelogFs {
         };
         let path = self.shared.path(ino);
         let value = value.to_vec();
-        self.spawn(|s| async move {
+        self.spawn(req, |s, c| async move {
             let r = async {
                 let cmd = Command::SetXattr {
                     path: path?,
@@ -745,7 +754,7 @@ impl Filesystem for TreelogFs {
                     value: value.into(),
                     flag,
                 };
-                match s.client.submit(cmd).await {
+                match c.submit(cmd).await {
                     Ok(seq) => {
                         s.own.add(seq);
                         Ok(())
@@ -758,7 +767,7 @@ impl Filesystem for TreelogFs {
         });
     }
 
-    fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+    fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
         let name = match check_xattr_name(name) {
             Ok(n) => n.to_owned(),
             // A name no attribute can have: there is none of it.
@@ -766,12 +775,12 @@ impl Filesystem for TreelogFs {
             Err(e) => return reply.error(e),
         };
         let path = self.shared.path(ino);
-        self.spawn(|s| async move {
+        self.spawn(req, |_, c| async move {
             let path = match path {
                 Ok(p) => p,
                 Err(e) => return reply.error(e),
             };
-            match s.client.xattrs(&path, Some(&name)).await {
+            match c.xattrs(&path, Some(&name)).await {
                 Ok(x) => match x.into_iter().find(|x| x.name == name) {
                     Some(x) => reply_xattr(&x.value, size, reply),
                     None => reply.error(Errno::NO_XATTR),
@@ -781,14 +790,14 @@ impl Filesystem for TreelogFs {
         });
     }
 
-    fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+    fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
         let path = self.shared.path(ino);
-        self.spawn(|s| async move {
+        self.spawn(req, |_, c| async move {
             let path = match path {
                 Ok(p) => p,
                 Err(e) => return reply.error(e),
             };
-            match s.client.xattrs(&path, None).await {
+            match c.xattrs(&path, None).await {
                 Ok(x) => {
                     let mut names = Vec::new();
                     for a in x {
@@ -802,17 +811,17 @@ impl Filesystem for TreelogFs {
         });
     }
 
-    fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+    fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let name = match check_xattr_name(name) {
             Ok(n) => n.to_owned(),
             Err(e) if e == Errno::EOPNOTSUPP => return reply.error(Errno::NO_XATTR),
             Err(e) => return reply.error(e),
         };
         let path = self.shared.path(ino);
-        self.spawn(|s| async move {
+        self.spawn(req, |s, c| async move {
             let r = async {
                 let cmd = Command::RemoveXattr { path: path?, name };
-                match s.client.submit(cmd).await {
+                match c.submit(cmd).await {
                     Ok(seq) => {
                         s.own.add(seq);
                         Ok(())
@@ -828,8 +837,8 @@ impl Filesystem for TreelogFs {
     fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
         // With default_permissions the kernel checks and never asks.
         let (uid, gid) = (req.uid(), req.gid());
-        self.spawn(|s| async move {
-            let r = match s.stat_id(ino, "access").await {
+        self.spawn(req, |s, c| async move {
+            let r = match s.stat_id(&c, ino, "access").await {
                 Ok(i) => allowed(&file_attr(&i, &s.ids), uid, gid, mask),
                 Err(e) => Err(e),
             };
@@ -849,15 +858,18 @@ impl Filesystem for TreelogFs {
     ) {
         let child = self.shared.child(parent, name);
         let (owner, group) = self.shared.owner_group(req);
-        self.spawn(|s| async move {
+        self.spawn(req, |s, c| async move {
             let r = async {
                 let (path, _) = child?;
-                match s.submit(create(&path, mode, owner, group), "create").await {
+                match s
+                    .submit(&c, create(&path, mode, owner, group), "create")
+                    .await
+                {
                     Ok(_) => {}
                     // Created by another client since the kernel looked:
                     // open(2) without O_EXCL opens what is there.
                     Err(e) if e == Errno::EEXIST && flags & libc::O_EXCL == 0 => {
-                        let i = s.stat(&path, "create").await?;
+                        let i = s.stat(&c, &path, "create").await?;
                         if i.attrs.kind != FileType::File {
                             return Err(Errno::EEXIST);
                         }
@@ -865,7 +877,7 @@ impl Filesystem for TreelogFs {
                     }
                     Err(e) => return Err(e),
                 }
-                s.stat(&path, "create").await
+                s.stat(&c, &path, "create").await
             }
             .await;
             match r {
@@ -886,16 +898,23 @@ impl Filesystem for TreelogFs {
 }
 
 impl TreelogFs {
-    fn delete(&self, parent: INodeNo, name: &OsStr, op: &'static str, reply: ReplyEmpty) {
+    fn delete(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        op: &'static str,
+        reply: ReplyEmpty,
+    ) {
         let child = self.shared.child(parent, name);
-        self.spawn(|s| async move {
+        self.spawn(req, |s, c| async move {
             let r = async {
                 let (path, _) = child?;
                 let cmd = Command::Delete {
                     path,
                     recursive: false,
                 };
-                s.submit(cmd, op).await.map(|_| ())
+                s.submit(&c, cmd, op).await.map(|_| ())
             }
             .await;
             reply_empty(r, reply);

@@ -14,6 +14,7 @@ use fuser::{Config, MountOption, SessionACL};
 use treelog_client::Client;
 
 mod attr;
+mod callers;
 mod coherence;
 mod dir;
 mod errno;
@@ -38,6 +39,10 @@ pub struct MountOptions {
     /// The kernel checks mode bits, owners and groups
     /// (`default_permissions`).
     pub default_permissions: bool,
+    /// Send each request with the user it is made for (the requesting
+    /// process's user and groups), which a server with
+    /// `--enforce-permissions` checks; ignored by one without.
+    pub send_callers: bool,
     /// The mount's source name (`fsname=`) and type suffix (`subtype=`).
     pub fsname: String,
     pub subtype: String,
@@ -54,6 +59,7 @@ impl Default for MountOptions {
             nobody_gid: 65534,
             allow_other: false,
             default_permissions: true,
+            send_callers: true,
             fsname: "treelog".into(),
             subtype: "treelog".into(),
             threads: 1,
