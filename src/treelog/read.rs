@@ -148,10 +148,18 @@ impl Treelog {
         mut read: impl FnMut(&dyn IndexRead, &Names) -> Result<T>,
     ) -> Result<Read<T>> {
         match at {
+            ReadAt::Latest => {}
             // A node of a Raft cluster serves a linearizable read as
             // `AtLeast` the leader's read index (`treelog-raft`); alone, the
-            // newest committed state is linearizable.
-            ReadAt::Latest | ReadAt::Linearizable => {}
+            // newest committed state is linearizable. A replica's newest
+            // state may be behind its source's: not linearizable.
+            ReadAt::Linearizable => {
+                if let Some(r) = self.replication().replica_state() {
+                    return Err(Error::NotLeader {
+                        leader: Some(r.leader()),
+                    });
+                }
+            }
             ReadAt::AtLeast(seq) => {
                 let publication = self.publication();
                 if !publication.watermark().wait_for(seq, self.min_seq_wait) {

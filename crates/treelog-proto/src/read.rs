@@ -15,7 +15,8 @@ pub enum ReadAt {
     Exactly(u64),
     /// Linearizable: a state that holds every write acknowledged before
     /// the read began, anywhere in a Raft cluster (the leader's read index,
-    /// waited for on this node). On a single node, the newest state.
+    /// waited for on this node). On a single node, the newest state; a
+    /// replica refuses it (`NotLeader`).
     Linearizable,
 }
 

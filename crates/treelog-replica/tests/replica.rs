@@ -199,6 +199,12 @@ async fn writes_to_a_replica_get_not_leader_with_the_leaders_address() {
             other => panic!("a write on a replica: {other:?}"),
         }
     }
+    // Nor is its newest state a linearizable read.
+    match rc.stat_at("/a", ReadAt::Linearizable).await {
+        Err(Error::NotLeader { leader }) => assert_eq!(leader, Some(l.bound.rpc.to_string())),
+        other => panic!("a linearizable read on a replica: {other:?}"),
+    }
+    assert!(rc.stat_at("/a", ReadAt::Latest).await.is_ok());
     // Nothing was written: the replica is where the leader is.
     let s = status(r.bound.rpc).await.unwrap();
     assert_eq!(s.applied_seq, seq);
