@@ -62,17 +62,17 @@ fn matrix(cred: &str) -> Vec<(&'static str, RequestBody, &'static [Role])> {
         (
             "ping",
             RequestBody::Ping,
-            &[Admin, Write, Read, Stream, Peer],
+            &[Admin, Write, Read, Stream, Peer, Proxy],
         ),
         (
             "stat",
             RequestBody::Stat { path: "/".into() },
-            &[Admin, Write, Read],
+            &[Admin, Write, Read, Proxy],
         ),
         (
             "mkdir",
             RequestBody::Mutate(mkdir(&format!("/{cred}"))),
-            &[Admin, Write],
+            &[Admin, Write, Proxy],
         ),
         (
             "trusted xattr",
@@ -93,14 +93,18 @@ fn matrix(cred: &str) -> Vec<(&'static str, RequestBody, &'static [Role])> {
             }),
             &[Admin],
         ),
-        ("list cursors", RequestBody::ListCursors, &[Admin, Stream]),
+        (
+            "list cursors",
+            RequestBody::ListCursors,
+            &[Admin, Stream, Proxy],
+        ),
         (
             "ack",
             RequestBody::Ack {
                 cursor: cred.into(),
                 seq: 0,
             },
-            &[Admin, Stream, Peer],
+            &[Admin, Stream, Peer, Proxy],
         ),
         (
             "drop cursor",
@@ -389,5 +393,81 @@ async fn the_audit_log_has_a_line_per_mutation_and_admin_operation() {
     // No secret in the log.
     let text = std::fs::read_to_string(&log).unwrap();
     assert!(!text.contains(&writer) && !text.contains(&admin));
+    h.shutdown().await.unwrap();
+}
+
+/// `--enforce-permissions`: a proxy's requests are checked as the user
+/// they name; a credential that may not act for users cannot name one; a
+/// write credential's own requests are its name's; an admin's are not
+/// checked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_enforcing_server_checks_each_request_as_its_user() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("credentials");
+    let creds = one_of_each_role(&file);
+    let secret = |r: Role| creds.iter().find(|c| c.0 == r).unwrap().2.clone();
+    let h = treelog_server::start({
+        let mut c = config(&dir.path().join("data"));
+        c.credentials = Some(file.clone());
+        c.enforce_permissions = true;
+        c
+    })
+    .await
+    .unwrap();
+    let kind = |r: treelog::Result<u64>| r.map_err(|e| e.kind()).err();
+    let admin = connect(&h, &secret(Role::Admin)).await.unwrap();
+    let dir_as = |path: &str, mode, owner: &str, group: &str| Command::Mkdir {
+        path: path.into(),
+        parents: false,
+        mode,
+        owner: owner.into(),
+        group: group.into(),
+    };
+    admin
+        .submit(dir_as("/home", 0o755, "root", "root"))
+        .await
+        .unwrap();
+    admin
+        .submit(dir_as("/home/alice", 0o700, "alice", "staff"))
+        .await
+        .unwrap();
+    let proxy = connect(&h, &secret(Role::Proxy)).await.unwrap();
+    let alice = proxy.for_caller(treelog::Caller::new("alice", vec!["staff".into()]));
+    let bob = proxy.for_caller(treelog::Caller::new("bob", vec!["users".into()]));
+    alice.submit(create("/home/alice/f")).await.unwrap();
+    let f = admin.stat("/home/alice/f").await.unwrap();
+    assert_eq!(
+        (f.attrs.owner.as_str(), f.attrs.group.as_str()),
+        ("alice", "staff")
+    );
+    assert_eq!(
+        kind(bob.submit(create("/home/alice/g")).await),
+        Some(ErrorKind::PermissionDenied)
+    );
+    assert_eq!(
+        bob.stat("/home/alice/f").await.map_err(|e| e.kind()).err(),
+        Some(ErrorKind::PermissionDenied)
+    );
+    // A write credential may not name a user; its own requests are its
+    // name's ("write-cred", in no group).
+    let write = connect(&h, &secret(Role::Write)).await.unwrap();
+    let as_root = write.for_caller(treelog::Caller::new("root", vec![]));
+    assert_eq!(
+        kind(as_root.submit(mkdir("/w")).await),
+        Some(ErrorKind::PermissionDenied)
+    );
+    assert_eq!(
+        kind(write.submit(mkdir("/home/w")).await),
+        Some(ErrorKind::PermissionDenied)
+    );
+    // The proxy itself, naming no one, is checked as its own name too.
+    assert_eq!(
+        kind(proxy.submit(mkdir("/home/p")).await),
+        Some(ErrorKind::PermissionDenied)
+    );
+    // Root, named by the proxy, and the admin are let through.
+    let root = proxy.for_caller(treelog::Caller::new("root", vec!["root".into()]));
+    root.submit(mkdir("/home/r")).await.unwrap();
+    admin.submit(mkdir("/home/a")).await.unwrap();
     h.shutdown().await.unwrap();
 }
