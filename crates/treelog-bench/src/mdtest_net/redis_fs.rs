@@ -149,10 +149,13 @@ pub(crate) struct RedisFs {
 impl RedisFs {
     pub(crate) async fn connect(port: u16) -> Result<RedisFs> {
         let client = redis::Client::open(format!("redis://127.0.0.1:{port}/")).map_err(rerr)?;
-        let con = client
+        let mut con = client
             .get_multiplexed_async_connection()
             .await
             .map_err(rerr)?;
+        // The client's default (500 ms) is shorter than an fsync of
+        // `appendfsync always` on a busy disk.
+        con.set_response_timeout(std::time::Duration::from_secs(60));
         Ok(RedisFs {
             con,
             scripts: Arc::new(Scripts {
