@@ -251,6 +251,17 @@ pub enum BenchCmd {
         #[arg(long)]
         dir: Option<std::path::PathBuf>,
     },
+    /// mdtest's phases over the network by client processes, against a
+    /// single node, a 3-node cluster and Redis with JuiceFS's layout, in
+    /// one run (docs/BENCHMARKS.md, "mdtest over the network").
+    Mdtest(crate::mdtest_net::MdtestArgs),
+    /// One client process of `mdtest` (started by it).
+    #[command(hide = true)]
+    MdtestWorker {
+        /// The backends, as JSON.
+        #[arg(long)]
+        targets: String,
+    },
     /// mdtest's phases through the kernel on directories of any file
     /// system (a `treelog mount`, tmpfs, ext4), side by side.
     MdtestFs {

@@ -20,20 +20,20 @@ use treelog_proto::protocol::{ClusterRequest, RequestBody, ResponseBody};
 const CALLERS: usize = 64;
 const DIRS: usize = 1000;
 
-fn loopback() -> Result<Listeners> {
+pub(crate) fn loopback() -> Result<Listeners> {
     let any: SocketAddr = "127.0.0.1:0"
         .parse()
         .map_err(|e| Error::InvalidArgument(format!("{e}")))?;
     Listeners::bind(any, any)
 }
 
-fn server_config(dir: &std::path::Path) -> ServerConfig {
+pub(crate) fn server_config(dir: &std::path::Path) -> ServerConfig {
     let mut c = ServerConfig::new(dir.to_owned());
     c.store = c.store.durability(Durability::Sync);
     c
 }
 
-async fn admin(addr: SocketAddr, req: ClusterRequest) -> Result<()> {
+pub(crate) async fn admin(addr: SocketAddr, req: ClusterRequest) -> Result<()> {
     let c = Client::connect(addr, ClientOptions::default()).await?;
     match c.call(RequestBody::Cluster(req)).await? {
         ResponseBody::Cluster(_) => Ok(()),
@@ -87,7 +87,12 @@ async fn single(base: &std::path::Path, ops: usize) -> Result<f64> {
     r
 }
 
-async fn cluster(base: &std::path::Path, ops: usize) -> Result<f64> {
+/// Starts a three-node cluster in this process, each node with its own
+/// store under `base`; returns the first node's address (the leader) and
+/// the nodes.
+pub(crate) async fn start_cluster(
+    base: &std::path::Path,
+) -> Result<(SocketAddr, Vec<treelog_raft::ClusterHandle>)> {
     let mut nodes = Vec::new();
     for id in 1..=3u64 {
         let l = loopback()?;
@@ -113,8 +118,13 @@ async fn cluster(base: &std::path::Path, ops: usize) -> Result<f64> {
         .await?;
     }
     admin(first, ClusterRequest::Promote { nodes: vec![2, 3] }).await?;
+    Ok((first, nodes.into_iter().map(|(_, h)| h).collect()))
+}
+
+async fn cluster(base: &std::path::Path, ops: usize) -> Result<f64> {
+    let (first, nodes) = start_cluster(base).await?;
     let r = creates(first, ops).await;
-    for (_, h) in nodes {
+    for h in nodes {
         h.shutdown().await?;
     }
     r

@@ -18,6 +18,7 @@ pub mod cluster;
 pub mod format2;
 mod load;
 pub mod mdtest;
+pub mod mdtest_net;
 pub mod mount;
 pub mod network;
 pub mod redis_peer;
@@ -673,6 +674,16 @@ pub fn run(args: &BenchArgs) -> Result<u8> {
             if dir.is_none() {
                 let _ = std::fs::remove_dir_all(&base);
             }
+            Ok(0)
+        }
+        BenchCmd::Mdtest(a) => {
+            mdtest_net::run(a)?;
+            Ok(0)
+        }
+        BenchCmd::MdtestWorker { targets } => {
+            let t = serde_json::from_str(targets)
+                .map_err(|e| Error::InvalidArgument(format!("--targets: {e}")))?;
+            mdtest_net::worker::main(t)?;
             Ok(0)
         }
         BenchCmd::MdtestFs {
