@@ -121,7 +121,7 @@ fn async_callers_do_not_block_the_runtime() {
             let t = t.clone();
             tasks.push(tokio::spawn(async move {
                 t.submit_async(treelog::Command::Mkdir {
-                    path: format!("/async/d{i}"),
+                    path: format!("/async/d{i}").into(),
                     parents: true,
                     mode: 0o755,
                     owner: "svc".into(),

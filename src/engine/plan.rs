@@ -193,7 +193,7 @@ impl Engine {
                     format!(
                         "the usage of {}'s quota is below what this takes away: \
                          `quota clear` then `quota set` counts it again",
-                        path_of(view, id).unwrap_or_else(|_| format!("inode {id}"))
+                        path_of(view, id).unwrap_or_else(|_| format!("inode {id}").into())
                     ),
                 ));
             };
@@ -220,7 +220,7 @@ impl Engine {
             });
             if let Some((resource, limit, would_be)) = refused {
                 return Err(Error::QuotaExceeded {
-                    path: path_of(view, id)?,
+                    path: path_of(view, id)?.to_string(),
                     resource,
                     limit,
                     would_be,
@@ -319,7 +319,7 @@ impl Engine {
     pub(super) fn plan_mkdir<R: IndexRead + ?Sized>(
         &mut self,
         view: &Overlay<'_, R>,
-        p: &str,
+        p: &[u8],
         parents: bool,
         perms: Perms<'_>,
         now: u64,
@@ -338,11 +338,13 @@ impl Engine {
             return if parents && w.kind.is_dir() {
                 Ok(Plan::NoOp)
             } else {
-                Err(Error::AlreadyExists(path::join_all(&comps)))
+                Err(Error::AlreadyExists(path::join_all(&comps).to_string()))
             };
         }
         if !parents && w.existing + 1 < comps.len() {
-            return Err(Error::NotFound(path::join_all(&comps[..=w.existing])));
+            return Err(Error::NotFound(
+                path::join_all(&comps[..=w.existing]).to_string(),
+            ));
         }
         self.check_names(view, Some(perms.owner), Some(perms.group))?;
         let attrs = perms.new_inode(FileType::Directory, perms.mode, 0, now);
@@ -354,7 +356,7 @@ impl Engine {
     pub(super) fn plan_create<R: IndexRead + ?Sized>(
         &mut self,
         view: &Overlay<'_, R>,
-        p: &str,
+        p: &[u8],
         parents: bool,
         perms: Perms<'_>,
         block_size: u64,
@@ -369,8 +371,8 @@ impl Engine {
     pub(super) fn plan_symlink<R: IndexRead + ?Sized>(
         &mut self,
         view: &Overlay<'_, R>,
-        target: &str,
-        p: &str,
+        target: &[u8],
+        p: &[u8],
         parents: bool,
         perms: Perms<'_>,
         now: u64,
@@ -387,7 +389,7 @@ impl Engine {
     pub(super) fn plan_new<R: IndexRead + ?Sized>(
         &mut self,
         view: &Overlay<'_, R>,
-        p: &str,
+        p: &[u8],
         parents: bool,
         perms: Perms<'_>,
         last: Last<'_>,
@@ -399,10 +401,12 @@ impl Engine {
         }
         let w = walk_existing(view, &comps, &self.state.quotas)?;
         if w.existing == comps.len() {
-            return Err(Error::AlreadyExists(path::join_all(&comps)));
+            return Err(Error::AlreadyExists(path::join_all(&comps).to_string()));
         }
         if !parents && w.existing + 1 < comps.len() {
-            return Err(Error::NotFound(path::join_all(&comps[..=w.existing])));
+            return Err(Error::NotFound(
+                path::join_all(&comps[..=w.existing]).to_string(),
+            ));
         }
         self.check_names(view, Some(perms.owner), Some(perms.group))?;
         let dir_attrs = perms.new_inode(FileType::Directory, DEFAULT_DIR_MODE, 0, now);
@@ -414,7 +418,7 @@ impl Engine {
     pub(super) fn plan_complete<R: IndexRead + ?Sized>(
         &self,
         view: &Overlay<'_, R>,
-        p: &str,
+        p: &[u8],
         size: u64,
         now: u64,
     ) -> Result<Plan> {
@@ -442,7 +446,7 @@ impl Engine {
     pub(super) fn plan_set_size<R: IndexRead + ?Sized>(
         &self,
         view: &Overlay<'_, R>,
-        p: &str,
+        p: &[u8],
         size: u64,
         now: u64,
     ) -> Result<Plan> {
@@ -459,7 +463,7 @@ impl Engine {
     pub(super) fn plan_set_attr<R: IndexRead + ?Sized>(
         &self,
         view: &Overlay<'_, R>,
-        p: &str,
+        p: &[u8],
         mode: Option<u32>,
         owner: Option<&str>,
         group: Option<&str>,
@@ -496,7 +500,7 @@ impl Engine {
     pub(super) fn plan_delete<R: IndexRead + ?Sized>(
         &self,
         view: &Overlay<'_, R>,
-        p: &str,
+        p: &[u8],
         recursive: bool,
         now: u64,
     ) -> Result<Plan> {
@@ -505,7 +509,7 @@ impl Engine {
             return Err(Error::InvalidArgument("the root cannot be deleted".into()));
         }
         if r.inode.attrs.kind.is_dir() && !recursive && has_children(view, r.inode.id)? {
-            return Err(Error::NotEmpty(canon));
+            return Err(Error::NotEmpty(canon.to_string()));
         }
         let mut events = Vec::new();
         let limits = (self.max_delete_inodes, self.max_record_bytes);
@@ -517,8 +521,8 @@ impl Engine {
     pub(super) fn plan_rename<R: IndexRead + ?Sized>(
         &self,
         view: &Overlay<'_, R>,
-        src: &str,
-        dst: &str,
+        src: &[u8],
+        dst: &[u8],
         overwrite: bool,
         now: u64,
     ) -> Result<Plan> {
@@ -543,7 +547,7 @@ impl Engine {
             quotas: mut dst_quotas,
         } = resolve_in(view, names, &dst_parent_path, quotas)?;
         if !dst_parent.attrs.kind.is_dir() {
-            return Err(Error::NotADirectory(dst_parent_path));
+            return Err(Error::NotADirectory(dst_parent_path.to_string()));
         }
         if self.state.quotas.contains(&dst_parent.id) {
             dst_quotas.push(dst_parent.id);
@@ -564,17 +568,17 @@ impl Engine {
         if let Some(existing) = get_child(view, dst_parent.id, new_name)? {
             let victim = must_inode(view, names, existing)?;
             if !overwrite {
-                return Err(Error::AlreadyExists(dst_path));
+                return Err(Error::AlreadyExists(dst_path.to_string()));
             }
             match (ino.attrs.kind.is_dir(), victim.attrs.kind.is_dir()) {
                 (false, false) => {}
                 (true, true) => {
                     if has_children(view, victim.id)? {
-                        return Err(Error::NotEmpty(dst_path));
+                        return Err(Error::NotEmpty(dst_path.to_string()));
                     }
                 }
-                (false, true) => return Err(Error::IsADirectory(dst_path)),
-                (true, false) => return Err(Error::NotADirectory(dst_path)),
+                (false, true) => return Err(Error::IsADirectory(dst_path.to_string())),
+                (true, false) => return Err(Error::NotADirectory(dst_path.to_string())),
             }
             events.push(Event::Delete {
                 id: victim.id,
@@ -611,7 +615,7 @@ impl Engine {
             old_name: ino.name,
             old_path: src_path,
             new_parent: dst_parent.id,
-            new_name: new_name.to_owned(),
+            new_name: new_name.to_owned().into(),
             new_path: dst_path,
             attrs,
             parent_mtime_ms: Some(now),
@@ -626,7 +630,7 @@ impl Engine {
     pub(super) fn plan_set_xattr<R: IndexRead + ?Sized>(
         &self,
         view: &Overlay<'_, R>,
-        p: &str,
+        p: &[u8],
         name: &str,
         value: &[u8],
         flag: XattrFlag,
@@ -648,13 +652,13 @@ impl Engine {
         match (flag, &old) {
             (XattrFlag::Create, Some(_)) => {
                 return Err(Error::XattrExists {
-                    path: canon,
+                    path: canon.to_string(),
                     name: name.to_owned(),
                 })
             }
             (XattrFlag::Replace, None) => {
                 return Err(Error::NoSuchXattr {
-                    path: canon,
+                    path: canon.to_string(),
                     name: name.to_owned(),
                 })
             }
@@ -675,7 +679,7 @@ impl Engine {
         }
         Ok(Plan::Events(vec![Event::SetXattr {
             id,
-            path: canon,
+            path: canon.into(),
             name: name.to_owned(),
             value: Bytes(value.to_vec()),
             old: old.map(Bytes),
@@ -687,7 +691,7 @@ impl Engine {
     pub(super) fn plan_remove_xattr<R: IndexRead + ?Sized>(
         &self,
         view: &Overlay<'_, R>,
-        p: &str,
+        p: &[u8],
         name: &str,
         now: u64,
     ) -> Result<Plan> {
@@ -699,13 +703,13 @@ impl Engine {
         match list.remove(name.as_bytes()) {
             Some(old) => Ok(Plan::Events(vec![Event::RemoveXattr {
                 id,
-                path: canon,
+                path: canon.into(),
                 name: name.to_owned(),
                 old: Bytes(old),
                 change_ms: now,
             }])),
             None => Err(Error::NoSuchXattr {
-                path: canon,
+                path: canon.to_string(),
                 name: name.to_owned(),
             }),
         }
@@ -717,7 +721,7 @@ impl Engine {
     pub(super) fn plan_set_quota<R: IndexRead + ?Sized>(
         &self,
         view: &Overlay<'_, R>,
-        p: &str,
+        p: &[u8],
         inodes: Option<u64>,
         bytes: Option<u64>,
     ) -> Result<Plan> {
@@ -746,7 +750,7 @@ impl Engine {
         };
         Ok(Plan::Events(vec![Event::SetQuota {
             id: ino.id,
-            path: canon,
+            path: canon.into(),
             quota: Quota {
                 limit_inodes: inodes,
                 limit_bytes: bytes,
@@ -759,13 +763,13 @@ impl Engine {
     pub(super) fn plan_clear_quota<R: IndexRead + ?Sized>(
         &self,
         view: &Overlay<'_, R>,
-        p: &str,
+        p: &[u8],
     ) -> Result<Plan> {
         let (r, canon) = self.resolve_quota_dir(view, p)?;
         match stored_quota(view, r.inode.id)? {
             Some(q) => Ok(Plan::Events(vec![Event::ClearQuota {
                 id: r.inode.id,
-                path: canon,
+                path: canon.into(),
                 old: q.to_quota(),
             }])),
             None => Ok(Plan::NoOp),
@@ -778,7 +782,7 @@ impl Engine {
     pub(super) fn plan_recount_quota<R: IndexRead + ?Sized>(
         &self,
         view: &Overlay<'_, R>,
-        p: &str,
+        p: &[u8],
     ) -> Result<Plan> {
         let (r, canon) = self.resolve_quota_dir(view, p)?;
         let Some(q) = stored_quota(view, r.inode.id)? else {
@@ -800,7 +804,7 @@ impl Engine {
         );
         Ok(Plan::Events(vec![Event::SetQuota {
             id: r.inode.id,
-            path: canon,
+            path: canon.into(),
             quota: Quota { usage: walked, ..q },
         }]))
     }
@@ -809,7 +813,7 @@ impl Engine {
     /// with `dir_attrs`, then `last`. Each charges the quotas on the path.
     pub(super) fn create_chain(
         &mut self,
-        comps: &[&str],
+        comps: &[&[u8]],
         w: &Walked,
         dir_attrs: &Attrs,
         last: Last<'_>,
@@ -827,9 +831,9 @@ impl Engine {
                 (true, Last::Symlink(attrs, target)) => Event::Symlink {
                     id,
                     parent,
-                    name,
+                    name: name.into(),
                     path,
-                    target: target.to_owned(),
+                    target: target.to_owned().into(),
                     attrs: attrs.clone(),
                     parent_mtime_ms: now,
                     quotas,
@@ -837,7 +841,7 @@ impl Engine {
                 (is_last, last) => Event::Create {
                     id,
                     parent,
-                    name,
+                    name: name.into(),
                     path,
                     attrs: match (is_last, last) {
                         (true, Last::Inode(a)) => a.clone(),
@@ -857,9 +861,9 @@ impl Engine {
     pub(super) fn resolve_canon(
         &self,
         view: &(impl IndexRead + ?Sized),
-        p: &str,
+        p: &[u8],
         with_quotas: bool,
-    ) -> Result<(Resolved, String)> {
+    ) -> Result<(Resolved, ByteString)> {
         let canon = path::canonical(p)?;
         let quotas = (with_quotas && !self.state.quotas.is_empty()).then_some(&self.state.quotas);
         Ok((resolve_in(view, &self.names, &canon, quotas)?, canon))
@@ -869,11 +873,11 @@ impl Engine {
     fn resolve_quota_dir(
         &self,
         view: &(impl IndexRead + ?Sized),
-        p: &str,
-    ) -> Result<(Resolved, String)> {
+        p: &[u8],
+    ) -> Result<(Resolved, ByteString)> {
         let (r, canon) = self.resolve_canon(view, p, false)?;
         if !r.inode.attrs.kind.is_dir() {
-            return Err(Error::NotADirectory(canon));
+            return Err(Error::NotADirectory(canon.to_string()));
         }
         Ok((r, canon))
     }
@@ -884,12 +888,12 @@ impl Engine {
     pub(super) fn resolve_file(
         &self,
         view: &(impl IndexRead + ?Sized),
-        p: &str,
-    ) -> Result<(Resolved, String)> {
+        p: &[u8],
+    ) -> Result<(Resolved, ByteString)> {
         let (r, canon) = self.resolve_canon(view, p, true)?;
         match r.inode.attrs.kind {
             FileType::File => Ok((r, canon)),
-            FileType::Directory => Err(Error::IsADirectory(canon)),
+            FileType::Directory => Err(Error::IsADirectory(canon.to_string())),
             FileType::Symlink => Err(Error::InvalidArgument(format!(
                 "{canon} is a symbolic link (links are not followed)"
             ))),
@@ -899,7 +903,7 @@ impl Engine {
 
 /// A write that would take quota `id`'s usage past its counters' range.
 fn usage_out_of_range(view: &(impl IndexRead + ?Sized), id: u64) -> Error {
-    let path = path_of(view, id).unwrap_or_else(|_| format!("inode {id}"));
+    let path = path_of(view, id).unwrap_or_else(|_| format!("inode {id}").into());
     Error::InvalidArgument(format!(
         "the usage of {path}'s quota would pass 2^64 (its counters' range)"
     ))

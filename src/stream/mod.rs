@@ -27,6 +27,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::bytestr::ByteString;
 use crate::commit::shared::Shared;
 use crate::engine;
 use crate::error::{Error, ErrorKind, Result};
@@ -350,7 +351,7 @@ struct SnapshotWalk {
     snap: Arc<PublishedView>,
     /// When `snap` was taken.
     taken: Instant,
-    prefix: String,
+    prefix: ByteString,
     resync: bool,
     /// The sequence of the state walked.
     seq: u64,
@@ -370,7 +371,7 @@ impl SnapshotWalk {
                     self.step = WalkStep::Root;
                     return Ok(StreamItem::SnapshotStart {
                         seq: self.seq,
-                        prefix: self.prefix.clone(),
+                        prefix: self.prefix.clone().into(),
                         resync: self.resync,
                     });
                 }
@@ -397,7 +398,7 @@ impl SnapshotWalk {
                     }
                     if self.prefix != "/" {
                         return Ok(StreamItem::SnapshotEntry {
-                            path: self.prefix.clone(),
+                            path: self.prefix.clone().into(),
                             inode: Box::new(root),
                         });
                     }
@@ -410,7 +411,7 @@ impl SnapshotWalk {
                     match next {
                         Some((path, e)) => {
                             return Ok(StreamItem::SnapshotEntry {
-                                path,
+                                path: path.into(),
                                 inode: Box::new(e.inode),
                             })
                         }

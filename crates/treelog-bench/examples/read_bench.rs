@@ -23,7 +23,7 @@ const BIG_DIR: usize = 10_000;
 
 fn create(path: String) -> treelog::Command {
     treelog::Command::Create {
-        path,
+        path: path.into(),
         parents: false,
         mode: 0o644,
         owner: String::new(),
@@ -116,7 +116,7 @@ fn main() {
     }
     let list = rate(2, secs, |i| {
         let after = format!("f{:05}", (i as usize * 1000) % BIG_DIR);
-        let p = t.list("/big", Some(after.as_str()), 1000).unwrap();
+        let p = t.list("/big", Some(after.as_str().into()), 1000).unwrap();
         p.entries.len() as u64
     });
     println!("in-process listing (1,000-entry pages), 2 threads: {list:.0} entries/s");

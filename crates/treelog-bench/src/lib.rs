@@ -30,7 +30,32 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 // The library's modules under the names the benchmarks use.
-use treelog::{command, error, event, format, metrics, path, store, stream, types};
+use treelog::{command, error, event, format, metrics, store, stream, types};
+
+/// The benchmark's own stores (the seeder, the peers) keep text paths:
+/// treelog's path rules over `&str`.
+mod path {
+    use treelog::Result;
+
+    pub(crate) use treelog::path::is_within;
+
+    pub(crate) fn components(p: &str) -> Result<Vec<&str>> {
+        treelog::path::components(p)?
+            .into_iter()
+            .map(|c| {
+                // Split at ASCII '/' of a str: always UTF-8.
+                std::str::from_utf8(c).map_err(|_| treelog::Error::InvalidPath {
+                    path: p.to_owned(),
+                    reason: "not UTF-8",
+                })
+            })
+            .collect()
+    }
+
+    pub(crate) fn join_all(comps: &[&str]) -> String {
+        treelog::path::join_all(comps).to_string()
+    }
+}
 use treelog_client as client;
 use treelog_server as server;
 
@@ -175,7 +200,7 @@ impl BenchNamespace for Treelog {
                 let i = i as usize;
                 if i < nd {
                     treelog::Command::Mkdir {
-                        path: dirs[i].clone(),
+                        path: dirs[i].clone().into(),
                         parents: false,
                         mode: 0o755,
                         owner: String::new(),
@@ -183,7 +208,7 @@ impl BenchNamespace for Treelog {
                     }
                 } else {
                     treelog::Command::Create {
-                        path: files[i - nd].clone(),
+                        path: files[i - nd].clone().into(),
                         parents: false,
                         mode: 0o644,
                         owner: String::new(),
@@ -311,7 +336,7 @@ pub fn run_creates_async(
                     let mut lat = Vec::with_capacity(per);
                     for i in 0..per {
                         let cmd = treelog::Command::Create {
-                            path: create_path(&tag, callers, dirs, ci, i),
+                            path: create_path(&tag, callers, dirs, ci, i).into(),
                             parents: false,
                             mode: 0o644,
                             owner: String::new(),
@@ -402,7 +427,7 @@ fn metrics_overhead(base: &std::path::Path, ops: usize, rounds: usize) -> Result
 /// block size): the loads' create.
 pub fn file_cmd(path: String) -> treelog::Command {
     treelog::Command::Create {
-        path,
+        path: path.into(),
         parents: false,
         mode: 0o644,
         owner: String::new(),

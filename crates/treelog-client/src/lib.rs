@@ -29,4 +29,6 @@ pub use options::{ClientOptions, SeenSeq};
 pub use subscription::{RemoteSubscription, ReplyStream};
 pub use treelog_tls::ClientTls;
 
-use treelog_proto::{command, cursor, error, path, protocol, read, stream, types};
+use treelog_proto::{bytestr, command, cursor, error, path, protocol, read, stream, types};
+
+pub use treelog_proto::ByteString;

@@ -3,7 +3,7 @@
 //! wait for the store to reach the client's sequence ([`caught_up`]), and
 //! their latency.
 
-use treelog::{Error, ReadAt, Result};
+use treelog::{ByteString, Error, ReadAt, Result};
 use treelog_proto::protocol::{RequestBody, ResponseBody};
 
 use crate::context::ConnCtx;
@@ -103,7 +103,7 @@ pub(crate) async fn read_at(
 }
 
 /// A symbolic link's target at `at`.
-pub(crate) async fn readlink(ctx: &ConnCtx, path: String, at: ReadAt) -> Result<ResponseBody> {
+pub(crate) async fn readlink(ctx: &ConnCtx, path: ByteString, at: ReadAt) -> Result<ResponseBody> {
     caught_up(ctx, at).await?;
     timed_read(ctx, "readlink", || {
         ctx.t.readlink_at(&path, at).map(|r| ResponseBody::Target {
@@ -116,7 +116,7 @@ pub(crate) async fn readlink(ctx: &ConnCtx, path: String, at: ReadAt) -> Result<
 /// The extended attributes of `path` (only `name`, when given) at `at`.
 pub(crate) async fn xattrs(
     ctx: &ConnCtx,
-    path: String,
+    path: ByteString,
     name: Option<String>,
     at: ReadAt,
 ) -> Result<ResponseBody> {
@@ -133,7 +133,7 @@ pub(crate) async fn xattrs(
 
 /// The content summary (counts and sizes) of the subtree at `path`, at
 /// `at`: a walk of up to `max_count_inodes` entries, off the workers.
-pub(crate) async fn summary(ctx: &ConnCtx, path: String, at: ReadAt) -> Result<ResponseBody> {
+pub(crate) async fn summary(ctx: &ConnCtx, path: ByteString, at: ReadAt) -> Result<ResponseBody> {
     caught_up(ctx, at).await?;
     let t = ctx.t.clone();
     let t0 = std::time::Instant::now();

@@ -86,7 +86,7 @@ pub fn scale(base: &Path, target: u64) -> Result<Vec<ScalePoint>> {
                 add,
                 4096,
                 |i| treelog::Command::Create {
-                    path: format!("/g/d{}/f{}", (from + i) % 10_000, from + i),
+                    path: format!("/g/d{}/f{}", (from + i) % 10_000, from + i).into(),
                     parents: true,
                     mode: 0o644,
                     owner: String::new(),
