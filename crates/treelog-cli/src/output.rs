@@ -38,6 +38,11 @@ impl Out {
         })
     }
 
+    /// Bytes as they are (a link's target, as `readlink` prints it).
+    pub(crate) fn write_bytes(&self, b: &[u8]) -> Result<()> {
+        self.io(|w| w.write_all(b))
+    }
+
     /// Writes `s` as is (buffered).
     pub(crate) fn write_str(&self, s: &str) -> Result<()> {
         self.io(|w| w.write_all(s.as_bytes()))

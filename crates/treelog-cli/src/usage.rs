@@ -19,7 +19,9 @@ pub(crate) fn readlink(cli: &Cli, out: &Out, path: &ByteString) -> Result<u8> {
     if out.json {
         out.print_json(&serde_json::json!({"path": path, "target": target}))?;
     } else {
-        outln!(out, "{target}")?;
+        // Raw, as readlink(1) prints it: the bytes are the target.
+        out.write_bytes(&target)?;
+        out.write_bytes(b"\n")?;
     }
     Ok(0)
 }
