@@ -758,8 +758,8 @@ fn event(e: &CurrentEvent) -> Result<Option<Event>> {
         } => Event::Create {
             id: *id,
             parent: *parent,
-            name: text(&name)?,
-            path: text(&path)?,
+            name: text(name)?,
+            path: text(path)?,
             attrs: attrs(a, path)?,
         },
         CurrentEvent::Complete(u) => Event::Complete(update(u)?),
@@ -775,8 +775,8 @@ fn event(e: &CurrentEvent) -> Result<Option<Event>> {
         } => Event::Delete {
             id: *id,
             parent: *parent,
-            name: text(&name)?,
-            path: text(&path)?,
+            name: text(name)?,
+            path: text(path)?,
             attrs: attrs(a, path)?,
         },
         CurrentEvent::Rename {
@@ -792,11 +792,11 @@ fn event(e: &CurrentEvent) -> Result<Option<Event>> {
         } => Event::Rename {
             id: *id,
             old_parent: *old_parent,
-            old_name: text(&old_name)?,
-            old_path: text(&old_path)?,
+            old_name: text(old_name)?,
+            old_path: text(old_path)?,
             new_parent: *new_parent,
-            new_name: text(&new_name)?,
-            new_path: text(&new_path)?,
+            new_name: text(new_name)?,
+            new_path: text(new_path)?,
             attrs: attrs(a, new_path)?,
         },
         CurrentEvent::Symlink { path, .. } => {
@@ -822,11 +822,11 @@ pub fn stream_item(item: &cur::StreamItem) -> Result<StreamItem> {
             resync,
         } => StreamItem::SnapshotStart {
             seq: *seq,
-            prefix: text(&prefix)?,
+            prefix: text(prefix)?,
             resync: *resync,
         },
         cur::StreamItem::SnapshotEntry { path, inode: i } => StreamItem::SnapshotEntry {
-            path: text(&path)?,
+            path: text(path)?,
             inode: Box::new(inode(i)?),
         },
         cur::StreamItem::SnapshotEnd { seq } => StreamItem::SnapshotEnd { seq: *seq },
