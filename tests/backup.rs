@@ -223,7 +223,7 @@ fn populate(t: &Treelog) {
     t.mkdir_p("/a/b/c").unwrap();
     for i in 0..200 {
         t.create(
-            &format!("/a/b/c/f{i}"),
+            format!("/a/b/c/f{i}"),
             CreateOptions {
                 owner: "alice".into(),
                 group: format!("g{}", i % 4),

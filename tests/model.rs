@@ -816,7 +816,7 @@ fn a_recursive_delete_over_the_bound_is_refused_whole() {
     // /big holds 7 inodes: itself, /big/sub and five files in it.
     t.mkdir_p("/big/sub").unwrap();
     for i in 0..5 {
-        t.create(&format!("/big/sub/f{i}"), treelog::CreateOptions::default())
+        t.create(format!("/big/sub/f{i}"), treelog::CreateOptions::default())
             .unwrap();
     }
     let before = t.committed_seq();
@@ -865,7 +865,7 @@ fn a_record_over_the_byte_bound_is_refused_whole() {
     assert!(e.to_string().contains("log record would hold"), "{e}");
     assert_eq!(t.committed_seq(), before, "nothing logged");
     for i in 0..30 {
-        t.delete(&format!("{long}/{}{i}", "f".repeat(40)), false)
+        t.delete(format!("{long}/{}{i}", "f".repeat(40)), false)
             .unwrap();
     }
     t.delete(&long, true).unwrap();
@@ -887,7 +887,7 @@ fn a_rename_that_makes_a_descendant_path_too_long_is_refused() {
         deep.push_str(&"x".repeat(249));
     }
     t.mkdir_p(&deep).unwrap();
-    t.create(&format!("{deep}/f"), treelog::CreateOptions::default())
+    t.create(format!("{deep}/f"), treelog::CreateOptions::default())
         .unwrap();
     // A 2,100-byte destination: /a's files would reach ~4,100 bytes.
     let mut dst = String::new();
@@ -902,9 +902,8 @@ fn a_rename_that_makes_a_descendant_path_too_long_is_refused() {
     assert_eq!(e.kind(), ErrorKind::InvalidArgument, "{e}");
     assert!(e.to_string().contains("more than 4096"), "{e}");
     assert_eq!(t.committed_seq(), before, "nothing logged");
-    assert!(t.stat(&format!("{deep}/f")).is_ok());
+    assert!(t.stat(format!("{deep}/f")).is_ok());
     // A destination that leaves room is fine, and so is a shorter one.
     t.rename("/a", "/b", false).unwrap();
-    t.rename("/b", &format!("{}/b", &dst[..233]), false)
-        .unwrap();
+    t.rename("/b", format!("{}/b", &dst[..233]), false).unwrap();
 }

@@ -312,7 +312,7 @@ fn random_op(t: &Treelog, r: &mut Rng) {
             } else {
                 p
             };
-            t.rename(&src, &random_path(r), r.next() % 2 == 0)
+            t.rename(&src, random_path(r), r.next() % 2 == 0)
         }
     };
 }
@@ -380,13 +380,13 @@ fn snapshot_then_stream(prefix: &str) {
             t.delete(&anc, false).unwrap();
         }
     }
-    t.mkdir_p(&format!("{base}/z/y")).unwrap();
-    t.create(&format!("{base}/z/f"), CreateOptions::default())
+    t.mkdir_p(format!("{base}/z/y")).unwrap();
+    t.create(format!("{base}/z/f"), CreateOptions::default())
         .unwrap();
     t.mkdir_p("/elsewhere/m/n").unwrap();
     t.create("/elsewhere/m/n/g", CreateOptions::default())
         .unwrap();
-    t.rename("/elsewhere/m", &format!("{base}/z/m"), false)
+    t.rename("/elsewhere/m", format!("{base}/z/m"), false)
         .unwrap();
     catch_up(&mut sub, &t, &mut m);
     let want = store_tree(&t, prefix);
@@ -428,9 +428,9 @@ fn resume_after_drops_and_restart_has_no_gap_and_no_duplicate() {
             let t = t.clone();
             std::thread::spawn(move || {
                 for i in 0..400 {
-                    t.mkdir_p(&format!("/p{phase}/d{}", i % 37)).unwrap();
+                    t.mkdir_p(format!("/p{phase}/d{}", i % 37)).unwrap();
                     t.create(
-                        &format!("/p{phase}/d{}/f{i}", i % 37),
+                        format!("/p{phase}/d{}/f{i}", i % 37),
                         CreateOptions::default(),
                     )
                     .unwrap();
@@ -681,7 +681,7 @@ fn async_subscription_wakes_on_commit() {
 
 fn fill(t: &Treelog, n: usize, tag: &str) {
     for i in 0..n {
-        t.mkdir_p(&format!("/{tag}{i}")).unwrap();
+        t.mkdir_p(format!("/{tag}{i}")).unwrap();
     }
 }
 
@@ -805,7 +805,7 @@ fn retention_by_bytes_and_age() {
         .time_ms;
     let mut i = 0;
     loop {
-        let seq = t.mkdir_p(&format!("/age{i}")).unwrap();
+        let seq = t.mkdir_p(format!("/age{i}")).unwrap();
         i += 1;
         if t.store().read_record(seq).unwrap().unwrap().time_ms > first_kept {
             break;

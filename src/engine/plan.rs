@@ -679,7 +679,7 @@ impl Engine {
         }
         Ok(Plan::Events(vec![Event::SetXattr {
             id,
-            path: canon.into(),
+            path: canon,
             name: name.to_owned(),
             value: Bytes(value.to_vec()),
             old: old.map(Bytes),
@@ -703,7 +703,7 @@ impl Engine {
         match list.remove(name.as_bytes()) {
             Some(old) => Ok(Plan::Events(vec![Event::RemoveXattr {
                 id,
-                path: canon.into(),
+                path: canon,
                 name: name.to_owned(),
                 old: Bytes(old),
                 change_ms: now,
@@ -750,7 +750,7 @@ impl Engine {
         };
         Ok(Plan::Events(vec![Event::SetQuota {
             id: ino.id,
-            path: canon.into(),
+            path: canon,
             quota: Quota {
                 limit_inodes: inodes,
                 limit_bytes: bytes,
@@ -769,7 +769,7 @@ impl Engine {
         match stored_quota(view, r.inode.id)? {
             Some(q) => Ok(Plan::Events(vec![Event::ClearQuota {
                 id: r.inode.id,
-                path: canon.into(),
+                path: canon,
                 old: q.to_quota(),
             }])),
             None => Ok(Plan::NoOp),
@@ -804,7 +804,7 @@ impl Engine {
         );
         Ok(Plan::Events(vec![Event::SetQuota {
             id: r.inode.id,
-            path: canon.into(),
+            path: canon,
             quota: Quota { usage: walked, ..q },
         }]))
     }

@@ -177,7 +177,7 @@ pub(super) fn update(r: Resolved, path: ByteString, new: Attrs) -> Update {
         id: ino.id,
         parent: ino.parent,
         name: ino.name,
-        path: path.into(),
+        path,
         old: ino.attrs,
         new,
     }

@@ -189,7 +189,7 @@ pub(super) fn delete_subtree(
             id: node.id,
             parent: node.parent,
             name: node.name,
-            path: p.into(),
+            path: p,
             attrs: node.attrs,
             quotas: quotas.clone(),
         });

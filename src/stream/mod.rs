@@ -371,7 +371,7 @@ impl SnapshotWalk {
                     self.step = WalkStep::Root;
                     return Ok(StreamItem::SnapshotStart {
                         seq: self.seq,
-                        prefix: self.prefix.clone().into(),
+                        prefix: self.prefix.clone(),
                         resync: self.resync,
                     });
                 }
@@ -398,7 +398,7 @@ impl SnapshotWalk {
                     }
                     if self.prefix != "/" {
                         return Ok(StreamItem::SnapshotEntry {
-                            path: self.prefix.clone().into(),
+                            path: self.prefix.clone(),
                             inode: Box::new(root),
                         });
                     }
@@ -411,7 +411,7 @@ impl SnapshotWalk {
                     match next {
                         Some((path, e)) => {
                             return Ok(StreamItem::SnapshotEntry {
-                                path: path.into(),
+                                path,
                                 inode: Box::new(e.inode),
                             })
                         }

@@ -356,7 +356,7 @@ mod tests {
                 String::new()
             };
             t.create(
-                &format!("/d/f{i:05}"),
+                format!("/d/f{i:05}"),
                 CreateOptions {
                     owner,
                     ..Default::default()
@@ -366,7 +366,7 @@ mod tests {
         }
         // Later names for early ids: name order is no longer id order.
         for i in (0..n).step_by(5) {
-            t.rename(&format!("/d/f{i:05}"), &format!("/d/z{i:05}"), false)
+            t.rename(format!("/d/f{i:05}"), format!("/d/z{i:05}"), false)
                 .unwrap();
         }
         let mut paged = Vec::new();

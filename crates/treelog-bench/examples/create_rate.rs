@@ -30,7 +30,7 @@ fn main() {
     let t =
         Treelog::open(dir.path(), Options::default().durability(Durability::None)).expect("open");
     for d in 0..dirs {
-        t.mkdir_p(&format!("/c/d{d}")).expect("mkdir");
+        t.mkdir_p(format!("/c/d{d}")).expect("mkdir");
     }
     let per = ops / callers;
     let start = Instant::now();

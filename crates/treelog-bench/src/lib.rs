@@ -453,7 +453,7 @@ impl Writers {
     /// [`Writers::start`] under `root` (a new directory per run).
     pub fn start_in(t: &Arc<Treelog>, callers: usize, root: &str) -> Result<Writers> {
         for c in 0..callers {
-            t.mkdir_p(&format!("{root}/c{c}"))?;
+            t.mkdir_p(format!("{root}/c{c}"))?;
         }
         let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let done = Arc::new(std::sync::atomic::AtomicU64::new(0));
@@ -464,7 +464,7 @@ impl Writers {
                 std::thread::spawn(move || -> Result<()> {
                     let mut k = 0u64;
                     while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                        t.create(&format!("{dir}/f{k}"), CreateOptions::default())?;
+                        t.create(format!("{dir}/f{k}"), CreateOptions::default())?;
                         done.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                         k += 1;
                     }

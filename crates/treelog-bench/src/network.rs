@@ -226,7 +226,7 @@ pub fn run(base: &std::path::Path, ops: usize, tls: bool) -> Result<Vec<Figure>>
                     let t = &t2;
                     s.spawn(move || {
                         for i in (th..n).step_by(2) {
-                            let _ = t.stat(&format!("/p/d{}/f{}", i % 1000, i % ops));
+                            let _ = t.stat(format!("/p/d{}/f{}", i % 1000, i % ops));
                         }
                     });
                 }

@@ -384,7 +384,7 @@ async fn load_one(sub: Submitter<'_>, dest: &[u8], e: &Entry) -> Result<()> {
         }
         Kind::Symlink => {
             sub.submit(Command::Symlink {
-                target: e.target.clone().unwrap_or_default().into(),
+                target: e.target.clone().unwrap_or_default(),
                 path: path.clone(),
                 parents: true,
                 owner: e.owner.clone(),

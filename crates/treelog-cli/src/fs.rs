@@ -154,7 +154,7 @@ pub(crate) fn mkdir(
                 "mkdir",
                 p,
                 Command::Mkdir {
-                    path: p.clone().into(),
+                    path: p.clone(),
                     parents,
                     mode: o.mode.unwrap_or(DEFAULT_DIR_MODE),
                     owner: o.owner.clone(),
@@ -181,7 +181,7 @@ pub(crate) fn touch(
                 "create",
                 p,
                 Command::Create {
-                    path: p.clone().into(),
+                    path: p.clone(),
                     parents,
                     mode: o.mode.unwrap_or(DEFAULT_FILE_MODE),
                     owner: o.owner.clone(),
@@ -221,14 +221,14 @@ pub(crate) fn mv(cli: &Cli, out: &Out, overwrite: bool, operands: &[ByteString])
             Ok(name) if into_dir => crate::path::join(dir, name),
             // Not moved into DIR: the rename refuses the source itself
             // (the root, a bad path), naming the operand.
-            _ => dst.clone().into(),
+            _ => dst.clone(),
         };
         ops.push(Op {
             what: "rename",
-            path: src.clone().into(),
+            path: src.clone(),
             dst: Some(to.clone()),
             cmd: Command::Rename {
-                src: src.clone().into(),
+                src: src.clone(),
                 dst: to,
                 overwrite,
             },
@@ -256,7 +256,7 @@ pub(crate) fn rm(
                 "delete",
                 p,
                 Command::Delete {
-                    path: p.clone().into(),
+                    path: p.clone(),
                     recursive,
                 },
             )
@@ -279,7 +279,7 @@ fn set_attr(
     mtime_ms: Option<u64>,
 ) -> Command {
     Command::SetAttr {
-        path: path.to_owned().into(),
+        path: path.to_owned(),
         mode,
         owner,
         group,
@@ -364,7 +364,7 @@ pub(crate) fn complete(cli: &Cli, out: &Out, path: &ByteString, size: u64) -> Re
         "complete",
         path,
         Command::Complete {
-            path: path.to_owned().into(),
+            path: path.to_owned(),
             size,
         },
     );
@@ -376,7 +376,7 @@ pub(crate) fn setsize(cli: &Cli, out: &Out, path: &ByteString, size: u64) -> Res
         "set_size",
         path,
         Command::SetSize {
-            path: path.to_owned().into(),
+            path: path.to_owned(),
             size,
         },
     );
@@ -395,11 +395,11 @@ pub(crate) fn ln(
     let (target, link) = a;
     let op = Op {
         what: "symlink",
-        path: link.to_owned().into(),
+        path: link.to_owned(),
         dst: None,
         cmd: Command::Symlink {
-            target: target.to_owned().into(),
-            path: link.to_owned().into(),
+            target: target.to_owned(),
+            path: link.to_owned(),
             parents,
             owner: owner.to_owned(),
             group: group.to_owned(),
@@ -434,7 +434,7 @@ pub(crate) fn setfattr(cli: &Cli, out: &Out, a: &crate::args::SetfattrArgs<'_>) 
                     "remove_xattr",
                     p,
                     Command::RemoveXattr {
-                        path: p.clone().into(),
+                        path: p.clone(),
                         name: name.to_owned(),
                     },
                 )
@@ -449,7 +449,7 @@ pub(crate) fn setfattr(cli: &Cli, out: &Out, a: &crate::args::SetfattrArgs<'_>) 
                         "set_xattr",
                         p,
                         Command::SetXattr {
-                            path: p.clone().into(),
+                            path: p.clone(),
                             name: name.to_owned(),
                             value: value.clone(),
                             flag: a.flag,
@@ -479,7 +479,7 @@ pub(crate) fn quota_set(
         "set_quota",
         path,
         Command::SetQuota {
-            path: path.to_owned().into(),
+            path: path.to_owned(),
             inodes,
             bytes,
         },
@@ -493,7 +493,7 @@ pub(crate) fn quota_clear(cli: &Cli, out: &Out, path: &ByteString) -> Result<u8>
         "clear_quota",
         path,
         Command::ClearQuota {
-            path: path.to_owned().into(),
+            path: path.to_owned(),
         },
     );
     run_ops(cli, out, vec![op], |_| "cannot clear the quota of", never)
@@ -505,7 +505,7 @@ pub(crate) fn quota_recount(cli: &Cli, out: &Out, path: &ByteString) -> Result<u
         "recount_quota",
         path,
         Command::RecountQuota {
-            path: path.to_owned().into(),
+            path: path.to_owned(),
         },
     );
     run_ops(cli, out, vec![op], |_| "cannot recount the quota of", never)

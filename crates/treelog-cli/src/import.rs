@@ -408,7 +408,7 @@ async fn import_one(sub: Submitter<'_>, w: &Walked, block_size: u64) -> Result<(
     let mtime = match w {
         Walked::Dir { attrs, .. } => {
             sub.submit(Command::Mkdir {
-                path: path.to_owned().into(),
+                path: path.to_owned(),
                 parents: true,
                 mode: attrs.mode,
                 owner: attrs.owner.clone(),
@@ -418,7 +418,7 @@ async fn import_one(sub: Submitter<'_>, w: &Walked, block_size: u64) -> Result<(
             // Also when the directory existed, or a child's create made it.
             // (Its time once its entries are in: see `import`.)
             sub.submit(Command::SetAttr {
-                path: path.to_owned().into(),
+                path: path.to_owned(),
                 mode: Some(attrs.mode),
                 owner: Some(attrs.owner.clone()),
                 group: Some(attrs.group.clone()),
@@ -429,7 +429,7 @@ async fn import_one(sub: Submitter<'_>, w: &Walked, block_size: u64) -> Result<(
         }
         Walked::File { attrs, size, .. } => {
             sub.submit(Command::Create {
-                path: path.to_owned().into(),
+                path: path.to_owned(),
                 parents: true,
                 mode: attrs.mode,
                 owner: attrs.owner.clone(),
@@ -438,7 +438,7 @@ async fn import_one(sub: Submitter<'_>, w: &Walked, block_size: u64) -> Result<(
             })
             .await?;
             sub.submit(Command::Complete {
-                path: path.to_owned().into(),
+                path: path.to_owned(),
                 size: *size,
             })
             .await?;
@@ -446,8 +446,8 @@ async fn import_one(sub: Submitter<'_>, w: &Walked, block_size: u64) -> Result<(
         }
         Walked::Symlink { attrs, target, .. } => {
             sub.submit(Command::Symlink {
-                target: target.clone().into(),
-                path: path.to_owned().into(),
+                target: target.clone(),
+                path: path.to_owned(),
                 parents: true,
                 owner: attrs.owner.clone(),
                 group: attrs.group.clone(),
@@ -459,7 +459,7 @@ async fn import_one(sub: Submitter<'_>, w: &Walked, block_size: u64) -> Result<(
     };
     for (name, value) in w.xattrs() {
         sub.submit(Command::SetXattr {
-            path: path.to_owned().into(),
+            path: path.to_owned(),
             name: name.clone(),
             value: value.clone().into(),
             flag: XattrFlag::Either,
@@ -469,7 +469,7 @@ async fn import_one(sub: Submitter<'_>, w: &Walked, block_size: u64) -> Result<(
     if let Some(mtime_ms) = mtime {
         // Last: completing sets the time to now.
         sub.submit(Command::SetAttr {
-            path: path.to_owned().into(),
+            path: path.to_owned(),
             mode: None,
             owner: None,
             group: None,
@@ -605,7 +605,7 @@ async fn import(
     let times = futures_util::stream::iter(dir_times)
         .map(|(path, mtime_ms)| async move {
             let cmd = Command::SetAttr {
-                path: path.clone().into(),
+                path: path.clone(),
                 mode: None,
                 owner: None,
                 group: None,

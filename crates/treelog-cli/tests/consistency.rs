@@ -40,7 +40,7 @@ fn fixture() -> Fixture {
     t.mkdir_p("/b").unwrap();
     t.mkdir_p("/d").unwrap();
     for i in 0..5 {
-        t.create(&format!("/a/x/f{i}"), CreateOptions::default())
+        t.create(format!("/a/x/f{i}"), CreateOptions::default())
             .unwrap();
     }
     t.create("/d/x", CreateOptions::default()).unwrap();
@@ -186,7 +186,7 @@ fn reads_never_go_backwards_after_negative_lookups() {
     std::thread::scope(|s| {
         let writer = s.spawn(|| {
             for i in 0..moves() {
-                t.create(&format!("/q/f{i:06}"), CreateOptions::default())
+                t.create(format!("/q/f{i:06}"), CreateOptions::default())
                     .unwrap();
             }
             stop.store(true, Ordering::SeqCst);

@@ -905,7 +905,7 @@ async fn shutdown_returns_with_the_store_closed_despite_open_connections() {
         // with RocksDB's lock error.
         let t = treelog::Treelog::open(&data, treelog::Options::default())
             .unwrap_or_else(|e| panic!("round {round}: reopen after shutdown: {e}"));
-        assert!(t.stat(&format!("/r{round}")).is_ok());
+        assert!(t.stat(format!("/r{round}")).is_ok());
         t.close().unwrap();
         drop((c, keep));
     }
