@@ -22,7 +22,7 @@
 
 // The vocabulary shared with the server and clients (crate
 // `treelog-proto`), under the names the library has always used.
-pub use treelog_proto::{caller, command, cursor, error, event, path, types};
+pub use treelog_proto::{bytestr, caller, command, cursor, error, event, path, types};
 // The wall clock as records carry it (`crate::clock::now_ms`): in
 // `treelog-proto`, so that the bridge has it without the engine.
 use treelog_proto::clock;
@@ -63,6 +63,7 @@ pub use crate::treelog::{
     CreateOptions, MkdirOptions, OpenReport, Options, PendingCommit, SetAttrs, Treelog,
     DEFAULT_MAX_COUNT_INODES,
 };
+pub use bytestr::ByteString;
 pub use caller::Caller;
 pub use clock::now_ms;
 pub use command::Command;

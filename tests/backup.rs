@@ -87,7 +87,7 @@ fn model_at(dirs: &[String], done: &[(u64, Done)], seq: u64) -> BTreeSet<String>
 fn walk_paths(t: &Treelog) -> BTreeSet<String> {
     let mut out = BTreeSet::new();
     t.walk("/", |p, _| {
-        out.insert(p.to_owned());
+        out.insert(p.to_string());
         Ok(())
     })
     .unwrap();
@@ -98,7 +98,7 @@ fn walk_paths(t: &Treelog) -> BTreeSet<String> {
 fn walk_all(t: &Treelog) -> BTreeMap<String, String> {
     let mut out = BTreeMap::new();
     t.walk("/", |p, e| {
-        out.insert(p.to_owned(), format!("{:?}", e.inode));
+        out.insert(p.to_string(), format!("{:?}", e.inode));
         Ok(())
     })
     .unwrap();
@@ -223,7 +223,7 @@ fn populate(t: &Treelog) {
     t.mkdir_p("/a/b/c").unwrap();
     for i in 0..200 {
         t.create(
-            &format!("/a/b/c/f{i}"),
+            format!("/a/b/c/f{i}"),
             CreateOptions {
                 owner: "alice".into(),
                 group: format!("g{}", i % 4),

@@ -34,7 +34,7 @@ fn concurrent_callers_are_grouped_and_gap_free() {
             let t = t.clone();
             std::thread::spawn(move || {
                 let mut acked = Vec::new();
-                t.mkdir_p(&format!("/t{ti}")).unwrap();
+                t.mkdir_p(format!("/t{ti}")).unwrap();
                 for i in 0..per {
                     let p = format!("/t{ti}/f{i}");
                     let seq = t.create(&p, CreateOptions::default()).unwrap();
@@ -121,7 +121,7 @@ fn async_callers_do_not_block_the_runtime() {
             let t = t.clone();
             tasks.push(tokio::spawn(async move {
                 t.submit_async(treelog::Command::Mkdir {
-                    path: format!("/async/d{i}"),
+                    path: format!("/async/d{i}").into(),
                     parents: true,
                     mode: 0o755,
                     owner: "svc".into(),
@@ -160,8 +160,8 @@ fn reads_see_every_acknowledged_write_through_the_cache() {
             s.spawn(|| {
                 while !stop.load(std::sync::atomic::Ordering::Relaxed) {
                     for i in 0..20 {
-                        let _ = t.stat(&format!("/a/b/f{i}"));
-                        let _ = t.stat(&format!("/c/g{i}"));
+                        let _ = t.stat(format!("/a/b/f{i}"));
+                        let _ = t.stat(format!("/c/g{i}"));
                     }
                 }
             });
@@ -210,9 +210,9 @@ fn read_cache_size_is_exported() {
     let empty = entries(&t);
     t.mkdir_p("/a/b").unwrap();
     for i in 0..10 {
-        t.create(&format!("/a/b/f{i}"), CreateOptions::default())
+        t.create(format!("/a/b/f{i}"), CreateOptions::default())
             .unwrap();
-        t.stat(&format!("/a/b/f{i}")).unwrap();
+        t.stat(format!("/a/b/f{i}")).unwrap();
     }
     assert!(entries(&t) > empty, "the cache did not fill");
     // A disabled cache stays empty.
@@ -277,7 +277,7 @@ fn reads_racing_creates_and_deletes_never_see_a_torn_index() {
                     let res = if i % 8 == 0 {
                         t.list_all("/d").map(|_| ())
                     } else {
-                        t.stat(&format!("/d/f{}", i % 16)).map(|_| ())
+                        t.stat(format!("/d/f{}", i % 16)).map(|_| ())
                     };
                     reads.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     if let Err(e) = res {
@@ -298,10 +298,10 @@ fn reads_racing_creates_and_deletes_never_see_a_torn_index() {
                     owner: format!("u{round}"),
                     ..CreateOptions::default()
                 };
-                t.create(&format!("/d/f{i}"), o).unwrap();
+                t.create(format!("/d/f{i}"), o).unwrap();
             }
             for i in 0..16 {
-                t.delete(&format!("/d/f{i}"), false).unwrap();
+                t.delete(format!("/d/f{i}"), false).unwrap();
             }
         }
     });

@@ -53,7 +53,7 @@ fn options() -> Options {
 fn store_with_records(dir: &std::path::Path, n: usize) {
     let t = Treelog::open(dir, options()).unwrap();
     for i in 0..n {
-        t.mkdir(&format!("/d{i}"), MkdirOptions::default()).unwrap();
+        t.mkdir(format!("/d{i}"), MkdirOptions::default()).unwrap();
     }
     t.close().unwrap();
 }

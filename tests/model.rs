@@ -104,13 +104,17 @@ impl Model {
 
     fn comps(p: &str) -> R<Vec<String>> {
         path::components(p)
-            .map(|v| v.into_iter().map(str::to_owned).collect())
+            .map(|v| {
+                v.into_iter()
+                    .map(|c| String::from_utf8_lossy(c).into_owned())
+                    .collect()
+            })
             .map_err(|e| e.kind())
     }
 
     fn join(c: &[String]) -> String {
         let r: Vec<&str> = c.iter().map(String::as_str).collect();
-        path::join_all(&r)
+        path::join_all(&r).to_string()
     }
 
     fn resolve(&self, c: &[String]) -> R<String> {
@@ -264,7 +268,7 @@ impl Model {
                 if *mode > 0o7777 {
                     return Err(ErrorKind::InvalidArgument);
                 }
-                let c = Self::comps(p)?;
+                let c = Self::comps(&p.to_str_lossy())?;
                 if c.is_empty() {
                     return if *parents {
                         Ok(false)
@@ -299,7 +303,7 @@ impl Model {
                     return Err(ErrorKind::InvalidArgument);
                 }
                 let f = Node::new(FileType::File, *mode, owner, group);
-                self.create_new(p, *parents, f)
+                self.create_new(&p.to_str_lossy(), *parents, f)
             }
             Command::Symlink {
                 target,
@@ -313,8 +317,8 @@ impl Model {
                 }
                 let mut l = Node::new(FileType::Symlink, 0o777, owner, group);
                 l.size = target.len() as u64;
-                l.target = target.clone();
-                self.create_new(p, *parents, l)
+                l.target = target.to_string();
+                self.create_new(&p.to_str_lossy(), *parents, l)
             }
             Command::SetXattr {
                 path: p,
@@ -322,7 +326,7 @@ impl Model {
                 value,
                 flag,
             } => {
-                let n = self.xattr_target(p, name)?;
+                let n = self.xattr_target(&p.to_str_lossy(), name)?;
                 let old = n.xattrs.get(name);
                 match (flag, old) {
                     (XattrFlag::Create, Some(_)) => return Err(ErrorKind::AlreadyExists),
@@ -334,7 +338,7 @@ impl Model {
                 Ok(true)
             }
             Command::RemoveXattr { path: p, name } => {
-                let n = self.xattr_target(p, name)?;
+                let n = self.xattr_target(&p.to_str_lossy(), name)?;
                 match n.xattrs.remove(name) {
                     Some(_) => Ok(true),
                     None => Err(ErrorKind::NotFound),
@@ -345,7 +349,7 @@ impl Model {
                 inodes,
                 bytes,
             } => {
-                let k = self.resolve(&Self::comps(p)?)?;
+                let k = self.resolve(&Self::comps(&p.to_str_lossy())?)?;
                 let n = self.nodes.get_mut(&k).expect("resolved");
                 if !n.dir() {
                     return Err(ErrorKind::NotADirectory);
@@ -362,7 +366,7 @@ impl Model {
             }
             Command::RecountQuota { path: p } => {
                 // The counters are exact, so a recount finds them right.
-                let k = self.resolve(&Self::comps(p)?)?;
+                let k = self.resolve(&Self::comps(&p.to_str_lossy())?)?;
                 let n = &self.nodes[&k];
                 if !n.dir() {
                     return Err(ErrorKind::NotADirectory);
@@ -373,7 +377,7 @@ impl Model {
                 }
             }
             Command::ClearQuota { path: p } => {
-                let k = self.resolve(&Self::comps(p)?)?;
+                let k = self.resolve(&Self::comps(&p.to_str_lossy())?)?;
                 let n = self.nodes.get_mut(&k).expect("resolved");
                 if !n.dir() {
                     return Err(ErrorKind::NotADirectory);
@@ -382,7 +386,7 @@ impl Model {
                 Ok(n.quota.take().is_some())
             }
             Command::Complete { path: p, size } => {
-                let k = self.resolve(&Self::comps(p)?)?;
+                let k = self.resolve(&Self::comps(&p.to_str_lossy())?)?;
                 let n = self.nodes.get_mut(&k).expect("resolved");
                 match n.kind {
                     FileType::Directory => return Err(ErrorKind::IsADirectory),
@@ -401,7 +405,7 @@ impl Model {
                 Ok(true)
             }
             Command::SetSize { path: p, size } => {
-                let k = self.resolve(&Self::comps(p)?)?;
+                let k = self.resolve(&Self::comps(&p.to_str_lossy())?)?;
                 let n = self.nodes.get_mut(&k).expect("resolved");
                 match n.kind {
                     FileType::Directory => return Err(ErrorKind::IsADirectory),
@@ -420,7 +424,7 @@ impl Model {
                 mtime_ms,
             } => {
                 assert!(mtime_ms.is_none(), "the model does not track times");
-                let k = self.resolve(&Self::comps(p)?)?;
+                let k = self.resolve(&Self::comps(&p.to_str_lossy())?)?;
                 let n = self.nodes.get_mut(&k).expect("resolved");
                 let mut new = n.clone();
                 if let Some(m) = mode {
@@ -442,7 +446,7 @@ impl Model {
                 Ok(true)
             }
             Command::Delete { path: p, recursive } => {
-                let k = self.resolve(&Self::comps(p)?)?;
+                let k = self.resolve(&Self::comps(&p.to_str_lossy())?)?;
                 if k == "/" {
                     return Err(ErrorKind::InvalidArgument);
                 }
@@ -459,8 +463,8 @@ impl Model {
                 dst,
                 overwrite,
             } => {
-                let sc = Self::comps(src)?;
-                let dc = Self::comps(dst)?;
+                let sc = Self::comps(&src.to_str_lossy())?;
+                let dc = Self::comps(&dst.to_str_lossy())?;
                 if sc.is_empty() || dc.is_empty() {
                     return Err(ErrorKind::InvalidArgument);
                 }
@@ -511,7 +515,7 @@ fn store_tree(t: &Treelog) -> BTreeMap<String, Node> {
     while let Some((p, ino)) = stack.pop() {
         let mut n = node(&ino.attrs);
         if n.kind == FileType::Symlink {
-            n.target = t.readlink(&p).unwrap();
+            n.target = t.readlink(&p).unwrap().to_string();
         }
         n.xattrs = t
             .list_xattrs(&p)
@@ -529,13 +533,13 @@ fn store_tree(t: &Treelog) -> BTreeMap<String, Node> {
         out.insert(p.clone(), n);
         if ino.attrs.kind.is_dir() {
             // Small pages to exercise start_after paging.
-            let mut after: Option<String> = None;
+            let mut after: Option<treelog::ByteString> = None;
             let mut names = Vec::new();
             loop {
                 let page = t.list(&p, after.as_deref(), 2).unwrap();
                 for e in page.entries {
                     names.push(e.name.clone());
-                    stack.push((path::join(&p, &e.name), e.inode));
+                    stack.push((path::join(&p, &e.name).to_string(), e.inode));
                 }
                 match page.next_start_after {
                     Some(n) => after = Some(n),
@@ -617,7 +621,7 @@ fn concurrent_reads(t: &Treelog, done: &std::sync::atomic::AtomicBool, r: usize)
                             rd.value
                                 .entries
                                 .iter()
-                                .map(|e| (e.name.clone(), node(&e.inode.attrs)))
+                                .map(|e| (e.name.to_string(), node(&e.inode.attrs)))
                                 .collect(),
                         ),
                     ),
@@ -666,29 +670,29 @@ fn arb_cmd() -> impl Strategy<Value = Command> {
     prop_oneof![
         2 => (prop::sample::select(vec!["t", "../x", ""]), arb_path(), any::<bool>(), arb_owner())
             .prop_map(|(target, path, parents, owner)| Command::Symlink {
-                target: target.to_owned(), path, parents, owner, group: String::new()
+                target: target.to_owned().into(), path: path.into(), parents, owner, group: String::new()
             }),
         2 => (arb_path(), arb_xattr_name(), prop::sample::select(vec![&b""[..], b"1", b"22"]),
               prop::sample::select(vec![XattrFlag::Either, XattrFlag::Create, XattrFlag::Replace]))
             .prop_map(|(path, name, value, flag)| Command::SetXattr {
-                path, name, value: Bytes(value.to_vec()), flag
+                path: path.into(), name, value: Bytes(value.to_vec()), flag
             }),
         1 => (arb_path(), arb_xattr_name())
-            .prop_map(|(path, name)| Command::RemoveXattr { path, name }),
+            .prop_map(|(path, name)| Command::RemoveXattr { path: path.into(), name }),
         2 => (arb_path(), arb_limit(), arb_limit())
-            .prop_map(|(path, inodes, bytes)| Command::SetQuota { path, inodes, bytes }),
-        1 => arb_path().prop_map(|path| Command::ClearQuota { path }),
-        1 => arb_path().prop_map(|path| Command::RecountQuota { path }),
+            .prop_map(|(path, inodes, bytes)| Command::SetQuota { path: path.into(), inodes, bytes }),
+        1 => arb_path().prop_map(|path| Command::ClearQuota { path: path.into() }),
+        1 => arb_path().prop_map(|path| Command::RecountQuota { path: path.into() }),
         3 => (arb_path(), any::<bool>(), arb_mode(), arb_owner(), arb_owner())
-            .prop_map(|(path, parents, mode, owner, group)| Command::Mkdir { path, parents, mode, owner, group }),
+            .prop_map(|(path, parents, mode, owner, group)| Command::Mkdir { path: path.into(), parents, mode, owner, group }),
         3 => (arb_path(), any::<bool>(), arb_mode(), arb_owner())
-            .prop_map(|(path, parents, mode, owner)| Command::Create { path, parents, mode, owner, group: String::new(), block_size: 4096 }),
-        1 => (arb_path(), 0u64..3).prop_map(|(path, size)| Command::Complete { path, size }),
-        1 => (arb_path(), 0u64..3).prop_map(|(path, size)| Command::SetSize { path, size }),
+            .prop_map(|(path, parents, mode, owner)| Command::Create { path: path.into(), parents, mode, owner, group: String::new(), block_size: 4096 }),
+        1 => (arb_path(), 0u64..3).prop_map(|(path, size)| Command::Complete { path: path.into(), size }),
+        1 => (arb_path(), 0u64..3).prop_map(|(path, size)| Command::SetSize { path: path.into(), size }),
         1 => (arb_path(), proptest::option::of(arb_mode()), proptest::option::of(arb_owner()), proptest::option::of(arb_owner()))
-            .prop_map(|(path, mode, owner, group)| Command::SetAttr { path, mode, owner, group, mtime_ms: None }),
-        2 => (arb_path(), any::<bool>()).prop_map(|(path, recursive)| Command::Delete { path, recursive }),
-        3 => (arb_path(), arb_path(), any::<bool>()).prop_map(|(src, dst, overwrite)| Command::Rename { src, dst, overwrite }),
+            .prop_map(|(path, mode, owner, group)| Command::SetAttr { path: path.into(), mode, owner, group, mtime_ms: None }),
+        2 => (arb_path(), any::<bool>()).prop_map(|(path, recursive)| Command::Delete { path: path.into(), recursive }),
+        3 => (arb_path(), arb_path(), any::<bool>()).prop_map(|(src, dst, overwrite)| Command::Rename { src: src.into(), dst: dst.into(), overwrite }),
     ]
 }
 
@@ -812,7 +816,7 @@ fn a_recursive_delete_over_the_bound_is_refused_whole() {
     // /big holds 7 inodes: itself, /big/sub and five files in it.
     t.mkdir_p("/big/sub").unwrap();
     for i in 0..5 {
-        t.create(&format!("/big/sub/f{i}"), treelog::CreateOptions::default())
+        t.create(format!("/big/sub/f{i}"), treelog::CreateOptions::default())
             .unwrap();
     }
     let before = t.committed_seq();
@@ -861,7 +865,7 @@ fn a_record_over_the_byte_bound_is_refused_whole() {
     assert!(e.to_string().contains("log record would hold"), "{e}");
     assert_eq!(t.committed_seq(), before, "nothing logged");
     for i in 0..30 {
-        t.delete(&format!("{long}/{}{i}", "f".repeat(40)), false)
+        t.delete(format!("{long}/{}{i}", "f".repeat(40)), false)
             .unwrap();
     }
     t.delete(&long, true).unwrap();
@@ -883,7 +887,7 @@ fn a_rename_that_makes_a_descendant_path_too_long_is_refused() {
         deep.push_str(&"x".repeat(249));
     }
     t.mkdir_p(&deep).unwrap();
-    t.create(&format!("{deep}/f"), treelog::CreateOptions::default())
+    t.create(format!("{deep}/f"), treelog::CreateOptions::default())
         .unwrap();
     // A 2,100-byte destination: /a's files would reach ~4,100 bytes.
     let mut dst = String::new();
@@ -898,9 +902,8 @@ fn a_rename_that_makes_a_descendant_path_too_long_is_refused() {
     assert_eq!(e.kind(), ErrorKind::InvalidArgument, "{e}");
     assert!(e.to_string().contains("more than 4096"), "{e}");
     assert_eq!(t.committed_seq(), before, "nothing logged");
-    assert!(t.stat(&format!("{deep}/f")).is_ok());
+    assert!(t.stat(format!("{deep}/f")).is_ok());
     // A destination that leaves room is fine, and so is a shorter one.
     t.rename("/a", "/b", false).unwrap();
-    t.rename("/b", &format!("{}/b", &dst[..233]), false)
-        .unwrap();
+    t.rename("/b", format!("{}/b", &dst[..233]), false).unwrap();
 }

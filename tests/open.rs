@@ -121,7 +121,7 @@ fn reopen_keeps_the_index_and_continues_ids() {
     let t = Treelog::open(dir.path(), Options::default().durability(Durability::None)).unwrap();
     for i in 0..50 {
         t.create(
-            &format!("/d/f{i}"),
+            format!("/d/f{i}"),
             CreateOptions {
                 parents: true,
                 ..Default::default()
@@ -150,9 +150,9 @@ fn ids_lost_per_restart_are_bounded_by_the_block() {
     let mut last = 0;
     for round in 0..3 {
         let t = Treelog::open(dir.path(), Options::default().durability(Durability::None)).unwrap();
-        t.create(&format!("/f{round}"), CreateOptions::default())
+        t.create(format!("/f{round}"), CreateOptions::default())
             .unwrap();
-        let id = t.stat(&format!("/f{round}")).unwrap().id;
+        let id = t.stat(format!("/f{round}")).unwrap().id;
         if round > 0 {
             assert!(id > last && id - last <= 1000, "id {id} after {last}");
         }
@@ -168,7 +168,7 @@ fn three_hundred_owners_and_groups_survive_a_reopen_and_a_replay() {
     let t = Treelog::open(dir.path(), Options::default().durability(Durability::None)).unwrap();
     for i in 0..300 {
         t.create(
-            &format!("/f{i}"),
+            format!("/f{i}"),
             CreateOptions {
                 owner: format!("user{i}"),
                 group: format!("group{i}"),
@@ -178,7 +178,7 @@ fn three_hundred_owners_and_groups_survive_a_reopen_and_a_replay() {
         .unwrap();
     }
     for i in [0, 254, 255, 299] {
-        let a = t.stat(&format!("/f{i}")).unwrap().attrs;
+        let a = t.stat(format!("/f{i}")).unwrap().attrs;
         assert_eq!(
             (a.owner, a.group),
             (format!("user{i}"), format!("group{i}"))
@@ -205,22 +205,22 @@ fn long_replay_tuning_builds_the_same_index() {
         let t = Treelog::open(dir.path(), Options::default().durability(Durability::None)).unwrap();
         // Enough writes for several replay batches (~20,000 keys each).
         for d in 0..20 {
-            t.mkdir_p(&format!("/d{d}")).unwrap();
+            t.mkdir_p(format!("/d{d}")).unwrap();
         }
         for i in 0..30_000 {
-            t.create(&format!("/d{}/f{i}", i % 20), CreateOptions::default())
+            t.create(format!("/d{}/f{i}", i % 20), CreateOptions::default())
                 .unwrap();
         }
         for i in (0..30_000).step_by(7) {
             t.rename(
-                &format!("/d{}/f{i}", i % 20),
-                &format!("/d{}/g{i}", (i + 1) % 20),
+                format!("/d{}/f{i}", i % 20),
+                format!("/d{}/g{i}", (i + 1) % 20),
                 false,
             )
             .unwrap();
         }
         for i in (0..30_000).step_by(11) {
-            let _ = t.delete(&format!("/d{}/f{i}", i % 20), false);
+            let _ = t.delete(format!("/d{}/f{i}", i % 20), false);
         }
         t.close().unwrap();
     }

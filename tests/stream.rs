@@ -76,7 +76,7 @@ impl Mirror {
             StreamItem::SnapshotEntry { path, inode } => {
                 assert!(self.in_snapshot);
                 self.tree
-                    .insert(path.clone(), (inode.id, inode.attrs.clone()));
+                    .insert(path.to_string(), (inode.id, inode.attrs.clone()));
             }
             StreamItem::SnapshotEnd { .. } => self.in_snapshot = false,
             StreamItem::Progress { .. } => {}
@@ -98,8 +98,8 @@ impl Mirror {
                                 ..
                             },
                         ) => {
-                            self.tree.insert(path.clone(), (*id, attrs.clone()));
-                            self.touch_parent_of(path, *t);
+                            self.tree.insert(path.to_string(), (*id, attrs.clone()));
+                            self.touch_parent_of(&path.to_str_lossy(), *t);
                         }
                         (
                             _,
@@ -111,11 +111,11 @@ impl Mirror {
                                 ..
                             },
                         ) => {
-                            self.tree.insert(path.clone(), (*id, attrs.clone()));
-                            self.touch_parent_of(path, Some(*t));
+                            self.tree.insert(path.to_string(), (*id, attrs.clone()));
+                            self.touch_parent_of(&path.to_str_lossy(), Some(*t));
                         }
                         (_, Event::Complete(u) | Event::SetSize(u) | Event::SetAttr(u)) => {
-                            self.tree.insert(u.path.clone(), (u.id, u.new.clone()));
+                            self.tree.insert(u.path.to_string(), (u.id, u.new.clone()));
                         }
                         (
                             _,
@@ -126,7 +126,7 @@ impl Mirror {
                                 path, change_ms, ..
                             },
                         ) => {
-                            if let Some((_, a)) = self.tree.get_mut(path) {
+                            if let Some((_, a)) = self.tree.get_mut(&*path.to_str_lossy()) {
                                 a.change_ms = *change_ms;
                             }
                         }
@@ -139,8 +139,8 @@ impl Mirror {
                                 ..
                             },
                         ) => {
-                            self.remove_subtree(path);
-                            self.touch_parent_of(path, *t);
+                            self.remove_subtree(&path.to_str_lossy());
+                            self.touch_parent_of(&path.to_str_lossy(), *t);
                         }
                         (
                             Scope::MoveOut,
@@ -150,8 +150,8 @@ impl Mirror {
                                 ..
                             },
                         ) => {
-                            self.remove_subtree(old_path);
-                            self.touch_parent_of(old_path, *t);
+                            self.remove_subtree(&old_path.to_str_lossy());
+                            self.touch_parent_of(&old_path.to_str_lossy(), *t);
                         }
                         (
                             Scope::MoveIn,
@@ -163,9 +163,9 @@ impl Mirror {
                                 ..
                             },
                         ) => {
-                            self.remove_subtree(new_path);
-                            self.tree.insert(new_path.clone(), (*id, attrs.clone()));
-                            self.touch_parent_of(new_path, *t);
+                            self.remove_subtree(&new_path.to_str_lossy());
+                            self.tree.insert(new_path.to_string(), (*id, attrs.clone()));
+                            self.touch_parent_of(&new_path.to_str_lossy(), *t);
                         }
                         (
                             Scope::Inside,
@@ -187,16 +187,16 @@ impl Mirror {
                                 !moved.is_empty(),
                                 "rename of {old_path}, which the mirror does not have"
                             );
-                            self.remove_subtree(old_path);
+                            self.remove_subtree(&old_path.to_str_lossy());
                             for (k, v) in moved {
                                 self.tree
                                     .insert(format!("{new_path}{}", &k[old_path.len()..]), v);
                             }
-                            if let Some((_, a)) = self.tree.get_mut(new_path) {
+                            if let Some((_, a)) = self.tree.get_mut(&*new_path.to_str_lossy()) {
                                 *a = attrs.clone();
                             }
-                            self.touch_parent_of(old_path, *t);
-                            self.touch_parent_of(new_path, *t);
+                            self.touch_parent_of(&old_path.to_str_lossy(), *t);
+                            self.touch_parent_of(&new_path.to_str_lossy(), *t);
                         }
                     }
                 }
@@ -229,8 +229,8 @@ fn store_tree(t: &Treelog, prefix: &str) -> BTreeMap<String, (u64, Attrs)> {
         if ino.attrs.kind.is_dir() {
             for e in t.list_all(&p).unwrap() {
                 let cp = treelog::path::join(&p, &e.name);
-                out.insert(cp.clone(), (e.inode.id, e.inode.attrs.clone()));
-                stack.push((cp, e.inode));
+                out.insert(cp.to_string(), (e.inode.id, e.inode.attrs.clone()));
+                stack.push((cp.to_string(), e.inode));
             }
         }
     }
@@ -312,7 +312,7 @@ fn random_op(t: &Treelog, r: &mut Rng) {
             } else {
                 p
             };
-            t.rename(&src, &random_path(r), r.next() % 2 == 0)
+            t.rename(&src, random_path(r), r.next() % 2 == 0)
         }
     };
 }
@@ -345,7 +345,7 @@ fn snapshot_then_stream(prefix: &str) {
         .subscribe(SubscribeOptions {
             from: StartFrom::Snapshot,
             filter: Filter {
-                prefix: Some(prefix.to_owned()),
+                prefix: Some(prefix.to_owned().into()),
                 kinds: None,
             },
             ..Default::default()
@@ -380,13 +380,13 @@ fn snapshot_then_stream(prefix: &str) {
             t.delete(&anc, false).unwrap();
         }
     }
-    t.mkdir_p(&format!("{base}/z/y")).unwrap();
-    t.create(&format!("{base}/z/f"), CreateOptions::default())
+    t.mkdir_p(format!("{base}/z/y")).unwrap();
+    t.create(format!("{base}/z/f"), CreateOptions::default())
         .unwrap();
     t.mkdir_p("/elsewhere/m/n").unwrap();
     t.create("/elsewhere/m/n/g", CreateOptions::default())
         .unwrap();
-    t.rename("/elsewhere/m", &format!("{base}/z/m"), false)
+    t.rename("/elsewhere/m", format!("{base}/z/m"), false)
         .unwrap();
     catch_up(&mut sub, &t, &mut m);
     let want = store_tree(&t, prefix);
@@ -428,9 +428,9 @@ fn resume_after_drops_and_restart_has_no_gap_and_no_duplicate() {
             let t = t.clone();
             std::thread::spawn(move || {
                 for i in 0..400 {
-                    t.mkdir_p(&format!("/p{phase}/d{}", i % 37)).unwrap();
+                    t.mkdir_p(format!("/p{phase}/d{}", i % 37)).unwrap();
                     t.create(
-                        &format!("/p{phase}/d{}/f{i}", i % 37),
+                        format!("/p{phase}/d{}/f{i}", i % 37),
                         CreateOptions::default(),
                     )
                     .unwrap();
@@ -577,7 +577,7 @@ fn kind_filter_and_progress() {
             let paths: Vec<String> = events
                 .iter()
                 .map(|e| match &*e.event {
-                    Event::Delete { path, .. } => path.clone(),
+                    Event::Delete { path, .. } => path.to_string(),
                     other => panic!("{other:?}"),
                 })
                 .collect();
@@ -658,7 +658,7 @@ fn async_subscription_wakes_on_commit() {
         let writer = tokio::spawn(async move {
             for i in 0..20 {
                 t2.submit_async(treelog::Command::Mkdir {
-                    path: format!("/d{i}"),
+                    path: format!("/d{i}").into(),
                     parents: false,
                     mode: 0o755,
                     owner: String::new(),
@@ -681,7 +681,7 @@ fn async_subscription_wakes_on_commit() {
 
 fn fill(t: &Treelog, n: usize, tag: &str) {
     for i in 0..n {
-        t.mkdir_p(&format!("/{tag}{i}")).unwrap();
+        t.mkdir_p(format!("/{tag}{i}")).unwrap();
     }
 }
 
@@ -805,7 +805,7 @@ fn retention_by_bytes_and_age() {
         .time_ms;
     let mut i = 0;
     loop {
-        let seq = t.mkdir_p(&format!("/age{i}")).unwrap();
+        let seq = t.mkdir_p(format!("/age{i}")).unwrap();
         i += 1;
         if t.store().read_record(seq).unwrap().unwrap().time_ms > first_kept {
             break;

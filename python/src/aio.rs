@@ -354,7 +354,10 @@ impl AsyncClient {
     ) -> PyResult<Bound<'py, PyAny>> {
         fut(
             py,
-            self.core.clone().submit(Command::Complete { path, size }),
+            self.core.clone().submit(Command::Complete {
+                path: path.into(),
+                size,
+            }),
         )
     }
 
@@ -367,14 +370,17 @@ impl AsyncClient {
     ) -> PyResult<Bound<'py, PyAny>> {
         fut(
             py,
-            self.core.clone().submit(Command::SetSize { path, size }),
+            self.core.clone().submit(Command::SetSize {
+                path: path.into(),
+                size,
+            }),
         )
     }
 
     /// Changes the permission bits.
     fn chmod<'py>(&self, py: Python<'py>, path: String, mode: u32) -> PyResult<Bound<'py, PyAny>> {
         let cmd = Command::SetAttr {
-            path,
+            path: path.into(),
             mode: Some(mode),
             owner: None,
             group: None,
@@ -393,7 +399,7 @@ impl AsyncClient {
         group: Option<String>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let cmd = Command::SetAttr {
-            path,
+            path: path.into(),
             mode: None,
             owner,
             group,
@@ -411,7 +417,7 @@ impl AsyncClient {
         mtime: Option<f64>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let cmd = Command::SetAttr {
-            path,
+            path: path.into(),
             mode: None,
             owner: None,
             group: None,
@@ -432,8 +438,8 @@ impl AsyncClient {
         overwrite: bool,
     ) -> PyResult<Bound<'py, PyAny>> {
         let cmd = Command::Rename {
-            src,
-            dst,
+            src: src.into(),
+            dst: dst.into(),
             overwrite,
         };
         fut(py, self.core.clone().submit(cmd))
@@ -450,9 +456,10 @@ impl AsyncClient {
     ) -> PyResult<Bound<'py, PyAny>> {
         fut(
             py,
-            self.core
-                .clone()
-                .submit(Command::Delete { path, recursive }),
+            self.core.clone().submit(Command::Delete {
+                path: path.into(),
+                recursive,
+            }),
         )
     }
 
@@ -491,7 +498,7 @@ impl AsyncClient {
         flag: &str,
     ) -> PyResult<Bound<'py, PyAny>> {
         let cmd = Command::SetXattr {
-            path,
+            path: path.into(),
             name,
             value: value.into(),
             flag: core::flag(flag)?,
@@ -508,9 +515,10 @@ impl AsyncClient {
     ) -> PyResult<Bound<'py, PyAny>> {
         fut(
             py,
-            self.core
-                .clone()
-                .submit(Command::RemoveXattr { path, name }),
+            self.core.clone().submit(Command::RemoveXattr {
+                path: path.into(),
+                name,
+            }),
         )
     }
 
@@ -527,7 +535,7 @@ impl AsyncClient {
         bytes: Option<u64>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let cmd = Command::SetQuota {
-            path,
+            path: path.into(),
             inodes,
             bytes,
         };
@@ -536,12 +544,22 @@ impl AsyncClient {
 
     /// Removes a directory's quota (none: nothing to do).
     fn clear_quota<'py>(&self, py: Python<'py>, path: String) -> PyResult<Bound<'py, PyAny>> {
-        fut(py, self.core.clone().submit(Command::ClearQuota { path }))
+        fut(
+            py,
+            self.core
+                .clone()
+                .submit(Command::ClearQuota { path: path.into() }),
+        )
     }
 
     /// Counts a quota's subtree again and sets its usage to what it found.
     fn recount_quota<'py>(&self, py: Python<'py>, path: String) -> PyResult<Bound<'py, PyAny>> {
-        fut(py, self.core.clone().submit(Command::RecountQuota { path }))
+        fut(
+            py,
+            self.core
+                .clone()
+                .submit(Command::RecountQuota { path: path.into() }),
+        )
     }
 
     /// Subscribes to the change stream: an iterator of

@@ -56,7 +56,7 @@ pub(crate) fn _bench_rust(
                     match op.as_str() {
                         "create" => {
                             c.submit(Command::Create {
-                                path: format!("{dir}/r{}", start + i),
+                                path: format!("{dir}/r{}", start + i).into(),
                                 parents: false,
                                 mode: 0o644,
                                 owner: String::new(),

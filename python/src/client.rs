@@ -401,7 +401,10 @@ impl Client {
     fn complete(&self, py: Python<'_>, path: String, size: u64) -> PyResult<u64> {
         wait(
             py,
-            self.core.clone().submit(Command::Complete { path, size }),
+            self.core.clone().submit(Command::Complete {
+                path: path.into(),
+                size,
+            }),
         )
     }
 
@@ -409,14 +412,17 @@ impl Client {
     fn set_size(&self, py: Python<'_>, path: String, size: u64) -> PyResult<u64> {
         wait(
             py,
-            self.core.clone().submit(Command::SetSize { path, size }),
+            self.core.clone().submit(Command::SetSize {
+                path: path.into(),
+                size,
+            }),
         )
     }
 
     /// Changes the permission bits.
     fn chmod(&self, py: Python<'_>, path: String, mode: u32) -> PyResult<u64> {
         let cmd = Command::SetAttr {
-            path,
+            path: path.into(),
             mode: Some(mode),
             owner: None,
             group: None,
@@ -435,7 +441,7 @@ impl Client {
         group: Option<String>,
     ) -> PyResult<u64> {
         let cmd = Command::SetAttr {
-            path,
+            path: path.into(),
             mode: None,
             owner,
             group,
@@ -448,7 +454,7 @@ impl Client {
     #[pyo3(signature = (path, mtime=None))]
     fn utime(&self, py: Python<'_>, path: String, mtime: Option<f64>) -> PyResult<u64> {
         let cmd = Command::SetAttr {
-            path,
+            path: path.into(),
             mode: None,
             owner: None,
             group: None,
@@ -463,8 +469,8 @@ impl Client {
     #[pyo3(signature = (src, dst, *, overwrite=false))]
     fn rename(&self, py: Python<'_>, src: String, dst: String, overwrite: bool) -> PyResult<u64> {
         let cmd = Command::Rename {
-            src,
-            dst,
+            src: src.into(),
+            dst: dst.into(),
             overwrite,
         };
         wait(py, self.core.clone().submit(cmd))
@@ -476,9 +482,10 @@ impl Client {
     fn remove(&self, py: Python<'_>, path: String, recursive: bool) -> PyResult<u64> {
         wait(
             py,
-            self.core
-                .clone()
-                .submit(Command::Delete { path, recursive }),
+            self.core.clone().submit(Command::Delete {
+                path: path.into(),
+                recursive,
+            }),
         )
     }
 
@@ -517,7 +524,7 @@ impl Client {
         flag: &str,
     ) -> PyResult<u64> {
         let cmd = Command::SetXattr {
-            path,
+            path: path.into(),
             name,
             value: value.into(),
             flag: core::flag(flag)?,
@@ -529,9 +536,10 @@ impl Client {
     fn removexattr(&self, py: Python<'_>, path: String, name: String) -> PyResult<u64> {
         wait(
             py,
-            self.core
-                .clone()
-                .submit(Command::RemoveXattr { path, name }),
+            self.core.clone().submit(Command::RemoveXattr {
+                path: path.into(),
+                name,
+            }),
         )
     }
 
@@ -548,7 +556,7 @@ impl Client {
         bytes: Option<u64>,
     ) -> PyResult<u64> {
         let cmd = Command::SetQuota {
-            path,
+            path: path.into(),
             inodes,
             bytes,
         };
@@ -557,12 +565,22 @@ impl Client {
 
     /// Removes a directory's quota (none: nothing to do).
     fn clear_quota(&self, py: Python<'_>, path: String) -> PyResult<u64> {
-        wait(py, self.core.clone().submit(Command::ClearQuota { path }))
+        wait(
+            py,
+            self.core
+                .clone()
+                .submit(Command::ClearQuota { path: path.into() }),
+        )
     }
 
     /// Counts a quota's subtree again and sets its usage to what it found.
     fn recount_quota(&self, py: Python<'_>, path: String) -> PyResult<u64> {
-        wait(py, self.core.clone().submit(Command::RecountQuota { path }))
+        wait(
+            py,
+            self.core
+                .clone()
+                .submit(Command::RecountQuota { path: path.into() }),
+        )
     }
 
     /// Subscribes to the change stream: an iterator of

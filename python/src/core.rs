@@ -200,7 +200,12 @@ impl Core {
         }
         let dir = treelog_proto::path::canonical(&path).map_err(err)?;
         let r = cl
-            .list_at(&dir, start_after.as_deref(), limit, at)
+            .list_at(
+                &dir,
+                start_after.as_deref().map(|s| s.as_bytes().into()),
+                limit,
+                at,
+            )
             .await
             .map_err(err)?;
         Ok(Page {
@@ -208,9 +213,9 @@ impl Core {
                 .value
                 .entries
                 .iter()
-                .map(|e| DirEntry::new(&dir, e))
+                .map(|e| DirEntry::new(&dir.to_str_lossy(), e))
                 .collect(),
-            next_start_after: r.value.next_start_after,
+            next_start_after: r.value.next_start_after.map(|n| n.to_string()),
             seq: r.seq,
         })
     }
@@ -234,10 +239,16 @@ impl Core {
 
     pub(crate) async fn readlink(self, path: String, c: Consistency) -> PyResult<String> {
         match self
-            .read(|at| RequestBody::Readlink { path, at }, c)
+            .read(
+                |at| RequestBody::Readlink {
+                    path: path.into(),
+                    at,
+                },
+                c,
+            )
             .await?
         {
-            ResponseBody::Target { target, .. } => Ok(target),
+            ResponseBody::Target { target, .. } => Ok(target.to_string()),
             other => Err(unexpected(other)),
         }
     }
@@ -248,7 +259,11 @@ impl Core {
         name: Option<String>,
         c: Consistency,
     ) -> PyResult<Vec<(String, Vec<u8>)>> {
-        let body = |at| RequestBody::GetXattrs { path, name, at };
+        let body = |at| RequestBody::GetXattrs {
+            path: path.into(),
+            name,
+            at,
+        };
         match self.read(body, c).await? {
             ResponseBody::Xattrs { xattrs, .. } => {
                 Ok(xattrs.into_iter().map(|x| (x.name, x.value.0)).collect())
@@ -272,7 +287,16 @@ impl Core {
     }
 
     pub(crate) async fn count(self, path: String, c: Consistency) -> PyResult<Summary> {
-        match self.read(|at| RequestBody::Count { path, at }, c).await? {
+        match self
+            .read(
+                |at| RequestBody::Count {
+                    path: path.into(),
+                    at,
+                },
+                c,
+            )
+            .await?
+        {
             ResponseBody::Summary { summary, .. } => Ok(Summary::of(&summary)),
             other => Err(unexpected(other)),
         }
@@ -280,7 +304,7 @@ impl Core {
 
     pub(crate) async fn mkdir(self, path: String, o: NewInode) -> PyResult<u64> {
         self.submit(Command::Mkdir {
-            path,
+            path: path.into(),
             parents: o.parents,
             mode: o.mode.unwrap_or(treelog_proto::types::DEFAULT_DIR_MODE),
             owner: o.owner,
@@ -291,7 +315,7 @@ impl Core {
 
     pub(crate) async fn create(self, path: String, o: NewInode) -> PyResult<u64> {
         self.submit(Command::Create {
-            path,
+            path: path.into(),
             parents: o.parents,
             mode: o.mode.unwrap_or(treelog_proto::types::DEFAULT_FILE_MODE),
             owner: o.owner,
@@ -303,8 +327,8 @@ impl Core {
 
     pub(crate) async fn symlink(self, target: String, path: String, o: NewInode) -> PyResult<u64> {
         self.submit(Command::Symlink {
-            target,
-            path,
+            target: target.into(),
+            path: path.into(),
             parents: o.parents,
             owner: o.owner,
             group: o.group,

@@ -238,7 +238,7 @@ impl WalkState {
                     let root = treelog_proto::path::canonical(&self.root).map_err(err)?;
                     let s = self.core.pin_view().await?;
                     self.seq = Some(s);
-                    self.stack.push(root);
+                    self.stack.push(root.to_string());
                     s
                 }
             };

@@ -63,7 +63,10 @@ impl SubArgs {
         Ok(SubArgs {
             opts: SubscribeOptions {
                 from,
-                filter: Filter { prefix, kinds },
+                filter: Filter {
+                    prefix: prefix.map(Into::into),
+                    kinds,
+                },
                 cursor,
                 resync_on_move_in: resync,
             },
@@ -365,7 +368,7 @@ impl<'py> IntoPyObject<'py> for ItemOut {
                 py,
                 SnapshotStart {
                     seq,
-                    prefix,
+                    prefix: prefix.to_string(),
                     resync,
                 },
             )?
@@ -373,7 +376,7 @@ impl<'py> IntoPyObject<'py> for ItemOut {
             StreamItem::SnapshotEntry { path, inode } => Bound::new(
                 py,
                 SnapshotEntry {
-                    path,
+                    path: path.to_string(),
                     stat: Stat::of(&inode),
                 },
             )?
@@ -611,7 +614,7 @@ impl Event {
             kind: ev.kind().as_str(),
             scope: scope_name(se.scope),
             id: 0,
-            path: ev.path().to_owned(),
+            path: ev.path().to_owned().to_string(),
             old_path: None,
             stat: None,
             old: None,
@@ -637,12 +640,12 @@ impl Event {
                 ..
             } => {
                 e.id = *id;
-                e.stat = Some(Stat::new(*id, *parent, name, attrs));
+                e.stat = Some(Stat::new(*id, *parent, &name.to_str_lossy(), attrs));
             }
             Ev::Complete(u) | Ev::SetSize(u) | Ev::SetAttr(u) => {
                 e.id = u.id;
-                e.stat = Some(Stat::new(u.id, u.parent, &u.name, &u.new));
-                e.old = Some(Stat::new(u.id, u.parent, &u.name, &u.old));
+                e.stat = Some(Stat::new(u.id, u.parent, &u.name.to_str_lossy(), &u.new));
+                e.old = Some(Stat::new(u.id, u.parent, &u.name.to_str_lossy(), &u.old));
             }
             Ev::Rename {
                 id,
@@ -653,8 +656,8 @@ impl Event {
                 ..
             } => {
                 e.id = *id;
-                e.old_path = Some(old_path.clone());
-                e.stat = Some(Stat::new(*id, *new_parent, new_name, attrs));
+                e.old_path = Some(old_path.clone().to_string());
+                e.stat = Some(Stat::new(*id, *new_parent, &new_name.to_str_lossy(), attrs));
             }
             Ev::Symlink {
                 id,
@@ -665,8 +668,8 @@ impl Event {
                 ..
             } => {
                 e.id = *id;
-                e.stat = Some(Stat::new(*id, *parent, name, attrs));
-                e.target = Some(target.clone());
+                e.stat = Some(Stat::new(*id, *parent, &name.to_str_lossy(), attrs));
+                e.target = Some(target.clone().to_string());
             }
             Ev::SetXattr {
                 id,

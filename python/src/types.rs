@@ -71,7 +71,7 @@ impl Stat {
     }
 
     pub(crate) fn of(i: &t::Inode) -> Stat {
-        Stat::new(i.id, i.parent, &i.name, &i.attrs)
+        Stat::new(i.id, i.parent, &i.name.to_str_lossy(), &i.attrs)
     }
 }
 
@@ -151,8 +151,8 @@ pub(crate) struct DirEntry {
 impl DirEntry {
     pub(crate) fn new(dir: &str, e: &t::DirEntry) -> DirEntry {
         DirEntry {
-            name: e.name.clone(),
-            path: treelog_proto::path::join(dir, &e.name),
+            name: e.name.clone().to_string(),
+            path: treelog_proto::path::join(dir, &e.name).to_string(),
             stat: Stat::of(&e.inode),
         }
     }

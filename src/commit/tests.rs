@@ -345,7 +345,7 @@ mod follower {
         let dir = tempfile::tempdir().unwrap();
         let leader = open(&dir.path().join("l"), NodeRole::Standalone);
         for i in 0..30 {
-            leader.mkdir_p(&format!("/a/d{i}/e")).unwrap();
+            leader.mkdir_p(format!("/a/d{i}/e")).unwrap();
         }
         leader.rename("/a/d3", "/a/z3", false).unwrap();
         leader.delete("/a/d7", true).unwrap();
@@ -389,7 +389,7 @@ mod follower {
         let dir = tempfile::tempdir().unwrap();
         let leader = open(&dir.path().join("l"), NodeRole::Standalone);
         for i in 0..5 {
-            leader.mkdir_p(&format!("/d{i}")).unwrap();
+            leader.mkdir_p(format!("/d{i}")).unwrap();
         }
         let records = leader.replication().batch(1, usize::MAX).unwrap();
         let node = open(

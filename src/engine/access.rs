@@ -57,14 +57,19 @@ fn permits(attrs: &Attrs, c: &Caller, want: u32) -> bool {
     bits & want == want
 }
 
-fn denied(c: &Caller, what: &str, on: &str) -> Error {
-    Error::PermissionDenied(format!("user {} may not {what} {on}", c.user))
+fn denied(c: &Caller, what: &str, on: &[u8]) -> Error {
+    Error::PermissionDenied(format!(
+        "user {} may not {what} {}",
+        c.user,
+        String::from_utf8_lossy(on)
+    ))
 }
 
-fn not_permitted(c: &Caller, what: &str, on: &str) -> Error {
+fn not_permitted(c: &Caller, what: &str, on: &[u8]) -> Error {
     Error::NotPermitted(format!(
-        "user {} may not {what} {on}: only its owner or {} may",
+        "user {} may not {what} {}: only its owner or {} may",
         c.user,
+        String::from_utf8_lossy(on),
         treelog_proto::caller::SUPERUSER
     ))
 }
@@ -77,7 +82,7 @@ fn not_permitted(c: &Caller, what: &str, on: &str) -> Error {
 fn walk(
     view: &(impl IndexRead + ?Sized),
     names: &Names,
-    comps: &[&str],
+    comps: &[&[u8]],
     c: &Caller,
 ) -> Result<Vec<Inode>> {
     let mut out = vec![must_inode(view, names, ROOT_ID)?];
@@ -98,7 +103,7 @@ fn walk(
 }
 
 /// The existing entry at `comps` and its parent, when both exist.
-fn entry_and_parent(walked: &[Inode], comps: &[&str]) -> Option<(Inode, Inode)> {
+fn entry_and_parent(walked: &[Inode], comps: &[&[u8]]) -> Option<(Inode, Inode)> {
     (walked.len() == comps.len() + 1 && walked.len() >= 2).then(|| {
         (
             walked[walked.len() - 1].clone(),
@@ -112,7 +117,7 @@ fn entry_and_parent(walked: &[Inode], comps: &[&str]) -> Option<(Inode, Inode)> 
 pub(crate) fn check_read(
     view: &(impl IndexRead + ?Sized),
     names: &Names,
-    p: &str,
+    p: &[u8],
     c: &Caller,
     need: ReadNeed,
 ) -> Result<()> {
@@ -157,7 +162,7 @@ pub(crate) fn authorize<'c>(
             owner,
             group,
         } => {
-            let new = (path.as_str(), *parents, *mode, true);
+            let new = (path.as_ref(), *parents, *mode, true);
             let Some(n) = new_entry(view, names, new, c, owner, group)? else {
                 return Ok(Cow::Borrowed(cmd));
             };
@@ -177,7 +182,7 @@ pub(crate) fn authorize<'c>(
             group,
             block_size,
         } => {
-            let new = (path.as_str(), *parents, *mode, false);
+            let new = (path.as_ref(), *parents, *mode, false);
             let Some(n) = new_entry(view, names, new, c, owner, group)? else {
                 return Ok(Cow::Borrowed(cmd));
             };
@@ -197,7 +202,7 @@ pub(crate) fn authorize<'c>(
             owner,
             group,
         } => {
-            let new = (path.as_str(), *parents, SYMLINK_MODE, false);
+            let new = (path.as_ref(), *parents, SYMLINK_MODE, false);
             let Some(n) = new_entry(view, names, new, c, owner, group)? else {
                 return Ok(Cow::Borrowed(cmd));
             };
@@ -316,7 +321,7 @@ pub(crate) fn authorize<'c>(
 fn existing(
     view: &(impl IndexRead + ?Sized),
     names: &Names,
-    p: &str,
+    p: &[u8],
     c: &Caller,
 ) -> Result<Option<Inode>> {
     let comps = path::components(p)?;
@@ -327,7 +332,7 @@ fn existing(
 /// Whether `c` may remove (or move away) `e` from directory `parent`:
 /// write and search on the parent, and in a sticky directory ownership of
 /// the entry or of the directory.
-fn may_unlink(c: &Caller, parent: &Inode, e: &Inode, p: &str) -> Result<()> {
+fn may_unlink(c: &Caller, parent: &Inode, e: &Inode, p: &[u8]) -> Result<()> {
     if !permits(&parent.attrs, c, W | X) {
         return Err(denied(c, "remove entries from the directory of", p));
     }
@@ -361,7 +366,7 @@ struct NewEntry {
 fn new_entry(
     view: &(impl IndexRead + ?Sized),
     names: &Names,
-    new: (&str, bool, u32, bool),
+    new: (&[u8], bool, u32, bool),
     c: &Caller,
     owner: &str,
     group: &str,
@@ -416,7 +421,7 @@ fn set_attr<'c>(
     names: &Names,
     cmd: &'c Command,
     c: &Caller,
-    p: &str,
+    p: &[u8],
     mode: Option<u32>,
     owner: &Option<String>,
     group: &Option<String>,
@@ -471,7 +476,7 @@ fn set_attr<'c>(
         return Ok(Cow::Borrowed(cmd));
     }
     Ok(Cow::Owned(Command::SetAttr {
-        path: p.to_owned(),
+        path: p.into(),
         mode,
         owner: owner.clone(),
         group: group.clone(),

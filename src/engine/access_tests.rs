@@ -220,7 +220,8 @@ fn reads_need_search_and_listings_read() {
     let names = &h.engine.names;
     let bob = Caller::new("bob", vec!["users".into()]);
     let carol = Caller::new("carol", vec!["staff".into()]);
-    let check = |p: &str, c: &Caller, need| access::check_read(&h.index, names, p, c, need);
+    let check =
+        |p: &str, c: &Caller, need| access::check_read(&h.index, names, p.as_bytes(), c, need);
     use access::ReadNeed::*;
     assert!(check("/home", &bob, List).is_ok());
     assert_eq!(

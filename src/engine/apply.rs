@@ -75,9 +75,9 @@ pub(super) fn set_attrs<W: IndexWrite + IndexRead + ?Sized, B>(
 /// A new inode's entry (its name and target borrowed from the event).
 pub(super) fn new_entry<'n, W: IndexWrite + IndexRead + ?Sized>(
     parent: u64,
-    name: &'n str,
+    name: &'n [u8],
     a: &AttrsRef<'_>,
-    target: &'n str,
+    target: &'n [u8],
     ov: &mut W,
     state: &mut EngineState,
 ) -> Result<InodeEntryV2<&'n [u8]>> {
@@ -93,8 +93,8 @@ pub(super) fn new_entry<'n, W: IndexWrite + IndexRead + ?Sized>(
         flags: 0,
         owner_id: 0,
         group_id: 0,
-        name: name.as_bytes(),
-        target: target.as_bytes(),
+        name,
+        target,
     };
     set_attrs(&mut e, a, ov, state)?;
     Ok(e)
@@ -223,7 +223,7 @@ pub(crate) fn apply_events<'e, W: IndexWrite + IndexRead + ?Sized>(
                 quotas,
                 ..
             } => {
-                create(ov, state, id, parent, name, &attrs, "", &mut buf)?;
+                create(ov, state, id, parent, name, &attrs, b"", &mut buf)?;
                 if let Some(t) = parent_mtime_ms {
                     touch(ov, parent, t, &mut buf)?;
                 }
@@ -276,7 +276,7 @@ pub(crate) fn apply_events<'e, W: IndexWrite + IndexRead + ?Sized>(
                 }
                 ov.delete(
                     Cf::Edges,
-                    encoded(&mut buf, |b| edge_key_into(parent, name.as_bytes(), b)),
+                    encoded(&mut buf, |b| edge_key_into(parent, name, b)),
                 );
                 if let Some(t) = parent_mtime_ms {
                     touch(ov, parent, t, &mut buf)?;
@@ -299,18 +299,14 @@ pub(crate) fn apply_events<'e, W: IndexWrite + IndexRead + ?Sized>(
                 let mut e = existing(ov, id)?;
                 set_attrs(&mut e, &attrs, ov, state)?;
                 e.parent_id = new_parent;
-                e.name = new_name.as_bytes().to_vec();
+                e.name = new_name.to_vec();
                 ov.delete(
                     Cf::Edges,
-                    encoded(&mut buf, |b| {
-                        edge_key_into(old_parent, old_name.as_bytes(), b)
-                    }),
+                    encoded(&mut buf, |b| edge_key_into(old_parent, old_name, b)),
                 );
                 ov.put(
                     Cf::Edges,
-                    encoded(&mut buf, |b| {
-                        edge_key_into(new_parent, new_name.as_bytes(), b)
-                    }),
+                    encoded(&mut buf, |b| edge_key_into(new_parent, new_name, b)),
                     &edge_value(id),
                 );
                 put_entry(ov, id, &e, &mut buf);
@@ -392,16 +388,16 @@ pub(super) fn create<W: IndexWrite + IndexRead + ?Sized>(
     state: &mut EngineState,
     id: u64,
     parent: u64,
-    name: &str,
+    name: &[u8],
     attrs: &AttrsRef<'_>,
-    target: &str,
+    target: &[u8],
     buf: &mut Vec<u8>,
 ) -> Result<()> {
     let e = new_entry(parent, name, attrs, target, ov, state)?;
     put_entry(ov, id, &e, buf);
     ov.put(
         Cf::Edges,
-        encoded(buf, |b| edge_key_into(parent, name.as_bytes(), b)),
+        encoded(buf, |b| edge_key_into(parent, name, b)),
         &edge_value(id),
     );
     if id >= state.id_bound {

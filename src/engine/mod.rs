@@ -15,6 +15,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use crate::bytestr::{BStr, ByteString};
 use crate::command::Command;
 use crate::error::{DictKind, Error, Result};
 use crate::event::{Event, EventRef, Update};

@@ -201,7 +201,7 @@ impl Engine {
                     format!(
                         "the usage of {}'s quota is below what this takes away: \
                          `quota clear` then `quota set` counts it again",
-                        path_of(view, id).unwrap_or_else(|_| format!("inode {id}"))
+                        path_of(view, id).unwrap_or_else(|_| format!("inode {id}").into())
                     ),
                 ));
             };
@@ -228,7 +228,7 @@ impl Engine {
             });
             if let Some((resource, limit, would_be)) = refused {
                 return Err(Error::QuotaExceeded {
-                    path: path_of(view, id)?,
+                    path: path_of(view, id)?.to_string(),
                     resource,
                     limit,
                     would_be,
@@ -327,7 +327,7 @@ impl Engine {
     pub(super) fn plan_mkdir<R: IndexRead + ?Sized>(
         &mut self,
         view: &Overlay<'_, R>,
-        p: &str,
+        p: &[u8],
         parents: bool,
         perms: Perms<'_>,
         now: u64,
@@ -346,11 +346,13 @@ impl Engine {
             return if parents && w.kind.is_dir() {
                 Ok(Plan::NoOp)
             } else {
-                Err(Error::AlreadyExists(path::join_all(&comps)))
+                Err(Error::AlreadyExists(path::join_all(&comps).to_string()))
             };
         }
         if !parents && w.existing + 1 < comps.len() {
-            return Err(Error::NotFound(path::join_all(&comps[..=w.existing])));
+            return Err(Error::NotFound(
+                path::join_all(&comps[..=w.existing]).to_string(),
+            ));
         }
         self.check_names(view, Some(perms.owner), Some(perms.group))?;
         let attrs = perms.new_inode(FileType::Directory, perms.mode, 0, now);
@@ -362,7 +364,7 @@ impl Engine {
     pub(super) fn plan_create<R: IndexRead + ?Sized>(
         &mut self,
         view: &Overlay<'_, R>,
-        p: &str,
+        p: &[u8],
         parents: bool,
         perms: Perms<'_>,
         block_size: u64,
@@ -377,8 +379,8 @@ impl Engine {
     pub(super) fn plan_symlink<R: IndexRead + ?Sized>(
         &mut self,
         view: &Overlay<'_, R>,
-        target: &str,
-        p: &str,
+        target: &[u8],
+        p: &[u8],
         parents: bool,
         perms: Perms<'_>,
         now: u64,
@@ -395,7 +397,7 @@ impl Engine {
     pub(super) fn plan_new<R: IndexRead + ?Sized>(
         &mut self,
         view: &Overlay<'_, R>,
-        p: &str,
+        p: &[u8],
         parents: bool,
         perms: Perms<'_>,
         last: Last<'_>,
@@ -407,10 +409,12 @@ impl Engine {
         }
         let w = walk_existing(view, &comps, &self.state.quotas)?;
         if w.existing == comps.len() {
-            return Err(Error::AlreadyExists(path::join_all(&comps)));
+            return Err(Error::AlreadyExists(path::join_all(&comps).to_string()));
         }
         if !parents && w.existing + 1 < comps.len() {
-            return Err(Error::NotFound(path::join_all(&comps[..=w.existing])));
+            return Err(Error::NotFound(
+                path::join_all(&comps[..=w.existing]).to_string(),
+            ));
         }
         self.check_names(view, Some(perms.owner), Some(perms.group))?;
         let dir_attrs = perms.new_inode(FileType::Directory, DEFAULT_DIR_MODE, 0, now);
@@ -422,7 +426,7 @@ impl Engine {
     pub(super) fn plan_complete<R: IndexRead + ?Sized>(
         &self,
         view: &Overlay<'_, R>,
-        p: &str,
+        p: &[u8],
         size: u64,
         now: u64,
     ) -> Result<Plan> {
@@ -450,7 +454,7 @@ impl Engine {
     pub(super) fn plan_set_size<R: IndexRead + ?Sized>(
         &self,
         view: &Overlay<'_, R>,
-        p: &str,
+        p: &[u8],
         size: u64,
         now: u64,
     ) -> Result<Plan> {
@@ -467,7 +471,7 @@ impl Engine {
     pub(super) fn plan_set_attr<R: IndexRead + ?Sized>(
         &self,
         view: &Overlay<'_, R>,
-        p: &str,
+        p: &[u8],
         mode: Option<u32>,
         owner: Option<&str>,
         group: Option<&str>,
@@ -504,7 +508,7 @@ impl Engine {
     pub(super) fn plan_delete<R: IndexRead + ?Sized>(
         &self,
         view: &Overlay<'_, R>,
-        p: &str,
+        p: &[u8],
         recursive: bool,
         now: u64,
     ) -> Result<Plan> {
@@ -513,7 +517,7 @@ impl Engine {
             return Err(Error::InvalidArgument("the root cannot be deleted".into()));
         }
         if r.inode.attrs.kind.is_dir() && !recursive && has_children(view, r.inode.id)? {
-            return Err(Error::NotEmpty(canon));
+            return Err(Error::NotEmpty(canon.to_string()));
         }
         let mut events = Vec::new();
         let limits = (self.max_delete_inodes, self.max_record_bytes);
@@ -525,8 +529,8 @@ impl Engine {
     pub(super) fn plan_rename<R: IndexRead + ?Sized>(
         &self,
         view: &Overlay<'_, R>,
-        src: &str,
-        dst: &str,
+        src: &[u8],
+        dst: &[u8],
         overwrite: bool,
         now: u64,
     ) -> Result<Plan> {
@@ -551,7 +555,7 @@ impl Engine {
             quotas: mut dst_quotas,
         } = resolve_in(view, names, &dst_parent_path, quotas)?;
         if !dst_parent.attrs.kind.is_dir() {
-            return Err(Error::NotADirectory(dst_parent_path));
+            return Err(Error::NotADirectory(dst_parent_path.to_string()));
         }
         if self.state.quotas.contains(&dst_parent.id) {
             dst_quotas.push(dst_parent.id);
@@ -572,17 +576,17 @@ impl Engine {
         if let Some(existing) = get_child(view, dst_parent.id, new_name)? {
             let victim = must_inode(view, names, existing)?;
             if !overwrite {
-                return Err(Error::AlreadyExists(dst_path));
+                return Err(Error::AlreadyExists(dst_path.to_string()));
             }
             match (ino.attrs.kind.is_dir(), victim.attrs.kind.is_dir()) {
                 (false, false) => {}
                 (true, true) => {
                     if has_children(view, victim.id)? {
-                        return Err(Error::NotEmpty(dst_path));
+                        return Err(Error::NotEmpty(dst_path.to_string()));
                     }
                 }
-                (false, true) => return Err(Error::IsADirectory(dst_path)),
-                (true, false) => return Err(Error::NotADirectory(dst_path)),
+                (false, true) => return Err(Error::IsADirectory(dst_path.to_string())),
+                (true, false) => return Err(Error::NotADirectory(dst_path.to_string())),
             }
             events.push(Event::Delete {
                 id: victim.id,
@@ -619,7 +623,7 @@ impl Engine {
             old_name: ino.name,
             old_path: src_path,
             new_parent: dst_parent.id,
-            new_name: new_name.to_owned(),
+            new_name: new_name.to_owned().into(),
             new_path: dst_path,
             attrs,
             parent_mtime_ms: Some(now),
@@ -634,7 +638,7 @@ impl Engine {
     pub(super) fn plan_set_xattr<R: IndexRead + ?Sized>(
         &self,
         view: &Overlay<'_, R>,
-        p: &str,
+        p: &[u8],
         name: &str,
         value: &[u8],
         flag: XattrFlag,
@@ -656,13 +660,13 @@ impl Engine {
         match (flag, &old) {
             (XattrFlag::Create, Some(_)) => {
                 return Err(Error::XattrExists {
-                    path: canon,
+                    path: canon.to_string(),
                     name: name.to_owned(),
                 })
             }
             (XattrFlag::Replace, None) => {
                 return Err(Error::NoSuchXattr {
-                    path: canon,
+                    path: canon.to_string(),
                     name: name.to_owned(),
                 })
             }
@@ -695,7 +699,7 @@ impl Engine {
     pub(super) fn plan_remove_xattr<R: IndexRead + ?Sized>(
         &self,
         view: &Overlay<'_, R>,
-        p: &str,
+        p: &[u8],
         name: &str,
         now: u64,
     ) -> Result<Plan> {
@@ -713,7 +717,7 @@ impl Engine {
                 change_ms: now,
             }])),
             None => Err(Error::NoSuchXattr {
-                path: canon,
+                path: canon.to_string(),
                 name: name.to_owned(),
             }),
         }
@@ -725,7 +729,7 @@ impl Engine {
     pub(super) fn plan_set_quota<R: IndexRead + ?Sized>(
         &self,
         view: &Overlay<'_, R>,
-        p: &str,
+        p: &[u8],
         inodes: Option<u64>,
         bytes: Option<u64>,
     ) -> Result<Plan> {
@@ -767,7 +771,7 @@ impl Engine {
     pub(super) fn plan_clear_quota<R: IndexRead + ?Sized>(
         &self,
         view: &Overlay<'_, R>,
-        p: &str,
+        p: &[u8],
     ) -> Result<Plan> {
         let (r, canon) = self.resolve_quota_dir(view, p)?;
         match stored_quota(view, r.inode.id)? {
@@ -786,7 +790,7 @@ impl Engine {
     pub(super) fn plan_recount_quota<R: IndexRead + ?Sized>(
         &self,
         view: &Overlay<'_, R>,
-        p: &str,
+        p: &[u8],
     ) -> Result<Plan> {
         let (r, canon) = self.resolve_quota_dir(view, p)?;
         let Some(q) = stored_quota(view, r.inode.id)? else {
@@ -817,7 +821,7 @@ impl Engine {
     /// with `dir_attrs`, then `last`. Each charges the quotas on the path.
     pub(super) fn create_chain(
         &mut self,
-        comps: &[&str],
+        comps: &[&[u8]],
         w: &Walked,
         dir_attrs: &Attrs,
         last: Last<'_>,
@@ -835,9 +839,9 @@ impl Engine {
                 (true, Last::Symlink(attrs, target)) => Event::Symlink {
                     id,
                     parent,
-                    name,
+                    name: name.into(),
                     path,
-                    target: target.to_owned(),
+                    target: target.to_owned().into(),
                     attrs: attrs.clone(),
                     parent_mtime_ms: now,
                     quotas,
@@ -845,7 +849,7 @@ impl Engine {
                 (is_last, last) => Event::Create {
                     id,
                     parent,
-                    name,
+                    name: name.into(),
                     path,
                     attrs: match (is_last, last) {
                         (true, Last::Inode(a)) => a.clone(),
@@ -865,9 +869,9 @@ impl Engine {
     pub(super) fn resolve_canon(
         &self,
         view: &(impl IndexRead + ?Sized),
-        p: &str,
+        p: &[u8],
         with_quotas: bool,
-    ) -> Result<(Resolved, String)> {
+    ) -> Result<(Resolved, ByteString)> {
         let canon = path::canonical(p)?;
         let quotas = (with_quotas && !self.state.quotas.is_empty()).then_some(&self.state.quotas);
         Ok((resolve_in(view, &self.names, &canon, quotas)?, canon))
@@ -877,11 +881,11 @@ impl Engine {
     fn resolve_quota_dir(
         &self,
         view: &(impl IndexRead + ?Sized),
-        p: &str,
-    ) -> Result<(Resolved, String)> {
+        p: &[u8],
+    ) -> Result<(Resolved, ByteString)> {
         let (r, canon) = self.resolve_canon(view, p, false)?;
         if !r.inode.attrs.kind.is_dir() {
-            return Err(Error::NotADirectory(canon));
+            return Err(Error::NotADirectory(canon.to_string()));
         }
         Ok((r, canon))
     }
@@ -892,12 +896,12 @@ impl Engine {
     pub(super) fn resolve_file(
         &self,
         view: &(impl IndexRead + ?Sized),
-        p: &str,
-    ) -> Result<(Resolved, String)> {
+        p: &[u8],
+    ) -> Result<(Resolved, ByteString)> {
         let (r, canon) = self.resolve_canon(view, p, true)?;
         match r.inode.attrs.kind {
             FileType::File => Ok((r, canon)),
-            FileType::Directory => Err(Error::IsADirectory(canon)),
+            FileType::Directory => Err(Error::IsADirectory(canon.to_string())),
             FileType::Symlink => Err(Error::InvalidArgument(format!(
                 "{canon} is a symbolic link (links are not followed)"
             ))),
@@ -907,7 +911,7 @@ impl Engine {
 
 /// A write that would take quota `id`'s usage past its counters' range.
 fn usage_out_of_range(view: &(impl IndexRead + ?Sized), id: u64) -> Error {
-    let path = path_of(view, id).unwrap_or_else(|_| format!("inode {id}"));
+    let path = path_of(view, id).unwrap_or_else(|_| format!("inode {id}").into());
     Error::InvalidArgument(format!(
         "the usage of {path}'s quota would pass 2^64 (its counters' range)"
     ))

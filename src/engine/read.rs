@@ -27,12 +27,10 @@ pub(crate) fn inode_from_entry<N: AsRef<[u8]>>(
     id: u64,
     e: &InodeEntryV2<N>,
 ) -> Result<Inode> {
-    let name = String::from_utf8(e.name.as_ref().to_vec())
-        .map_err(|_| Error::corrupt("inode entry", format!("name of inode {id} is not UTF-8")))?;
     Ok(Inode {
         id,
         parent: e.parent_id,
-        name,
+        name: e.name.as_ref().into(),
         attrs: Attrs {
             kind: file_type(e.kind),
             size: e.size,
@@ -84,9 +82,9 @@ pub(crate) fn get_inode(
 pub(crate) fn get_child(
     view: &(impl IndexRead + ?Sized),
     parent: u64,
-    name: &str,
+    name: &[u8],
 ) -> Result<Option<u64>> {
-    match view.get(Cf::Edges, &edge_key(parent, name.as_bytes()))? {
+    match view.get(Cf::Edges, &edge_key(parent, name))? {
         Some(v) => Ok(Some(format::decode_edge_value(&v)?)),
         None => Ok(None),
     }
@@ -131,7 +129,7 @@ pub(super) struct Resolved {
 pub(super) fn resolve_in(
     view: &(impl IndexRead + ?Sized),
     names: &Names,
-    p: &str,
+    p: &[u8],
     quotas: Option<&BTreeSet<u64>>,
 ) -> Result<Resolved> {
     let comps = path::components(p)?;
@@ -148,9 +146,9 @@ pub(super) fn resolve_in(
             Some(id) => cur = id,
             None => {
                 return Err(if must_inode(view, names, cur)?.attrs.kind.is_dir() {
-                    Error::NotFound(path::join_all(&comps[..=i]))
+                    Error::NotFound(path::join_all(&comps[..=i]).to_string())
                 } else {
-                    Error::NotADirectory(path::join_all(&comps[..i]))
+                    Error::NotADirectory(path::join_all(&comps[..i]).to_string())
                 })
             }
         }
@@ -162,17 +160,21 @@ pub(super) fn resolve_in(
 }
 
 /// Resolves a path to its inode.
-pub(crate) fn resolve(view: &(impl IndexRead + ?Sized), names: &Names, p: &str) -> Result<Inode> {
-    resolve_in(view, names, p, None).map(|r| r.inode)
+pub(crate) fn resolve(
+    view: &(impl IndexRead + ?Sized),
+    names: &Names,
+    p: &(impl AsRef<[u8]> + ?Sized),
+) -> Result<Inode> {
+    resolve_in(view, names, p.as_ref(), None).map(|r| r.inode)
 }
 
 /// The full path of an inode, by walking parent links.
-pub(crate) fn path_of(view: &(impl IndexRead + ?Sized), id: u64) -> Result<String> {
+pub(crate) fn path_of(view: &(impl IndexRead + ?Sized), id: u64) -> Result<ByteString> {
     let mut names_up = Vec::new();
     let mut cur = stored_entry(view, id)?.ok_or(Error::InodeNotFound(id))?;
     let mut cur_id = id;
     while cur_id != ROOT_ID {
-        names_up.push(String::from_utf8_lossy(&cur.name).into_owned());
+        names_up.push(cur.name);
         if names_up.len() > 4096 {
             return Err(Error::corrupt(
                 "index",
@@ -183,8 +185,7 @@ pub(crate) fn path_of(view: &(impl IndexRead + ?Sized), id: u64) -> Result<Strin
         cur = stored_entry(view, cur_id)?.ok_or_else(|| missing_inode(cur_id))?;
     }
     names_up.reverse();
-    let refs: Vec<&str> = names_up.iter().map(String::as_str).collect();
-    Ok(path::join_all(&refs))
+    Ok(path::join_all(&names_up))
 }
 
 /// One page of a directory's children, in name byte order.
@@ -192,7 +193,7 @@ pub(crate) fn list_children(
     view: &(impl IndexRead + ?Sized),
     names: &Names,
     dir: u64,
-    start_after: Option<&str>,
+    start_after: Option<&[u8]>,
     limit: usize,
 ) -> Result<(Vec<DirEntry>, bool)> {
     let mut out = Vec::new();
@@ -219,14 +220,14 @@ pub(crate) fn visit_children(
     view: &(impl IndexRead + ?Sized),
     names: &Names,
     dir: u64,
-    start_after: Option<&str>,
+    start_after: Option<&[u8]>,
     limit: usize,
     entry: &mut DirEntry,
     f: &mut dyn FnMut(&mut DirEntry) -> Result<()>,
-) -> Result<Option<String>> {
+) -> Result<Option<ByteString>> {
     let prefix = edge_prefix(dir);
-    let after = start_after.map(|s| edge_key(dir, s.as_bytes()));
-    let mut name_bytes = String::new();
+    let after = start_after.map(|s| edge_key(dir, s));
+    let mut name_bytes: Vec<u8> = Vec::new();
     // Per child, in name order: its name's end in `name_bytes`, its id.
     let mut children: Vec<(usize, u64)> = Vec::new();
     // One more than asked tells whether another page exists.
@@ -237,9 +238,7 @@ pub(crate) fn visit_children(
         limit.saturating_add(1),
         &mut |k, v| {
             let (_, name) = format::decode_edge_key(k)?;
-            let name = std::str::from_utf8(name)
-                .map_err(|_| Error::corrupt("edge key", "name is not UTF-8"))?;
-            name_bytes.push_str(name);
+            name_bytes.extend_from_slice(name);
             children.push((name_bytes.len(), format::decode_edge_value(v)?));
             Ok(())
         },
@@ -268,7 +267,7 @@ pub(crate) fn visit_children(
     let n = children.len();
     let from = n.checked_sub(2).map_or(0, |i| children[i].0);
     let to = n.checked_sub(1).map_or(0, |i| children[i].0);
-    Ok(more.then(|| name_bytes[from..to].to_owned()))
+    Ok(more.then(|| name_bytes[from..to].into()))
 }
 
 /// Decodes a child's stored entry into `out`, reusing its strings' room.
@@ -276,19 +275,17 @@ pub(super) fn fill_entry(
     view: &(impl IndexRead + ?Sized),
     names: &Names,
     id: u64,
-    name: &str,
+    name: &[u8],
     e: &InodeEntryV2<&[u8]>,
     out: &mut DirEntry,
 ) -> Result<()> {
-    let stored = std::str::from_utf8(e.name)
-        .map_err(|_| Error::corrupt("inode entry", format!("name of inode {id} is not UTF-8")))?;
     out.name.clear();
-    out.name.push_str(name);
+    out.name.push_bytes(name);
     let ino = &mut out.inode;
     ino.id = id;
     ino.parent = e.parent_id;
     ino.name.clear();
-    ino.name.push_str(stored);
+    ino.name.push_bytes(e.name);
     let a = &mut ino.attrs;
     a.kind = file_type(e.kind);
     a.size = e.size;
@@ -329,7 +326,11 @@ pub(super) fn has_children(view: &(impl IndexRead + ?Sized), dir: u64) -> Result
 }
 
 /// The target of the symbolic link at `p`.
-pub(crate) fn readlink(view: &(impl IndexRead + ?Sized), names: &Names, p: &str) -> Result<String> {
+pub(crate) fn readlink(
+    view: &(impl IndexRead + ?Sized),
+    names: &Names,
+    p: &[u8],
+) -> Result<ByteString> {
     let canon = path::canonical(p)?;
     let ino = resolve(view, names, &canon)?;
     if !ino.attrs.kind.is_symlink() {
@@ -339,8 +340,7 @@ pub(crate) fn readlink(view: &(impl IndexRead + ?Sized), names: &Names, p: &str)
         )));
     }
     let e = stored_entry(view, ino.id)?.ok_or_else(|| missing_inode(ino.id))?;
-    String::from_utf8(e.target)
-        .map_err(|_| Error::corrupt("inode entry", format!("target of {canon} is not UTF-8")))
+    Ok(e.target.into())
 }
 
 /// The extended attributes of inode `id` (whose entry has the flag).
@@ -366,7 +366,7 @@ pub(super) fn stored_xattrs(
 pub(crate) fn get_xattrs(
     view: &(impl IndexRead + ?Sized),
     names: &Names,
-    p: &str,
+    p: &[u8],
     name: Option<&str>,
 ) -> Result<Vec<Xattr>> {
     let canon = path::canonical(p)?;
@@ -384,7 +384,7 @@ pub(crate) fn get_xattrs(
         Some(n) => match list.get(n.as_bytes()) {
             Some(v) => Ok(vec![xattr(n.as_bytes(), v)?]),
             None => Err(Error::NoSuchXattr {
-                path: canon,
+                path: canon.to_string(),
                 name: n.to_owned(),
             }),
         },
@@ -422,7 +422,7 @@ pub(crate) fn count_subtree(
     view: &(impl IndexRead + ?Sized),
     id: u64,
     max: usize,
-    what: &str,
+    what: &BStr,
 ) -> Result<Counted> {
     count(view, id, max, what, true)
 }
@@ -433,7 +433,7 @@ pub(crate) fn count_subtree_walking(
     view: &(impl IndexRead + ?Sized),
     id: u64,
     max: usize,
-    what: &str,
+    what: &BStr,
 ) -> Result<Counted> {
     count(view, id, max, what, false)
 }
@@ -442,7 +442,7 @@ pub(super) fn count(
     view: &(impl IndexRead + ?Sized),
     id: u64,
     max: usize,
-    what: &str,
+    what: &BStr,
     counters: bool,
 ) -> Result<Counted> {
     let mut c = Counted::default();
@@ -494,13 +494,13 @@ pub(super) fn count(
 /// may sum past 2^64 bytes, but nothing that counts them exactly (a quota
 /// set over them, a move into a quota, `count`) can take them, so the
 /// request is refused rather than counted short.
-fn past_counters(what: &str) -> Error {
+fn past_counters(what: &BStr) -> Error {
     Error::InvalidArgument(format!(
         "the files under {what} sum past 2^64 bytes, more than a usage counter holds"
     ))
 }
 
-pub(super) fn too_many(what: &str, max: usize) -> Error {
+pub(super) fn too_many(what: impl std::fmt::Display, max: usize) -> Error {
     Error::InvalidArgument(format!(
         "{what} holds more than {max} inodes, the most counted by a walk: give it a quota \
          (one without limits keeps its usage counted), or count its subdirectories"
@@ -514,7 +514,7 @@ pub(super) fn too_many(what: &str, max: usize) -> Error {
 pub(crate) fn content_summary(
     view: &(impl IndexRead + ?Sized),
     names: &Names,
-    p: &str,
+    p: &[u8],
     max: usize,
 ) -> Result<ContentSummary> {
     let canon = path::canonical(p)?;

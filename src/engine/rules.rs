@@ -14,12 +14,12 @@ pub(super) fn check_mode(mode: u32) -> Result<()> {
 /// Longest symbolic link target (Linux's `PATH_MAX`).
 pub(super) const MAX_SYMLINK_TARGET: usize = 4096;
 
-pub(super) fn check_target(target: &str) -> Result<()> {
-    if target.is_empty() || target.len() > MAX_SYMLINK_TARGET || target.contains('\0') {
+pub(super) fn check_target(target: &[u8]) -> Result<()> {
+    if target.is_empty() || target.len() > MAX_SYMLINK_TARGET || target.contains(&0) {
         return Err(Error::InvalidArgument(format!(
             "a symbolic link's target is 1…{MAX_SYMLINK_TARGET} bytes without NUL, not {} bytes{}",
             target.len(),
-            if target.contains('\0') {
+            if target.contains(&0) {
                 " with a NUL"
             } else {
                 ""
@@ -151,7 +151,7 @@ pub(super) fn size_delta(old: u64, new: u64) -> (Usage, Usage) {
 #[derive(Clone, Copy)]
 pub(super) enum Last<'a> {
     Inode(&'a Attrs),
-    Symlink(&'a Attrs, &'a str),
+    Symlink(&'a Attrs, &'a [u8]),
 }
 
 /// A dictionary string's own limit (1…255 bytes, or empty for none).
@@ -166,7 +166,7 @@ pub(super) fn check_dict_string(kind: DictKind, s: &str) -> Result<()> {
     Ok(())
 }
 
-pub(super) fn update(r: Resolved, path: String, new: Attrs) -> Update {
+pub(super) fn update(r: Resolved, path: ByteString, new: Attrs) -> Update {
     let ino = r.inode;
     Update {
         quotas: if new.size != ino.attrs.size {

@@ -17,7 +17,7 @@ pub(super) struct Walked {
 /// components follow) is not one.
 pub(super) fn walk_existing(
     view: &(impl IndexRead + ?Sized),
-    comps: &[&str],
+    comps: &[&[u8]],
     quotas: &BTreeSet<u64>,
 ) -> Result<Walked> {
     // The edges alone, as in `resolve`: a file has no edges under it, so
@@ -47,7 +47,9 @@ pub(super) fn walk_existing(
     }
     let kind = stored_kind(view, id)?;
     if existing < comps.len() && !kind.is_dir() {
-        return Err(Error::NotADirectory(path::join_all(&comps[..existing])));
+        return Err(Error::NotADirectory(
+            path::join_all(&comps[..existing]).to_string(),
+        ));
     }
     Ok(Walked {
         id,
@@ -79,7 +81,7 @@ pub(super) fn record_too_big(size: usize, max: usize) -> Error {
 pub(super) fn check_subtree_paths(
     view: &(impl IndexRead + ?Sized),
     id: u64,
-    dst: &str,
+    dst: &[u8],
     max: usize,
 ) -> Result<()> {
     let room = path::MAX_PATH_LEN.saturating_sub(dst.len());
@@ -92,8 +94,9 @@ pub(super) fn check_subtree_paths(
             let child_rel = rel + 1 + name.len();
             if child_rel > room {
                 return Err(Error::InvalidArgument(format!(
-                    "moving it to {dst} would make a path under it {} bytes long, \
+                    "moving it to {} would make a path under it {} bytes long, \
                      more than {}",
+                    path::display(dst),
                     dst.len() + child_rel,
                     path::MAX_PATH_LEN
                 )));
@@ -121,7 +124,7 @@ pub(super) fn delete_subtree(
     view: &(impl IndexRead + ?Sized),
     names: &Names,
     top: Resolved,
-    ino_path: String,
+    ino_path: ByteString,
     (max, max_bytes): (usize, usize),
     now: u64,
     out: &mut Vec<Event>,
@@ -130,7 +133,7 @@ pub(super) fn delete_subtree(
     // long paths is refused before its events fill memory: each event's
     // strings plus a generous bound on its integers.
     let mut bytes = 0usize;
-    let too_many = |p: &str| {
+    let too_many = |p: &ByteString| {
         Error::InvalidArgument(format!(
             "{p} holds more than {max} inodes, the most one delete removes (its record \
              holds an event per inode): delete its subdirectories first"
@@ -143,7 +146,7 @@ pub(super) fn delete_subtree(
     let top_id = ino.id;
     let top_path = ino_path.clone();
     // Iterative post-order walk: deep trees must not overflow the stack.
-    let mut stack: Vec<(Inode, String, bool)> = vec![(ino, ino_path, false)];
+    let mut stack: Vec<(Inode, ByteString, bool)> = vec![(ino, ino_path, false)];
     while let Some((node, p, expanded)) = stack.pop() {
         if node.attrs.kind.is_dir() && !expanded {
             // Inodes found so far: deleted, waiting, and this one. Read one

@@ -268,7 +268,7 @@ impl Harness {
         let (entries, more) =
             list_children(&self.index, &self.engine.names, self.id(p), None, 1 << 20).unwrap();
         assert!(!more);
-        entries.into_iter().map(|e| e.name).collect()
+        entries.into_iter().map(|e| e.name.to_string()).collect()
     }
 
     /// Every path but the root, sorted.
@@ -281,9 +281,9 @@ impl Harness {
             for k in kids {
                 let cp = path::join(&p, &k.name);
                 if k.inode.attrs.kind.is_dir() {
-                    todo.push((k.inode.id, cp.clone()));
+                    todo.push((k.inode.id, cp.to_string()));
                 }
-                out.push(cp);
+                out.push(cp.to_string());
             }
         }
         out.sort();
@@ -509,7 +509,7 @@ fn mkdir_creates_one_directory_with_the_commands_attributes() {
     assert_eq!(ev, vec![created(2, ROOT_ID, "/data", attrs.clone())]);
     let ino = h.ino("/data");
     assert_eq!(
-        (ino.id, ino.parent, ino.name.as_str()),
+        (ino.id, ino.parent, ino.name.to_str().unwrap()),
         (2, ROOT_ID, "data")
     );
     assert_eq!(ino.attrs, attrs);
@@ -905,7 +905,7 @@ fn set_attr_of_the_root_is_allowed() {
         vec![Event::SetAttr(Update {
             id: ROOT_ID,
             parent: 0,
-            name: String::new(),
+            name: String::new().into(),
             path: "/".into(),
             old: root.attrs,
             new,
@@ -1215,7 +1215,7 @@ fn rename_of_a_file_to_another_directory_keeps_its_id_and_attributes() {
     assert_eq!(ev, vec![renamed(&f, "/a/f", b, "/b/g", h.last())]);
     assert!(h.missing("/a/f"));
     let g = h.ino("/b/g");
-    assert_eq!((g.id, g.parent, g.name.as_str()), (f.id, b, "g"));
+    assert_eq!((g.id, g.parent, g.name.to_str().unwrap()), (f.id, b, "g"));
     // The file's change time and both directories' times move with it.
     let t = h.last();
     let mut want = f.attrs.clone();
@@ -1687,13 +1687,18 @@ fn list_children_pages_in_byte_order() {
     let dicts = &h.engine.names;
     let d = h.id("/d");
     let names = |(v, more): (Vec<DirEntry>, bool)| {
-        (v.into_iter().map(|e| e.name).collect::<Vec<_>>(), more)
+        (
+            v.into_iter()
+                .map(|e| e.name.to_string())
+                .collect::<Vec<_>>(),
+            more,
+        )
     };
     let page = list_children(&h.index, dicts, d, None, 2).unwrap();
     assert_eq!(names(page), (vec!["B".to_owned(), "a".into()], true));
-    let page = list_children(&h.index, dicts, d, Some("a"), 2).unwrap();
+    let page = list_children(&h.index, dicts, d, Some(b"a"), 2).unwrap();
     assert_eq!(names(page), (vec!["b".to_owned(), "c".into()], false));
-    let page = list_children(&h.index, dicts, d, Some("c"), 2).unwrap();
+    let page = list_children(&h.index, dicts, d, Some(b"c"), 2).unwrap();
     assert_eq!(names(page), (vec![], false));
 }
 
@@ -1881,7 +1886,7 @@ fn symlinks_keep_their_target_through_renames_and_attribute_changes() {
     h.ok(chown("/d/l", Some("alice"), None));
     h.ok(mv("/d/l", "/m"));
     assert_eq!(
-        readlink(&h.index, &h.engine.names, "/m").unwrap(),
+        readlink(&h.index, &h.engine.names, b"/m").unwrap(),
         "../x/target"
     );
     assert_eq!(h.ino("/m").attrs.owner, "alice");
@@ -1894,7 +1899,7 @@ fn symlinks_keep_their_target_through_renames_and_attribute_changes() {
     assert_eq!(h.kind(symlink("a\0b", "/n")), InvalidArgument);
     h.ok(symlink(&"t".repeat(4096), "/n"));
     assert_eq!(
-        readlink(&h.index, &h.engine.names, "/d")
+        readlink(&h.index, &h.engine.names, b"/d")
             .unwrap_err()
             .kind(),
         InvalidArgument
@@ -1936,7 +1941,7 @@ fn extended_attributes_follow_linux_rules() {
     );
     h.ok(setxattr("/f", "user.a", b"2", XattrFlag::Replace));
     h.ok(setxattr("/f", "trusted.z", b"", XattrFlag::Create));
-    let all = get_xattrs(&h.index, &h.engine.names, "/f", None).unwrap();
+    let all = get_xattrs(&h.index, &h.engine.names, b"/f", None).unwrap();
     let names: Vec<&str> = all.iter().map(|x| x.name.as_str()).collect();
     assert_eq!(names, ["trusted.z", "user.a"]);
     assert_eq!(all[1].value.0, b"2");
@@ -2234,7 +2239,8 @@ fn a_content_summary_walks_and_takes_the_counters_it_meets() {
     h.ok(create_p("/a/b/f"));
     h.ok(complete("/a/b/f", 5));
     h.ok(symlink("t", "/a/l"));
-    let sum = |h: &Harness, p: &str, max| content_summary(&h.index, &h.engine.names, p, max);
+    let sum =
+        |h: &Harness, p: &str, max| content_summary(&h.index, &h.engine.names, p.as_bytes(), max);
     let s = sum(&h, "/a", 100).unwrap();
     assert_eq!(s.usage, usage(1, 2, 1, 5));
     assert_eq!((s.quota, s.from_counters, s.walked), (None, 0, 4));

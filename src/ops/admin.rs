@@ -197,7 +197,7 @@ pub fn check_structure(store: &Store) -> Result<Vec<String>> {
     }
     for (id, q) in &quota_keys {
         let what = format!("directory {id}");
-        match engine::count_subtree_walking(&index, *id, usize::MAX, &what) {
+        match engine::count_subtree_walking(&index, *id, usize::MAX, what.as_bytes().into()) {
             Ok(c) => {
                 let mut walked = c.usage;
                 walked.directories = walked.directories.saturating_sub(1);

@@ -545,10 +545,10 @@ mod tests {
                     .unwrap();
             }
             if i % 13 == 0 {
-                t.rename(&p, &format!("/q/m{i}"), false).unwrap();
+                t.rename(&p, format!("/q/m{i}"), false).unwrap();
             }
             if i % 17 == 0 {
-                t.symlink("x", &format!("/q/a/l{i}"), Default::default())
+                t.symlink("x", format!("/q/a/l{i}"), Default::default())
                     .unwrap();
             }
         }

@@ -1,5 +1,6 @@
 //! Walking a subtree at one state, a page of children at a time.
 
+use crate::bytestr::ByteString;
 use crate::engine::names::Names;
 use crate::error::Result;
 use crate::index::IndexRead;
@@ -16,14 +17,14 @@ pub(crate) struct TreeWalk {
 
 struct WalkFrame {
     id: u64,
-    path: String,
+    path: ByteString,
     buf: std::collections::VecDeque<crate::types::DirEntry>,
-    after: Option<String>,
+    after: Option<ByteString>,
     done: bool,
 }
 
 impl WalkFrame {
-    fn new(id: u64, path: String) -> WalkFrame {
+    fn new(id: u64, path: ByteString) -> WalkFrame {
         WalkFrame {
             id,
             path,
@@ -37,7 +38,7 @@ impl WalkFrame {
 impl TreeWalk {
     /// A walk of the children of directory `id`, whose path is `path`,
     /// reading `page` entries at a time.
-    pub(crate) fn new(id: u64, path: String, page: usize) -> TreeWalk {
+    pub(crate) fn new(id: u64, path: ByteString, page: usize) -> TreeWalk {
         TreeWalk {
             stack: vec![WalkFrame::new(id, path)],
             page,
@@ -49,7 +50,7 @@ impl TreeWalk {
         &mut self,
         idx: &(impl IndexRead + ?Sized),
         names: &Names,
-    ) -> Result<Option<(String, crate::types::DirEntry)>> {
+    ) -> Result<Option<(ByteString, crate::types::DirEntry)>> {
         loop {
             let Some(top) = self.stack.last_mut() else {
                 return Ok(None);
@@ -63,7 +64,7 @@ impl TreeWalk {
                     idx,
                     names,
                     top.id,
-                    top.after.as_deref(),
+                    top.after.as_ref().map(|a| a.as_bytes()),
                     self.page,
                 )?;
                 top.done = !more;

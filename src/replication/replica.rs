@@ -389,7 +389,7 @@ mod tests {
         let leader = open(&dir.path().join("l"), false);
         let replica = open(&dir.path().join("r"), true);
         for i in 0..20 {
-            leader.mkdir_p(&format!("/a/d{i}")).unwrap();
+            leader.mkdir_p(format!("/a/d{i}")).unwrap();
         }
         leader.rename("/a/d3", "/a/e3", false).unwrap();
         let end = leader.committed_seq();

@@ -27,6 +27,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::bytestr::ByteString;
 use crate::commit::shared::Shared;
 use crate::engine;
 use crate::error::{Error, ErrorKind, Result};
@@ -350,7 +351,7 @@ struct SnapshotWalk {
     snap: Arc<PublishedView>,
     /// When `snap` was taken.
     taken: Instant,
-    prefix: String,
+    prefix: ByteString,
     resync: bool,
     /// The sequence of the state walked.
     seq: u64,

@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use crate::bytestr::{BStr, ByteString};
 use crate::engine::{self, names::Names};
 use crate::error::{Error, Result};
 use crate::format::ROOT_ID;
@@ -22,16 +23,18 @@ impl Treelog {
         }
     }
 
-    pub fn stat(&self, path: &str) -> Result<Inode> {
+    pub fn stat(&self, path: impl AsRef<[u8]>) -> Result<Inode> {
+        let path = path.as_ref();
         self.stat_at(path, ReadAt::Latest).map(|r| r.value)
     }
 
     /// Stat at a committed state (see [`ReadAt`]); the reply says which.
-    pub fn stat_at(&self, path: &str, at: ReadAt) -> Result<Read<Inode>> {
+    pub fn stat_at(&self, path: impl AsRef<[u8]>, at: ReadAt) -> Result<Read<Inode>> {
+        let path = path.as_ref();
         let r = self.read_at(at, |idx, dicts| engine::resolve(idx, dicts, path));
         self.count_read(
             0,
-            path.split('/').filter(|c| !c.is_empty()).count() as u64,
+            path.split(|b| *b == b'/').filter(|c| !c.is_empty()).count() as u64,
             &r,
         );
         r
@@ -50,14 +53,20 @@ impl Treelog {
     }
 
     /// The current path of an inode.
-    pub fn path_of(&self, id: u64) -> Result<String> {
+    pub fn path_of(&self, id: u64) -> Result<ByteString> {
         self.read_at(ReadAt::Latest, |idx, _| engine::path_of(idx, id))
             .map(|r| r.value)
     }
 
     /// One page of a directory listing: names after `start_after` in byte
     /// order, at most `limit` of them.
-    pub fn list(&self, dir: &str, start_after: Option<&str>, limit: usize) -> Result<ListPage> {
+    pub fn list(
+        &self,
+        dir: impl AsRef<[u8]>,
+        start_after: Option<&BStr>,
+        limit: usize,
+    ) -> Result<ListPage> {
+        let dir = dir.as_ref();
         self.list_at(dir, start_after, limit, ReadAt::Latest)
             .map(|r| r.value)
     }
@@ -67,60 +76,68 @@ impl Treelog {
     /// [`Treelog::pin_view`] if the state may move meanwhile.
     pub fn list_at(
         &self,
-        dir: &str,
-        start_after: Option<&str>,
+        dir: impl AsRef<[u8]>,
+        start_after: Option<&BStr>,
         limit: usize,
         at: ReadAt,
     ) -> Result<Read<ListPage>> {
+        let dir = dir.as_ref();
         let r = self.read_at(at, |idx, dicts| {
             list_page(idx, dicts, dir, start_after, limit)
         });
         self.count_read(
             2,
-            dir.split('/').filter(|c| !c.is_empty()).count() as u64,
+            dir.split(|b| *b == b'/').filter(|c| !c.is_empty()).count() as u64,
             &r,
         );
         r
     }
 
     /// The target of the symbolic link at `path`.
-    pub fn readlink(&self, path: &str) -> Result<String> {
+    pub fn readlink(&self, path: impl AsRef<[u8]>) -> Result<ByteString> {
+        let path = path.as_ref();
         self.readlink_at(path, ReadAt::Latest).map(|r| r.value)
     }
 
-    pub fn readlink_at(&self, path: &str, at: ReadAt) -> Result<Read<String>> {
+    pub fn readlink_at(&self, path: impl AsRef<[u8]>, at: ReadAt) -> Result<Read<ByteString>> {
+        let path = path.as_ref();
         self.read_at(at, |idx, names| engine::readlink(idx, names, path))
     }
 
     /// The extended attribute `name` of `path` (`NotFound` without it).
-    pub fn get_xattr(&self, path: &str, name: &str) -> Result<Bytes> {
+    pub fn get_xattr(&self, path: impl AsRef<[u8]>, name: &str) -> Result<Bytes> {
+        let path = path.as_ref();
         let mut all = self.xattrs_at(path, Some(name), ReadAt::Latest)?.value;
         Ok(all.pop().map(|x| x.value).unwrap_or_default())
     }
 
     /// Every extended attribute of `path`, in name order.
-    pub fn list_xattrs(&self, path: &str) -> Result<Vec<Xattr>> {
+    pub fn list_xattrs(&self, path: impl AsRef<[u8]>) -> Result<Vec<Xattr>> {
+        let path = path.as_ref();
         self.xattrs_at(path, None, ReadAt::Latest).map(|r| r.value)
     }
 
     /// The extended attribute `name` of `path`, or all of them.
     pub fn xattrs_at(
         &self,
-        path: &str,
+        path: impl AsRef<[u8]>,
         name: Option<&str>,
         at: ReadAt,
     ) -> Result<Read<Vec<Xattr>>> {
+        let path = path.as_ref();
         self.read_at(at, |idx, names| engine::get_xattrs(idx, names, path, name))
     }
 
     /// The usage under `path`, the path itself included (`count`, `du
     /// -s`): from its quota's counters when it has one, else by a walk of
     /// at most [`Options::max_count_inodes`] inodes at one state.
-    pub fn count(&self, path: &str) -> Result<ContentSummary> {
+    pub fn count(&self, path: impl AsRef<[u8]>) -> Result<ContentSummary> {
+        let path = path.as_ref();
         self.count_at(path, ReadAt::Latest).map(|r| r.value)
     }
 
-    pub fn count_at(&self, path: &str, at: ReadAt) -> Result<Read<ContentSummary>> {
+    pub fn count_at(&self, path: impl AsRef<[u8]>, at: ReadAt) -> Result<Read<ContentSummary>> {
+        let path = path.as_ref();
         let max = self.max_count_inodes;
         if let ReadAt::Latest = at {
             // A walk reads many keys: at one pinned state, not through the
@@ -203,7 +220,8 @@ impl Treelog {
     }
 
     /// Every entry of a directory (all pages), at one committed state.
-    pub fn list_all(&self, dir: &str) -> Result<Vec<crate::types::DirEntry>> {
+    pub fn list_all(&self, dir: impl AsRef<[u8]>) -> Result<Vec<crate::types::DirEntry>> {
+        let dir = dir.as_ref();
         let mut out = Vec::new();
         self.visit_all(dir, &mut |e| {
             out.push(std::mem::take(e));
@@ -219,9 +237,10 @@ impl Treelog {
     /// in the memory of a page. An error from `f` stops the listing.
     pub fn list_each(
         &self,
-        dir: &str,
+        dir: impl AsRef<[u8]>,
         mut f: impl FnMut(&crate::types::DirEntry) -> Result<()>,
     ) -> Result<u64> {
+        let dir = dir.as_ref();
         self.visit_all(dir, &mut |e| f(e))
     }
 
@@ -229,19 +248,20 @@ impl Treelog {
     /// (`list_all` takes them, `list_each` only looks).
     fn visit_all(
         &self,
-        dir: &str,
+        dir: &[u8],
         f: &mut dyn FnMut(&mut crate::types::DirEntry) -> Result<()>,
     ) -> Result<u64> {
         let view = self.publication().view();
         let mut entry = crate::types::DirEntry::default();
-        let mut after: Option<String> = None;
+        let mut after: Option<ByteString> = None;
         loop {
             // At a pinned state the read runs once: `f` sees each entry once.
             after = self
                 .publication()
                 .read_at(self.store(), &view, |idx, dicts| {
                     let id = resolve_dir(idx, dicts, dir)?;
-                    engine::visit_children(idx, dicts, id, after.as_deref(), 1024, &mut entry, f)
+                    let after = after.as_ref().map(|a| a.as_bytes());
+                    engine::visit_children(idx, dicts, id, after, 1024, &mut entry, f)
                 })?;
             if after.is_none() {
                 return Ok(view.seq);
@@ -256,16 +276,17 @@ impl Treelog {
     /// each directory on its path in memory.
     pub fn walk(
         &self,
-        dir: &str,
-        mut visit: impl FnMut(&str, &crate::types::DirEntry) -> Result<()>,
+        dir: impl AsRef<[u8]>,
+        mut visit: impl FnMut(&ByteString, &crate::types::DirEntry) -> Result<()>,
     ) -> Result<u64> {
+        let dir = dir.as_ref();
         let publication = self.publication();
         let view = publication.view();
         let root = publication.read_at(self.store(), &view, |idx, dicts| {
             engine::resolve(idx, dicts, dir)
         })?;
         if !root.attrs.kind.is_dir() {
-            return Err(Error::NotADirectory(path::canonical(dir)?));
+            return Err(Error::NotADirectory(path::canonical(dir)?.to_string()));
         }
         let mut walk = TreeWalk::new(root.id, path::canonical(dir)?, 1024);
         while let Some((p, e)) =
@@ -288,10 +309,10 @@ impl Treelog {
 }
 
 /// The id of the directory at `dir` (`NotADirectory` for another kind).
-fn resolve_dir(idx: &dyn IndexRead, dicts: &Names, dir: &str) -> Result<u64> {
+fn resolve_dir(idx: &dyn IndexRead, dicts: &Names, dir: &[u8]) -> Result<u64> {
     let ino = engine::resolve(idx, dicts, dir)?;
     if !ino.attrs.kind.is_dir() {
-        return Err(Error::NotADirectory(path::canonical(dir)?));
+        return Err(Error::NotADirectory(path::canonical(dir)?.to_string()));
     }
     Ok(ino.id)
 }
@@ -300,15 +321,15 @@ fn resolve_dir(idx: &dyn IndexRead, dicts: &Names, dir: &str) -> Result<u64> {
 pub(super) fn list_page(
     idx: &dyn IndexRead,
     dicts: &Names,
-    dir: &str,
-    start_after: Option<&str>,
+    dir: &[u8],
+    start_after: Option<&BStr>,
     limit: usize,
 ) -> Result<ListPage> {
     let id = resolve_dir(idx, dicts, dir)?;
     if let Some(s) = start_after {
         path::validate_name(s)?;
     }
-    let (entries, more) = engine::list_children(idx, dicts, id, start_after, limit)?;
+    let (entries, more) = engine::list_children(idx, dicts, id, start_after.map(|s| &**s), limit)?;
     let next_start_after = if more {
         entries.last().map(|e| e.name.clone())
     } else {
@@ -343,7 +364,7 @@ mod tests {
                 String::new()
             };
             t.create(
-                &format!("/d/f{i:05}"),
+                format!("/d/f{i:05}"),
                 CreateOptions {
                     owner,
                     ..Default::default()
@@ -353,11 +374,11 @@ mod tests {
         }
         // Later names for early ids: name order is no longer id order.
         for i in (0..n).step_by(5) {
-            t.rename(&format!("/d/f{i:05}"), &format!("/d/z{i:05}"), false)
+            t.rename(format!("/d/f{i:05}"), format!("/d/z{i:05}"), false)
                 .unwrap();
         }
         let mut paged = Vec::new();
-        let mut after: Option<String> = None;
+        let mut after: Option<ByteString> = None;
         loop {
             let page = t.list("/d", after.as_deref(), 700).unwrap();
             paged.extend(page.entries);

@@ -3,6 +3,7 @@
 //! and so at the same committed state as the read itself. Without a
 //! caller, the plain read.
 
+use crate::bytestr::{BStr, ByteString};
 use crate::caller::Caller;
 use crate::engine::{self, access, access::ReadNeed};
 use crate::error::Result;
@@ -12,7 +13,7 @@ use crate::types::{ContentSummary, Inode, ListPage, Xattr};
 
 impl Treelog {
     /// [`Treelog::stat_at`] for `caller`: search on the directories above.
-    pub fn stat_as(&self, caller: Option<&Caller>, path: &str, at: ReadAt) -> Result<Read<Inode>> {
+    pub fn stat_as(&self, caller: Option<&Caller>, path: &[u8], at: ReadAt) -> Result<Read<Inode>> {
         let Some(c) = caller else {
             return self.stat_at(path, at);
         };
@@ -28,8 +29,8 @@ impl Treelog {
     pub fn list_as(
         &self,
         caller: Option<&Caller>,
-        dir: &str,
-        start_after: Option<&str>,
+        dir: &[u8],
+        start_after: Option<&BStr>,
         limit: usize,
         at: ReadAt,
     ) -> Result<Read<ListPage>> {
@@ -48,9 +49,9 @@ impl Treelog {
     pub fn readlink_as(
         &self,
         caller: Option<&Caller>,
-        path: &str,
+        path: &[u8],
         at: ReadAt,
-    ) -> Result<Read<String>> {
+    ) -> Result<Read<ByteString>> {
         let Some(c) = caller else {
             return self.readlink_at(path, at);
         };
@@ -66,7 +67,7 @@ impl Treelog {
     pub fn xattrs_as(
         &self,
         caller: Option<&Caller>,
-        path: &str,
+        path: &[u8],
         name: Option<&str>,
         at: ReadAt,
     ) -> Result<Read<Vec<Xattr>>> {
@@ -90,7 +91,7 @@ impl Treelog {
     pub fn count_as(
         &self,
         caller: Option<&Caller>,
-        path: &str,
+        path: &[u8],
         at: ReadAt,
     ) -> Result<Read<ContentSummary>> {
         if let Some(c) = caller {
@@ -102,6 +103,6 @@ impl Treelog {
     }
 }
 
-fn depth(path: &str) -> u64 {
-    path.split('/').filter(|c| !c.is_empty()).count() as u64
+fn depth(path: &[u8]) -> u64 {
+    path.split(|b| *b == b'/').filter(|c| !c.is_empty()).count() as u64
 }

@@ -45,9 +45,9 @@ impl Treelog {
             .await
     }
 
-    pub fn mkdir(&self, path: &str, o: MkdirOptions) -> Result<u64> {
+    pub fn mkdir(&self, path: impl AsRef<[u8]>, o: MkdirOptions) -> Result<u64> {
         self.submit(Command::Mkdir {
-            path: path.to_owned(),
+            path: path.as_ref().into(),
             parents: o.parents,
             mode: o.mode,
             owner: o.owner,
@@ -56,7 +56,7 @@ impl Treelog {
     }
 
     /// `mkdir -p` with default attributes.
-    pub fn mkdir_p(&self, path: &str) -> Result<u64> {
+    pub fn mkdir_p(&self, path: impl AsRef<[u8]>) -> Result<u64> {
         self.mkdir(
             path,
             MkdirOptions {
@@ -66,9 +66,9 @@ impl Treelog {
         )
     }
 
-    pub fn create(&self, path: &str, o: CreateOptions) -> Result<u64> {
+    pub fn create(&self, path: impl AsRef<[u8]>, o: CreateOptions) -> Result<u64> {
         self.submit(Command::Create {
-            path: path.to_owned(),
+            path: path.as_ref().into(),
             parents: o.parents,
             mode: o.mode,
             owner: o.owner,
@@ -77,23 +77,23 @@ impl Treelog {
         })
     }
 
-    pub fn complete(&self, path: &str, size: u64) -> Result<u64> {
+    pub fn complete(&self, path: impl AsRef<[u8]>, size: u64) -> Result<u64> {
         self.submit(Command::Complete {
-            path: path.to_owned(),
+            path: path.as_ref().into(),
             size,
         })
     }
 
-    pub fn set_size(&self, path: &str, size: u64) -> Result<u64> {
+    pub fn set_size(&self, path: impl AsRef<[u8]>, size: u64) -> Result<u64> {
         self.submit(Command::SetSize {
-            path: path.to_owned(),
+            path: path.as_ref().into(),
             size,
         })
     }
 
-    pub fn set_attrs(&self, path: &str, a: SetAttrs) -> Result<u64> {
+    pub fn set_attrs(&self, path: impl AsRef<[u8]>, a: SetAttrs) -> Result<u64> {
         self.submit(Command::SetAttr {
-            path: path.to_owned(),
+            path: path.as_ref().into(),
             mode: a.mode,
             owner: a.owner,
             group: a.group,
@@ -101,26 +101,36 @@ impl Treelog {
         })
     }
 
-    pub fn delete(&self, path: &str, recursive: bool) -> Result<u64> {
+    pub fn delete(&self, path: impl AsRef<[u8]>, recursive: bool) -> Result<u64> {
         self.submit(Command::Delete {
-            path: path.to_owned(),
+            path: path.as_ref().into(),
             recursive,
         })
     }
 
-    pub fn rename(&self, src: &str, dst: &str, overwrite: bool) -> Result<u64> {
+    pub fn rename(
+        &self,
+        src: impl AsRef<[u8]>,
+        dst: impl AsRef<[u8]>,
+        overwrite: bool,
+    ) -> Result<u64> {
         self.submit(Command::Rename {
-            src: src.to_owned(),
-            dst: dst.to_owned(),
+            src: src.as_ref().into(),
+            dst: dst.as_ref().into(),
             overwrite,
         })
     }
 
     /// `ln -s TARGET PATH`: a symbolic link (see [`Command::Symlink`]).
-    pub fn symlink(&self, target: &str, path: &str, o: MkdirOptions) -> Result<u64> {
+    pub fn symlink(
+        &self,
+        target: impl AsRef<[u8]>,
+        path: impl AsRef<[u8]>,
+        o: MkdirOptions,
+    ) -> Result<u64> {
         self.submit(Command::Symlink {
-            target: target.to_owned(),
-            path: path.to_owned(),
+            target: target.as_ref().into(),
+            path: path.as_ref().into(),
             parents: o.parents,
             owner: o.owner,
             group: o.group,
@@ -128,42 +138,53 @@ impl Treelog {
     }
 
     /// Sets an extended attribute (see [`Command::SetXattr`]).
-    pub fn set_xattr(&self, path: &str, name: &str, value: &[u8], flag: XattrFlag) -> Result<u64> {
+    pub fn set_xattr(
+        &self,
+        path: impl AsRef<[u8]>,
+        name: &str,
+        value: &[u8],
+        flag: XattrFlag,
+    ) -> Result<u64> {
         self.submit(Command::SetXattr {
-            path: path.to_owned(),
+            path: path.as_ref().into(),
             name: name.to_owned(),
             value: value.to_vec().into(),
             flag,
         })
     }
 
-    pub fn remove_xattr(&self, path: &str, name: &str) -> Result<u64> {
+    pub fn remove_xattr(&self, path: impl AsRef<[u8]>, name: &str) -> Result<u64> {
         self.submit(Command::RemoveXattr {
-            path: path.to_owned(),
+            path: path.as_ref().into(),
             name: name.to_owned(),
         })
     }
 
     /// Gives the directory `path` a quota, or changes its limits (see
     /// [`Command::SetQuota`]).
-    pub fn set_quota(&self, path: &str, inodes: Option<u64>, bytes: Option<u64>) -> Result<u64> {
+    pub fn set_quota(
+        &self,
+        path: impl AsRef<[u8]>,
+        inodes: Option<u64>,
+        bytes: Option<u64>,
+    ) -> Result<u64> {
         self.submit(Command::SetQuota {
-            path: path.to_owned(),
+            path: path.as_ref().into(),
             inodes,
             bytes,
         })
     }
 
-    pub fn clear_quota(&self, path: &str) -> Result<u64> {
+    pub fn clear_quota(&self, path: impl AsRef<[u8]>) -> Result<u64> {
         self.submit(Command::ClearQuota {
-            path: path.to_owned(),
+            path: path.as_ref().into(),
         })
     }
 
     /// Counts the quota of `path` again (see [`Command::RecountQuota`]).
-    pub fn recount_quota(&self, path: &str) -> Result<u64> {
+    pub fn recount_quota(&self, path: impl AsRef<[u8]>) -> Result<u64> {
         self.submit(Command::RecountQuota {
-            path: path.to_owned(),
+            path: path.as_ref().into(),
         })
     }
 }

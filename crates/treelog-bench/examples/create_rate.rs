@@ -30,7 +30,7 @@ fn main() {
     let t =
         Treelog::open(dir.path(), Options::default().durability(Durability::None)).expect("open");
     for d in 0..dirs {
-        t.mkdir_p(&format!("/c/d{d}")).expect("mkdir");
+        t.mkdir_p(format!("/c/d{d}")).expect("mkdir");
     }
     let per = ops / callers;
     let start = Instant::now();
@@ -41,7 +41,7 @@ fn main() {
                 let mut window = std::collections::VecDeque::new();
                 for i in 0..per {
                     let cmd = Command::Create {
-                        path: format!("/c/d{}/f{c}_{i}", (i * callers + c) % dirs),
+                        path: format!("/c/d{}/f{c}_{i}", (i * callers + c) % dirs).into(),
                         parents: false,
                         mode: 0o644,
                         owner: String::new(),

@@ -23,7 +23,7 @@ const BIG_DIR: usize = 10_000;
 
 fn create(path: String) -> treelog::Command {
     treelog::Command::Create {
-        path,
+        path: path.into(),
         parents: false,
         mode: 0o644,
         owner: String::new(),
@@ -92,7 +92,7 @@ fn main() {
         .unwrap(),
     );
     for d in 0..DIRS {
-        t.mkdir_p(&format!("/a/b/c/d/e{d}")).unwrap();
+        t.mkdir_p(format!("/a/b/c/d/e{d}")).unwrap();
     }
     let mut pending = Vec::new();
     for i in 0..DIRS * FILES_PER_DIR {
@@ -109,14 +109,14 @@ fn main() {
     let lists_only = std::env::args().any(|a| a == "--lists-only");
     if !lists_only {
         let stat = rate(2, secs, |i| {
-            t.stat(&file((i as usize * 2654435761) % n)).unwrap();
+            t.stat(file((i as usize * 2654435761) % n)).unwrap();
             1
         });
         println!("in-process stat at depth 6, 2 threads: {stat:.0}/s");
     }
     let list = rate(2, secs, |i| {
         let after = format!("f{:05}", (i as usize * 1000) % BIG_DIR);
-        let p = t.list("/big", Some(after.as_str()), 1000).unwrap();
+        let p = t.list("/big", Some(after.as_str().into()), 1000).unwrap();
         p.entries.len() as u64
     });
     println!("in-process listing (1,000-entry pages), 2 threads: {list:.0} entries/s");
@@ -194,7 +194,7 @@ fn walk(dir: &std::path::Path, inodes: Option<u64>) {
     let mut pending = Vec::new();
     for i in 0..inodes {
         if i % per_dir == 0 {
-            t.mkdir_p(&format!("/w/d{}", i / per_dir)).unwrap();
+            t.mkdir_p(format!("/w/d{}", i / per_dir)).unwrap();
         }
         pending.push(
             t.submit_pipelined(create(format!("/w/d{}/f{}", i / per_dir, i % per_dir)))

@@ -66,7 +66,7 @@ async fn main() {
         for d in 0..100 {
             let _ = setup
                 .submit(Command::Mkdir {
-                    path: format!("/sc/d{d}"),
+                    path: format!("/sc/d{d}").into(),
                     parents: true,
                     mode: 0o755,
                     owner: String::new(),
@@ -108,7 +108,7 @@ async fn main() {
 
 fn create(path: String) -> Command {
     Command::Create {
-        path,
+        path: path.into(),
         parents: false,
         mode: 0o644,
         owner: String::new(),
@@ -159,7 +159,7 @@ async fn lists(
         secs,
         "listings",
         move |client, _| async move {
-            let mut after: Option<String> = None;
+            let mut after: Option<treelog::ByteString> = None;
             let mut seen = 0;
             loop {
                 let page = client

@@ -20,7 +20,7 @@ pub fn load(t: &Treelog, inodes: u64) -> Result<u64> {
         dirs,
         1024,
         |j| treelog::Command::Mkdir {
-            path: format!("/load/d{j}"),
+            path: format!("/load/d{j}").into(),
             parents: false,
             mode: 0o755,
             owner: String::new(),

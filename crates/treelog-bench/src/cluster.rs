@@ -54,7 +54,7 @@ async fn creates(addr: SocketAddr, ops: usize) -> Result<f64> {
     .await?;
     for d in 0..DIRS {
         c.submit(Command::Mkdir {
-            path: format!("/b/d{d}"),
+            path: format!("/b/d{d}").into(),
             parents: true,
             mode: 0o755,
             owner: String::new(),
@@ -66,7 +66,7 @@ async fn creates(addr: SocketAddr, ops: usize) -> Result<f64> {
         let c = c.clone();
         async move {
             c.submit(Command::Create {
-                path: format!("/b/d{}/f{i}", i % DIRS as u64),
+                path: format!("/b/d{}/f{i}", i % DIRS as u64).into(),
                 parents: false,
                 mode: 0o644,
                 owner: String::new(),

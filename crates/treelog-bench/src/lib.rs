@@ -31,7 +31,32 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 // The library's modules under the names the benchmarks use.
-use treelog::{command, error, event, format, metrics, path, store, stream, types};
+use treelog::{command, error, event, format, metrics, store, stream, types};
+
+/// The benchmark's own stores (the seeder, the peers) keep text paths:
+/// treelog's path rules over `&str`.
+mod path {
+    use treelog::Result;
+
+    pub(crate) use treelog::path::is_within;
+
+    pub(crate) fn components(p: &str) -> Result<Vec<&str>> {
+        treelog::path::components(p)?
+            .into_iter()
+            .map(|c| {
+                // Split at ASCII '/' of a str: always UTF-8.
+                std::str::from_utf8(c).map_err(|_| treelog::Error::InvalidPath {
+                    path: p.to_owned(),
+                    reason: "not UTF-8",
+                })
+            })
+            .collect()
+    }
+
+    pub(crate) fn join_all(comps: &[&str]) -> String {
+        treelog::path::join_all(comps).to_string()
+    }
+}
 use treelog_client as client;
 use treelog_server as server;
 
@@ -176,7 +201,7 @@ impl BenchNamespace for Treelog {
                 let i = i as usize;
                 if i < nd {
                     treelog::Command::Mkdir {
-                        path: dirs[i].clone(),
+                        path: dirs[i].clone().into(),
                         parents: false,
                         mode: 0o755,
                         owner: String::new(),
@@ -184,7 +209,7 @@ impl BenchNamespace for Treelog {
                     }
                 } else {
                     treelog::Command::Create {
-                        path: files[i - nd].clone(),
+                        path: files[i - nd].clone().into(),
                         parents: false,
                         mode: 0o644,
                         owner: String::new(),
@@ -312,7 +337,7 @@ pub fn run_creates_async(
                     let mut lat = Vec::with_capacity(per);
                     for i in 0..per {
                         let cmd = treelog::Command::Create {
-                            path: create_path(&tag, callers, dirs, ci, i),
+                            path: create_path(&tag, callers, dirs, ci, i).into(),
                             parents: false,
                             mode: 0o644,
                             owner: String::new(),
@@ -403,7 +428,7 @@ fn metrics_overhead(base: &std::path::Path, ops: usize, rounds: usize) -> Result
 /// block size): the loads' create.
 pub fn file_cmd(path: String) -> treelog::Command {
     treelog::Command::Create {
-        path,
+        path: path.into(),
         parents: false,
         mode: 0o644,
         owner: String::new(),
@@ -429,7 +454,7 @@ impl Writers {
     /// [`Writers::start`] under `root` (a new directory per run).
     pub fn start_in(t: &Arc<Treelog>, callers: usize, root: &str) -> Result<Writers> {
         for c in 0..callers {
-            t.mkdir_p(&format!("{root}/c{c}"))?;
+            t.mkdir_p(format!("{root}/c{c}"))?;
         }
         let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let done = Arc::new(std::sync::atomic::AtomicU64::new(0));
@@ -440,7 +465,7 @@ impl Writers {
                 std::thread::spawn(move || -> Result<()> {
                     let mut k = 0u64;
                     while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                        t.create(&format!("{dir}/f{k}"), CreateOptions::default())?;
+                        t.create(format!("{dir}/f{k}"), CreateOptions::default())?;
                         done.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                         k += 1;
                     }

@@ -168,7 +168,7 @@ fn lag(
             while !stop.load(Ordering::Relaxed) {
                 let _ = c
                     .submit(Command::Create {
-                        path: format!("/load/w{w}-{n}"),
+                        path: format!("/load/w{w}-{n}").into(),
                         parents: false,
                         mode: 0o644,
                         owner: String::new(),
@@ -201,7 +201,7 @@ fn lag(
         // Warm: the kernel holds the attributes before the change.
         let _ = std::fs::metadata(mnt.join("lag").join(&name))?;
         rt.block_on(c.submit(Command::SetAttr {
-            path: format!("/lag/{name}"),
+            path: format!("/lag/{name}").into(),
             mode: Some(mode),
             owner: None,
             group: None,
@@ -213,8 +213,8 @@ fn lag(
         })?);
         let next = format!("f{i}");
         rt.block_on(c.submit(Command::Rename {
-            src: format!("/lag/{name}"),
-            dst: format!("/lag/{next}"),
+            src: format!("/lag/{name}").into(),
+            dst: format!("/lag/{next}").into(),
             overwrite: false,
         }))?;
         let (old, new) = (mnt.join("lag").join(&name), mnt.join("lag").join(&next));

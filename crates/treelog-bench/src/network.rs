@@ -27,7 +27,7 @@ use treelog::{Options, Treelog};
 
 fn create_cmd(p: String) -> Command {
     Command::Create {
-        path: p,
+        path: p.into(),
         parents: false,
         mode: 0o644,
         owner: String::new(),
@@ -38,7 +38,7 @@ fn create_cmd(p: String) -> Command {
 
 fn mkdir_cmd(p: String) -> Command {
     Command::Mkdir {
-        path: p,
+        path: p.into(),
         parents: true,
         mode: 0o755,
         owner: String::new(),
@@ -49,7 +49,7 @@ fn mkdir_cmd(p: String) -> Command {
 /// Lists `path` whole over the network (pages of the server's maximum);
 /// returns the entries.
 async fn list_all(c: &Client, path: &str) -> Result<usize> {
-    let mut after: Option<String> = None;
+    let mut after: Option<treelog::ByteString> = None;
     let mut n = 0;
     loop {
         let page = c.list(path, after.as_deref(), 10_000).await?;
@@ -226,7 +226,7 @@ pub fn run(base: &std::path::Path, ops: usize, tls: bool) -> Result<Vec<Figure>>
                     let t = &t2;
                     s.spawn(move || {
                         for i in (th..n).step_by(2) {
-                            let _ = t.stat(&format!("/p/d{}/f{}", i % 1000, i % ops));
+                            let _ = t.stat(format!("/p/d{}/f{}", i % 1000, i % ops));
                         }
                     });
                 }

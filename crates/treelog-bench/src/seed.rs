@@ -268,7 +268,7 @@ impl super::BenchNamespace for SeedStore {
             return Err(Error::AlreadyExists(to.to_owned()));
         }
         let mut e = self.inode(id, from)?;
-        if e.is_dir() && path::is_within(&path::join_all(&tc), &path::join_all(&fc)) {
+        if e.is_dir() && path::is_within(path::join_all(&tc), path::join_all(&fc)) {
             return Err(Error::InvalidArgument(format!(
                 "cannot move {from} under itself"
             )));

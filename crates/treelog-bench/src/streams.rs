@@ -166,7 +166,7 @@ pub fn run(
         catchup_records,
         2048,
         |i| treelog::Command::Mkdir {
-            path: format!("/c{}/d{i}", i % 1000),
+            path: format!("/c{}/d{i}", i % 1000).into(),
             parents: true,
             mode: 0o755,
             owner: String::new(),

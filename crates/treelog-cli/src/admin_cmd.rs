@@ -223,7 +223,12 @@ pub(crate) fn run(cli: &Cli, out: &Out, cmd: &AdminCmd) -> Result<u8> {
             let t = open(cli)?;
             if let Some(name) = drop {
                 t.drop_cursor(name)?;
-                mutation(out, "drop_cursor", name, t.committed_seq()?)?;
+                mutation(
+                    out,
+                    "drop_cursor",
+                    &name.as_str().into(),
+                    t.committed_seq()?,
+                )?;
                 return Ok(0);
             }
             let cs = t.cursors()?;

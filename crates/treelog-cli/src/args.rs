@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use treelog::ByteString;
 
 use crate::parse::{parse_host_port, parse_mode, parse_size};
 use crate::timefmt::TimeStyle;
@@ -154,7 +155,8 @@ pub(crate) enum Cmd {
         #[command(flatten)]
         o: OwnerArgs,
         #[arg(required = true, value_name = "PATH")]
-        paths: Vec<String>,
+        #[arg(value_parser = BytesArg)]
+        paths: Vec<ByteString>,
     },
     /// Create empty (incomplete) files; an existing path is an error
     /// (exit 4), not a new modification time (see touchtime).
@@ -168,7 +170,8 @@ pub(crate) enum Cmd {
         #[arg(long, default_value_t = DEFAULT_BLOCK_SIZE)]
         block_size: u64,
         #[arg(required = true, value_name = "PATH")]
-        paths: Vec<String>,
+        #[arg(value_parser = BytesArg)]
+        paths: Vec<ByteString>,
     },
     /// List a directory.
     Ls(LsArgs),
@@ -180,7 +183,8 @@ pub(crate) enum Cmd {
         #[arg(long, conflicts_with = "paths")]
         id: Option<u64>,
         #[arg(value_name = "PATH", required_unless_present = "id")]
-        paths: Vec<String>,
+        #[arg(value_parser = BytesArg)]
+        paths: Vec<ByteString>,
     },
     /// Rename (move) atomically: `mv SRC DST` renames SRC to exactly DST
     /// (an existing directory DST is not moved into, as with GNU `mv -T`);
@@ -195,7 +199,8 @@ pub(crate) enum Cmd {
         #[arg(short = 'f', long)]
         overwrite: bool,
         #[arg(num_args = 2.., required = true, value_name = "PATH")]
-        operands: Vec<String>,
+        #[arg(value_parser = BytesArg)]
+        operands: Vec<ByteString>,
     },
     /// Delete files and directories (an empty directory needs no -r).
     #[command(
@@ -210,7 +215,8 @@ pub(crate) enum Cmd {
         #[arg(short, long)]
         force: bool,
         #[arg(required_unless_present = "force", value_name = "PATH")]
-        paths: Vec<String>,
+        #[arg(value_parser = BytesArg)]
+        paths: Vec<ByteString>,
     },
     /// Change permission bits (octal).
     #[command(after_help = OPERANDS_HELP)]
@@ -218,7 +224,8 @@ pub(crate) enum Cmd {
         #[arg(value_parser = parse_mode)]
         mode: u32,
         #[arg(required = true, value_name = "PATH")]
-        paths: Vec<String>,
+        #[arg(value_parser = BytesArg)]
+        paths: Vec<ByteString>,
     },
     /// Change owner and/or group: OWNER, OWNER:GROUP or :GROUP (OWNER:
     /// also clears the group).
@@ -227,14 +234,16 @@ pub(crate) enum Cmd {
         #[arg(value_name = "OWNER[:GROUP]")]
         spec: String,
         #[arg(required = true, value_name = "PATH")]
-        paths: Vec<String>,
+        #[arg(value_parser = BytesArg)]
+        paths: Vec<ByteString>,
     },
     /// Set the modification time (milliseconds since the epoch).
     #[command(after_help = OPERANDS_HELP)]
     Touchtime {
         mtime_ms: u64,
         #[arg(required = true, value_name = "PATH")]
-        paths: Vec<String>,
+        #[arg(value_parser = BytesArg)]
+        paths: Vec<ByteString>,
     },
     /// Make a symbolic link: `ln -s TARGET LINK` (the target is stored as
     /// given, never resolved; paths are not followed through links).
@@ -249,11 +258,16 @@ pub(crate) enum Cmd {
         owner: String,
         #[arg(long, default_value = "")]
         group: String,
-        target: String,
-        link: String,
+        #[arg(value_parser = BytesArg)]
+        target: ByteString,
+        #[arg(value_parser = BytesArg)]
+        link: ByteString,
     },
     /// Print a symbolic link's target.
-    Readlink { path: String },
+    Readlink {
+        #[arg(value_parser = BytesArg)]
+        path: ByteString,
+    },
     /// Print extended attributes (as getfattr -d): all of them, or the one
     /// given with -n (exit 3 when it has none of that name).
     Getfattr {
@@ -268,7 +282,8 @@ pub(crate) enum Cmd {
         #[arg(short = 'e', long, default_value = "text")]
         encoding: ValueEncoding,
         #[arg(required = true, value_name = "PATH")]
-        paths: Vec<String>,
+        #[arg(value_parser = BytesArg)]
+        paths: Vec<ByteString>,
     },
     /// Set (-n NAME -v VALUE) or remove (-x NAME) an extended attribute
     /// (as setfattr). Names are `user.`, `trusted.`, `security.` or
@@ -296,7 +311,8 @@ pub(crate) enum Cmd {
         #[arg(long, requires = "name")]
         replace: bool,
         #[arg(required = true, value_name = "PATH")]
-        paths: Vec<String>,
+        #[arg(value_parser = BytesArg)]
+        paths: Vec<ByteString>,
     },
     /// Directory quotas: at most so many inodes and bytes of files under a
     /// directory; a write that would pass one is refused (exit 14) and
@@ -320,15 +336,24 @@ pub(crate) enum Cmd {
         #[arg(short = 'h', long)]
         human_readable: bool,
         #[arg(required = true, value_name = "PATH")]
-        paths: Vec<String>,
+        #[arg(value_parser = BytesArg)]
+        paths: Vec<ByteString>,
         /// Print help.
         #[arg(long, action = clap::ArgAction::Help)]
         help: Option<bool>,
     },
     /// Mark a file complete with its final size.
-    Complete { path: String, size: u64 },
+    Complete {
+        #[arg(value_parser = BytesArg)]
+        path: ByteString,
+        size: u64,
+    },
     /// Change a file's size.
-    Setsize { path: String, size: u64 },
+    Setsize {
+        #[arg(value_parser = BytesArg)]
+        path: ByteString,
+        size: u64,
+    },
     /// Print the change stream (records already committed; against a local
     /// data directory nothing else can write, so it stops when caught up).
     Tail {
@@ -340,7 +365,8 @@ pub(crate) enum Cmd {
         snapshot: bool,
         /// Only this subtree.
         #[arg(long)]
-        prefix: Option<String>,
+        #[arg(value_parser = BytesArg)]
+        prefix: Option<ByteString>,
         /// Only these event kinds (create, complete, set_size, set_attr,
         /// delete, rename, symlink, set_xattr, remove_xattr, set_quota,
         /// clear_quota).
@@ -712,7 +738,8 @@ pub(crate) enum QuotaCmd {
     /// limits keeps its usage counted for `count`). Sizes take K, M, G, T
     /// (powers of 1024).
     Set {
-        path: String,
+        #[arg(value_parser = BytesArg)]
+        path: ByteString,
         /// Most inodes under the directory (itself not counted).
         #[arg(long, value_parser = parse_size)]
         inodes: Option<u64>,
@@ -721,13 +748,22 @@ pub(crate) enum QuotaCmd {
         bytes: Option<u64>,
     },
     /// Remove a directory's quota (a directory without one is left alone).
-    Clear { path: String },
+    Clear {
+        #[arg(value_parser = BytesArg)]
+        path: ByteString,
+    },
     /// Count a quota's subtree again, entry by entry, and set its usage
     /// to what was found: the repair when `admin verify` reports a quota
     /// whose usage disagrees with its subtree. Logged by the server.
-    Recount { path: String },
+    Recount {
+        #[arg(value_parser = BytesArg)]
+        path: ByteString,
+    },
     /// A directory's quota: limits, usage, what remains.
-    Show { path: String },
+    Show {
+        #[arg(value_parser = BytesArg)]
+        path: ByteString,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -944,12 +980,14 @@ pub(crate) struct LsArgs {
     pub full_time: bool,
     /// Start after this name (paging).
     #[arg(long)]
-    pub start_after: Option<String>,
+    #[arg(value_parser = BytesArg)]
+    pub start_after: Option<ByteString>,
     /// At most this many entries (per directory).
     #[arg(long)]
     pub limit: Option<usize>,
     #[arg(default_value = "/")]
-    pub path: String,
+    #[arg(value_parser = BytesArg)]
+    pub path: ByteString,
     /// Print help.
     #[arg(long, action = clap::ArgAction::Help)]
     pub help: Option<bool>,
@@ -968,7 +1006,8 @@ pub(crate) struct ImportArgs {
     pub dir: PathBuf,
     /// Where in the namespace.
     #[arg(default_value = "/")]
-    pub dest: String,
+    #[arg(value_parser = BytesArg)]
+    pub dest: ByteString,
     /// No progress bar.
     #[arg(short, long)]
     pub quiet: bool,
@@ -997,5 +1036,24 @@ pub(crate) struct SetfattrArgs<'a> {
     pub value: &'a str,
     pub remove: Option<&'a str>,
     pub flag: crate::types::XattrFlag,
-    pub paths: &'a [String],
+    pub paths: &'a [ByteString],
+}
+
+/// A path argument as the bytes the shell passed: a name need not be
+/// UTF-8 (POSIX names are bytes).
+#[derive(Clone)]
+pub(crate) struct BytesArg;
+
+impl clap::builder::TypedValueParser for BytesArg {
+    type Value = ByteString;
+
+    fn parse_ref(
+        &self,
+        _cmd: &clap::Command,
+        _arg: Option<&clap::Arg>,
+        value: &std::ffi::OsStr,
+    ) -> Result<ByteString, clap::Error> {
+        use std::os::unix::ffi::OsStrExt;
+        Ok(value.as_bytes().into())
+    }
 }

@@ -13,7 +13,8 @@ use crate::protocol::{RequestBody, ResponseBody, Role};
 use crate::retention::CursorInfo;
 use crate::stream::{StreamItem, SubscribeOptions, Subscription};
 use crate::types::{ContentSummary, DirEntry, Inode, ListPage, Xattr};
-use treelog::{Options, Treelog};
+use treelog::bytestr::BStr;
+use treelog::{ByteString, Options, Treelog};
 use treelog::{Read, ReadAt};
 
 /// How long a server has to say its role (`Status`, answered at once by a
@@ -97,12 +98,13 @@ impl Backend {
         }
     }
 
-    pub(crate) fn readlink_at(&self, path: &str, at: ReadAt) -> Result<String> {
+    pub(crate) fn readlink_at(&self, path: impl AsRef<[u8]>, at: ReadAt) -> Result<ByteString> {
+        let path = path.as_ref();
         match self {
             Backend::Local(t) => t.readlink_at(path, at).map(|r| r.value),
             Backend::Remote { rt, client } => {
                 let body = RequestBody::Readlink {
-                    path: path.to_owned(),
+                    path: path.into(),
                     at,
                 };
                 match rt.block_on(client.call(body))? {
@@ -116,15 +118,16 @@ impl Backend {
     /// The extended attribute `name` of `path`, or all of them.
     pub(crate) fn xattrs_at(
         &self,
-        path: &str,
+        path: impl AsRef<[u8]>,
         name: Option<&str>,
         at: ReadAt,
     ) -> Result<Vec<Xattr>> {
+        let path = path.as_ref();
         match self {
             Backend::Local(t) => t.xattrs_at(path, name, at).map(|r| r.value),
             Backend::Remote { rt, client } => {
                 let body = RequestBody::GetXattrs {
-                    path: path.to_owned(),
+                    path: path.into(),
                     name: name.map(str::to_owned),
                     at,
                 };
@@ -136,12 +139,13 @@ impl Backend {
         }
     }
 
-    pub(crate) fn count_at(&self, path: &str, at: ReadAt) -> Result<ContentSummary> {
+    pub(crate) fn count_at(&self, path: impl AsRef<[u8]>, at: ReadAt) -> Result<ContentSummary> {
+        let path = path.as_ref();
         match self {
             Backend::Local(t) => t.count_at(path, at).map(|r| r.value),
             Backend::Remote { rt, client } => {
                 let body = RequestBody::Count {
-                    path: path.to_owned(),
+                    path: path.into(),
                     at,
                 };
                 match rt.block_on(client.call(body))? {
@@ -193,7 +197,7 @@ impl Backend {
     }
 
     /// The path of an inode at the state `at`, by walking parent ids.
-    pub(crate) fn path_of(&self, id: u64, at: ReadAt) -> Result<String> {
+    pub(crate) fn path_of(&self, id: u64, at: ReadAt) -> Result<ByteString> {
         let mut names = Vec::new();
         let mut cur = self.stat_id_at(id, at)?;
         while cur.id != ROOT_ID {
@@ -204,18 +208,18 @@ impl Backend {
             cur = self.stat_id_at(cur.parent, at)?;
         }
         names.reverse();
-        let refs: Vec<&str> = names.iter().map(String::as_str).collect();
-        Ok(crate::path::join_all(&refs))
+        Ok(crate::path::join_all(&names))
     }
 
     /// A listing page at a committed state.
     pub(crate) fn list_at(
         &self,
-        path: &str,
-        after: Option<&str>,
+        path: impl AsRef<[u8]>,
+        after: Option<&BStr>,
         limit: usize,
         at: ReadAt,
     ) -> Result<ListPage> {
+        let path = path.as_ref();
         match self {
             Backend::Local(t) => t.list_at(path, after, limit, at).map(|r| r.value),
             Backend::Remote { rt, client } => rt
@@ -225,7 +229,8 @@ impl Backend {
     }
 
     /// A stat at a committed state, with that state's sequence.
-    pub(crate) fn stat_at(&self, path: &str, at: ReadAt) -> Result<Read<Inode>> {
+    pub(crate) fn stat_at(&self, path: impl AsRef<[u8]>, at: ReadAt) -> Result<Read<Inode>> {
+        let path = path.as_ref();
         match self {
             Backend::Local(t) => t.stat_at(path, at),
             Backend::Remote { rt, client } => rt.block_on(client.stat_at(path, at)),
@@ -238,7 +243,7 @@ impl Backend {
     /// leader again, and a walk (`count`) takes the node's fast path.
     pub(crate) fn settle(&self, at: ReadAt) -> Result<ReadAt> {
         if at != ReadAt::Latest {
-            self.stat_at("/", at)?;
+            self.stat_at(b"/", at)?;
         }
         Ok(ReadAt::Latest)
     }
@@ -270,9 +275,10 @@ impl Backend {
     }
 
     /// Every entry of a directory, all pages at the state `at`.
-    pub(crate) fn list_all_at(&self, path: &str, at: ReadAt) -> Result<Vec<DirEntry>> {
+    pub(crate) fn list_all_at(&self, path: impl AsRef<[u8]>, at: ReadAt) -> Result<Vec<DirEntry>> {
+        let path = path.as_ref();
         let mut out = Vec::new();
-        let mut after: Option<String> = None;
+        let mut after: Option<ByteString> = None;
         loop {
             let page = self.list_at(path, after.as_deref(), 1000, at)?;
             out.extend(page.entries);

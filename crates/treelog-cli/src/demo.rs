@@ -10,7 +10,7 @@ use crate::exit::EXIT_VERIFY_MISMATCH;
 use crate::timefmt::TimeStyle;
 use treelog::{CreateOptions, MkdirOptions, Options, SetAttrs, Treelog};
 
-fn print_tree(t: &Treelog, dir: &str, depth: usize, long: &LongFormat) -> Result<()> {
+fn print_tree(t: &Treelog, dir: &[u8], depth: usize, long: &LongFormat) -> Result<()> {
     for e in t.list_all(dir)? {
         println!(
             "  {}{}",
@@ -82,7 +82,7 @@ pub(crate) fn run(data: &Path, json: bool) -> Result<u8> {
     );
 
     println!("\ntree /demo:");
-    print_tree(&t, "/demo", 0, &LongFormat::new(TimeStyle::locale(), true))?;
+    print_tree(&t, b"/demo", 0, &LongFormat::new(TimeStyle::locale(), true))?;
 
     let last = t.committed_seq();
     println!("\nlog records {first}..={last}:");

@@ -56,7 +56,7 @@ impl LongFormat {
 /// see [`quote`]): mode, owner, group, size, modification time, name (`/`
 /// after a directory, ` (incomplete)` after a file not yet complete, `@`
 /// after a symbolic link, whose target `readlink` shows), id.
-pub(crate) fn long_line(i: &Inode, name: &str, f: &LongFormat) -> String {
+pub(crate) fn long_line(i: &Inode, name: &[u8], f: &LongFormat) -> String {
     let or_dash = |s: &str| {
         if s.is_empty() {
             "-".to_owned()

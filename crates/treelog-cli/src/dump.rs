@@ -30,7 +30,7 @@ use crate::exit::{quote_always, reason, FirstFailure};
 use crate::import::Submitter;
 use crate::output::{outln, Out};
 use crate::types::{FileType, Inode, XattrFlag};
-use treelog::ReadAt;
+use treelog::{ByteString, ReadAt};
 
 /// The version a dump's header carries; a load refuses any other.
 const DUMP_VERSION: u32 = 1;
@@ -42,8 +42,8 @@ const PAGE: usize = 1000;
 #[derive(Args, Debug)]
 pub(crate) struct DumpArgs {
     /// The subtree's root (a directory, or any single entry).
-    #[arg(default_value = "/")]
-    pub path: String,
+    #[arg(default_value = "/", value_parser = crate::args::BytesArg)]
+    pub path: ByteString,
     /// Write to FILE (made durable before the command succeeds) instead of
     /// standard output.
     #[arg(short, long)]
@@ -57,7 +57,8 @@ pub(crate) struct LoadArgs {
     pub file: PathBuf,
     /// Where the dump's root goes (created with its missing parents; an
     /// existing entry fails alone, as with `import`).
-    pub dest: String,
+    #[arg(value_parser = crate::args::BytesArg)]
+    pub dest: ByteString,
     /// Entries in flight at once.
     #[arg(long, default_value_t = 256)]
     pub jobs: usize,
@@ -69,7 +70,7 @@ pub(crate) struct LoadArgs {
 struct Header {
     treelog_dump: u32,
     /// The dumped path.
-    root: String,
+    root: ByteString,
     /// The state every entry was read at.
     seq: u64,
 }
@@ -95,7 +96,8 @@ enum Kind {
 #[serde(deny_unknown_fields)]
 struct Entry {
     /// Relative to the dump's root: "" for the root, "a/b" below it.
-    path: String,
+    /// Names that are not UTF-8 take the escape `{"base64": …}`.
+    path: ByteString,
     kind: Kind,
     mode: u32,
     owner: String,
@@ -108,7 +110,7 @@ struct Entry {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     block_size: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    target: Option<String>,
+    target: Option<ByteString>,
     /// Name → value in hexadecimal (values are bytes).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     xattrs: BTreeMap<String, String>,
@@ -121,7 +123,7 @@ fn json_line(w: &mut impl Write, v: &impl Serialize) -> Result<()> {
 }
 
 /// One entry of the dump, read at `at`.
-fn entry_of(b: &Backend, rel: String, abs: &str, inode: &Inode, at: ReadAt) -> Result<Entry> {
+fn entry_of(b: &Backend, rel: ByteString, abs: &[u8], inode: &Inode, at: ReadAt) -> Result<Entry> {
     let a = &inode.attrs;
     let mut e = Entry {
         path: rel,
@@ -155,32 +157,33 @@ fn entry_of(b: &Backend, rel: String, abs: &str, inode: &Inode, at: ReadAt) -> R
     Ok(e)
 }
 
-fn join_rel(rel: &str, name: &str) -> String {
-    if rel.is_empty() {
-        name.to_owned()
-    } else {
-        format!("{rel}/{name}")
+fn join_rel(rel: &[u8], name: &[u8]) -> ByteString {
+    let mut out = ByteString::from(rel);
+    if !rel.is_empty() {
+        out.push(b'/');
     }
+    out.push_bytes(name);
+    out
 }
 
-fn write_dump(b: &Backend, root: &str, seq: u64, w: &mut impl Write) -> Result<u64> {
+fn write_dump(b: &Backend, root: &[u8], seq: u64, w: &mut impl Write) -> Result<u64> {
     let at = ReadAt::Exactly(seq);
     json_line(
         w,
         &Header {
             treelog_dump: DUMP_VERSION,
-            root: root.to_owned(),
+            root: root.into(),
             seq,
         },
     )?;
     let top = b.stat_at(root, at)?.value;
-    json_line(w, &entry_of(b, String::new(), root, &top, at)?)?;
+    json_line(w, &entry_of(b, ByteString::new(), root, &top, at)?)?;
     let mut entries = 1u64;
     // Directories being listed: (absolute path, relative path, where the
     // next page starts). Depth first: memory is one page per level.
-    let mut stack: Vec<(String, String, Option<String>)> = Vec::new();
+    let mut stack: Vec<(ByteString, ByteString, Option<ByteString>)> = Vec::new();
     if top.attrs.kind.is_dir() {
-        stack.push((root.to_owned(), String::new(), None));
+        stack.push((root.into(), ByteString::new(), None));
     }
     while let Some((abs, rel, after)) = stack.pop() {
         let page = b.list_at(&abs, after.as_deref(), PAGE, at)?;
@@ -304,10 +307,13 @@ fn check(r: &mut impl BufRead) -> Result<(Header, u64)> {
 
 /// What a load could not do something with, before it writes anything.
 fn validate(e: &Entry) -> std::result::Result<(), String> {
-    if e.path.starts_with('/') || e.path.ends_with('/') {
+    if e.path.starts_with(b"/") || e.path.ends_with(b"/") {
         return Err(format!("path {:?} is not relative", e.path));
     }
-    if e.path.split('/').any(|c| c == "." || c == "..") {
+    if e.path
+        .split(|b| *b == b'/')
+        .any(|c| c == b"." || c == b"..")
+    {
         return Err(format!("path {:?} has . or ..", e.path));
     }
     let fields = (e.size.is_some(), e.target.is_some());
@@ -326,9 +332,9 @@ fn validate(e: &Entry) -> std::result::Result<(), String> {
 }
 
 /// One entry's commands, each after the one before.
-async fn load_one(sub: Submitter<'_>, dest: &str, e: &Entry) -> Result<()> {
+async fn load_one(sub: Submitter<'_>, dest: &[u8], e: &Entry) -> Result<()> {
     let path = if e.path.is_empty() {
-        dest.to_owned()
+        ByteString::from(dest)
     } else {
         crate::path::join(dest, &e.path)
     };
@@ -417,7 +423,7 @@ struct Loaded {
     failure: FirstFailure,
 }
 
-async fn load_all(sub: Submitter<'_>, r: impl BufRead, dest: &str, jobs: usize) -> Result<Loaded> {
+async fn load_all(sub: Submitter<'_>, r: impl BufRead, dest: &[u8], jobs: usize) -> Result<Loaded> {
     // Lines after the header, as entries (the check passed: they parse).
     let entries = r.lines().skip(1).filter_map(|l| {
         let l = l.ok()?;
@@ -431,20 +437,20 @@ async fn load_all(sub: Submitter<'_>, r: impl BufRead, dest: &str, jobs: usize) 
         .buffer_unordered(jobs.max(1)));
     let mut loaded = Loaded::default();
     let mut dir_times = Vec::new();
-    let note = |loaded: &mut Loaded, path: &str, e: &Error| {
+    let note = |loaded: &mut Loaded, path: &ByteString, e: &Error| {
         loaded.failed += 1;
         loaded.failure.note(e.kind());
         if loaded.failed <= 10 {
             eprintln!(
                 "treelog: load: cannot load {}: {}",
                 quote_always(path),
-                reason(e, &[path])
+                reason(e, &[&path.to_str_lossy()])
             );
         }
     };
     while let Some((e, r)) = done.next().await {
         let path = if e.path.is_empty() {
-            dest.to_owned()
+            ByteString::from(dest)
         } else {
             crate::path::join(dest, &e.path)
         };

@@ -125,7 +125,7 @@ pub(crate) fn reason(e: &Error, operands: &[&str]) -> String {
         ),
         _ => return message,
     };
-    let canonical = |p: &str| crate::path::canonical(p).unwrap_or_else(|_| p.to_owned());
+    let canonical = |p: &str| crate::path::canonical(p).unwrap_or_else(|_| p.to_owned().into());
     match message.strip_prefix(prefix) {
         Some(path) if !operands.iter().any(|o| canonical(o) == path) => {
             format!("{words} ({} {about})", quote_always(path))
@@ -136,7 +136,7 @@ pub(crate) fn reason(e: &Error, operands: &[&str]) -> String {
 
 /// A path in a diagnostic, always quoted as GNU tools quote operands in
 /// their messages (`'/a'`), and with [`quote`]'s escapes when needed.
-pub(crate) fn quote_always(s: &str) -> String {
+pub(crate) fn quote_always<S: AsRef<[u8]> + ?Sized>(s: &S) -> String {
     match quote(s) {
         std::borrow::Cow::Borrowed(b) => format!("'{b}'"),
         std::borrow::Cow::Owned(q) => q,

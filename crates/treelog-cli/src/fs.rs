@@ -16,9 +16,10 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::exit::{quote_always, reason, FirstFailure};
 use crate::output::{outln, quote, Out};
 use crate::types::{DEFAULT_DIR_MODE, DEFAULT_FILE_MODE};
+use treelog::ByteString;
 
 /// Prints the confirmation of a mutation.
-pub(crate) fn mutation(out: &Out, what: &str, path: &str, seq: u64) -> Result<()> {
+pub(crate) fn mutation(out: &Out, what: &str, path: &ByteString, seq: u64) -> Result<()> {
     if out.json {
         out.print_json(&serde_json::json!({"ok": true, "op": what, "path": path, "seq": seq}))
     } else {
@@ -31,17 +32,17 @@ struct Op {
     /// The operation's name in the output (`mkdir`, `create`, ...).
     what: &'static str,
     /// The operand: a path, or for `mv` the source.
-    path: String,
+    path: ByteString,
     /// `mv`'s destination.
-    dst: Option<String>,
+    dst: Option<ByteString>,
     cmd: Command,
 }
 
 impl Op {
-    fn new(what: &'static str, path: &str, cmd: Command) -> Op {
+    fn new(what: &'static str, path: &ByteString, cmd: Command) -> Op {
         Op {
             what,
-            path: path.to_owned(),
+            path: path.clone(),
             dst: None,
             cmd,
         }
@@ -74,15 +75,20 @@ fn run_ops(
             cmd,
         } = op;
         let shown = match &dst {
-            Some(d) => format!("{path} -> {d}"),
+            Some(d) => {
+                let mut s = path.clone();
+                s.push_bytes(" -> ");
+                s.push_bytes(d);
+                s
+            }
             None => path.clone(),
         };
         match t.submit(cmd) {
             Ok(seq) if out.json => {
                 let mut v = serde_json::json!({"ok": true, "op": what, "path": shown, "seq": seq});
                 if let Some(d) = &dst {
-                    v["src"] = path.as_str().into();
-                    v["dst"] = d.as_str().into();
+                    v["src"] = serde_json::to_value(&path).unwrap_or_default();
+                    v["dst"] = serde_json::to_value(d).unwrap_or_default();
                 }
                 out.print_json(&v)?;
             }
@@ -99,8 +105,8 @@ fn run_ops(
                         "error": e.kind().as_str(), "message": e.to_string(),
                     });
                     if let Some(d) = &dst {
-                        v["src"] = path.as_str().into();
-                        v["dst"] = d.as_str().into();
+                        v["src"] = serde_json::to_value(&path).unwrap_or_default();
+                        v["dst"] = serde_json::to_value(d).unwrap_or_default();
                     }
                     out.print_json(&v)?;
                 } else {
@@ -112,13 +118,13 @@ fn run_ops(
                             verb(e.kind()),
                             quote_always(&path),
                             quote_always(d),
-                            reason(&e, &[&path, d])
+                            reason(&e, &[&path.to_str_lossy(), &d.to_str_lossy()])
                         ),
                         None => format!(
                             "treelog: {} {}: {}",
                             verb(e.kind()),
                             quote_always(&path),
-                            reason(&e, &[&path])
+                            reason(&e, &[&path.to_str_lossy()])
                         ),
                     };
                     // Not eprintln!: it panics when standard error is closed.
@@ -139,7 +145,7 @@ pub(crate) fn mkdir(
     out: &Out,
     parents: bool,
     o: &OwnerArgs,
-    paths: &[String],
+    paths: &[ByteString],
 ) -> Result<u8> {
     let ops = paths
         .iter()
@@ -166,7 +172,7 @@ pub(crate) fn touch(
     parents: bool,
     o: &OwnerArgs,
     block_size: u64,
-    paths: &[String],
+    paths: &[ByteString],
 ) -> Result<u8> {
     let ops = paths
         .iter()
@@ -189,7 +195,7 @@ pub(crate) fn touch(
 }
 
 /// The last component of `path` (`mv A B DIR` moves A to DIR/A).
-fn basename(path: &str) -> Result<&str> {
+fn basename(path: &[u8]) -> Result<&[u8]> {
     crate::path::components(path)?
         .last()
         .copied()
@@ -200,18 +206,18 @@ fn basename(path: &str) -> Result<&str> {
 /// directory DST is replaced with `-f` if empty, never moved into);
 /// `mv SRC... DIR` with several sources, or `mv SRC DIR/` with a trailing
 /// slash, moves each source into DIR under its own name.
-pub(crate) fn mv(cli: &Cli, out: &Out, overwrite: bool, operands: &[String]) -> Result<u8> {
+pub(crate) fn mv(cli: &Cli, out: &Out, overwrite: bool, operands: &[ByteString]) -> Result<u8> {
     let (dst, srcs) = operands
         .split_last()
         .ok_or_else(|| Error::InvalidArgument("mv needs a source and a destination".into()))?;
-    let into_dir = srcs.len() > 1 || dst.ends_with('/');
-    let dir = match dst.strip_suffix('/') {
+    let into_dir = srcs.len() > 1 || dst.ends_with(b"/");
+    let dir = match dst.strip_suffix(b"/") {
         Some(d) if !d.is_empty() => d,
-        _ => dst,
+        _ => dst.as_bytes(),
     };
     let mut ops = Vec::with_capacity(srcs.len());
     for src in srcs {
-        let to = match basename(src) {
+        let to = match basename(src.as_ref()) {
             Ok(name) if into_dir => crate::path::join(dir, name),
             // Not moved into DIR: the rename refuses the source itself
             // (the root, a bad path), naming the operand.
@@ -238,7 +244,7 @@ pub(crate) fn rm(
     out: &Out,
     recursive: bool,
     force: bool,
-    paths: &[String],
+    paths: &[ByteString],
 ) -> Result<u8> {
     if paths.is_empty() {
         return Ok(0);
@@ -266,7 +272,7 @@ pub(crate) fn rm(
 }
 
 fn set_attr(
-    path: &str,
+    path: &ByteString,
     mode: Option<u32>,
     owner: Option<String>,
     group: Option<String>,
@@ -281,7 +287,7 @@ fn set_attr(
     }
 }
 
-pub(crate) fn chmod(cli: &Cli, out: &Out, mode: u32, paths: &[String]) -> Result<u8> {
+pub(crate) fn chmod(cli: &Cli, out: &Out, mode: u32, paths: &[ByteString]) -> Result<u8> {
     let ops = paths
         .iter()
         .map(|p| Op::new("chmod", p, set_attr(p, Some(mode), None, None, None)))
@@ -306,7 +312,7 @@ fn parse_owner_group(spec: &str) -> (Option<String>, Option<String>) {
     }
 }
 
-pub(crate) fn chown(cli: &Cli, out: &Out, spec: &str, paths: &[String]) -> Result<u8> {
+pub(crate) fn chown(cli: &Cli, out: &Out, spec: &str, paths: &[ByteString]) -> Result<u8> {
     let (owner, group) = parse_owner_group(spec);
     let ops = paths
         .iter()
@@ -330,7 +336,7 @@ pub(crate) fn chown(cli: &Cli, out: &Out, spec: &str, paths: &[String]) -> Resul
     )
 }
 
-pub(crate) fn touchtime(cli: &Cli, out: &Out, mtime_ms: u64, paths: &[String]) -> Result<u8> {
+pub(crate) fn touchtime(cli: &Cli, out: &Out, mtime_ms: u64, paths: &[ByteString]) -> Result<u8> {
     let ops = paths
         .iter()
         .map(|p| {
@@ -353,7 +359,7 @@ pub(crate) fn touchtime(cli: &Cli, out: &Out, mtime_ms: u64, paths: &[String]) -
     )
 }
 
-pub(crate) fn complete(cli: &Cli, out: &Out, path: &str, size: u64) -> Result<u8> {
+pub(crate) fn complete(cli: &Cli, out: &Out, path: &ByteString, size: u64) -> Result<u8> {
     let op = Op::new(
         "complete",
         path,
@@ -365,7 +371,7 @@ pub(crate) fn complete(cli: &Cli, out: &Out, path: &str, size: u64) -> Result<u8
     run_ops(cli, out, vec![op], |_| "cannot complete", never)
 }
 
-pub(crate) fn setsize(cli: &Cli, out: &Out, path: &str, size: u64) -> Result<u8> {
+pub(crate) fn setsize(cli: &Cli, out: &Out, path: &ByteString, size: u64) -> Result<u8> {
     let op = Op::new(
         "set_size",
         path,
@@ -381,7 +387,7 @@ pub(crate) fn setsize(cli: &Cli, out: &Out, path: &str, size: u64) -> Result<u8>
 pub(crate) fn ln(
     cli: &Cli,
     out: &Out,
-    a: (&str, &str),
+    a: (&ByteString, &ByteString),
     parents: bool,
     owner: &str,
     group: &str,
@@ -465,7 +471,7 @@ pub(crate) fn setfattr(cli: &Cli, out: &Out, a: &crate::args::SetfattrArgs<'_>) 
 pub(crate) fn quota_set(
     cli: &Cli,
     out: &Out,
-    path: &str,
+    path: &ByteString,
     inodes: Option<u64>,
     bytes: Option<u64>,
 ) -> Result<u8> {
@@ -482,7 +488,7 @@ pub(crate) fn quota_set(
 }
 
 /// `quota clear PATH`.
-pub(crate) fn quota_clear(cli: &Cli, out: &Out, path: &str) -> Result<u8> {
+pub(crate) fn quota_clear(cli: &Cli, out: &Out, path: &ByteString) -> Result<u8> {
     let op = Op::new(
         "clear_quota",
         path,
@@ -494,7 +500,7 @@ pub(crate) fn quota_clear(cli: &Cli, out: &Out, path: &str) -> Result<u8> {
 }
 
 /// `quota recount PATH`.
-pub(crate) fn quota_recount(cli: &Cli, out: &Out, path: &str) -> Result<u8> {
+pub(crate) fn quota_recount(cli: &Cli, out: &Out, path: &ByteString) -> Result<u8> {
     let op = Op::new(
         "recount_quota",
         path,

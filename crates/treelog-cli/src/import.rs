@@ -22,6 +22,7 @@
 use std::collections::{HashMap, HashSet};
 use std::ffi::CStr;
 use std::io::Write;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -39,6 +40,7 @@ use crate::exit::{quote_always, reason, FirstFailure};
 use crate::output::{outln, Out};
 use crate::timefmt::human_size;
 use crate::types::XattrFlag;
+use treelog::ByteString;
 use treelog::Treelog;
 
 /// Failures printed on standard error; the rest are only counted.
@@ -75,12 +77,12 @@ type LocalXattr = (String, Vec<u8>);
 /// What the walker found.
 enum Walked {
     Dir {
-        path: String,
+        path: ByteString,
         attrs: Attrs,
         xattrs: Vec<LocalXattr>,
     },
     File {
-        path: String,
+        path: ByteString,
         attrs: Attrs,
         size: u64,
         xattrs: Vec<LocalXattr>,
@@ -89,9 +91,9 @@ enum Walked {
         linked: bool,
     },
     Symlink {
-        path: String,
+        path: ByteString,
         attrs: Attrs,
-        target: String,
+        target: ByteString,
         xattrs: Vec<LocalXattr>,
     },
     Other,
@@ -105,7 +107,7 @@ enum Walked {
 }
 
 impl Walked {
-    fn path(&self) -> Option<&str> {
+    fn path(&self) -> Option<&ByteString> {
         match self {
             Walked::Dir { path, .. } | Walked::File { path, .. } | Walked::Symlink { path, .. } => {
                 Some(path)
@@ -259,19 +261,25 @@ fn attrs_of(m: &std::fs::Metadata, names: &mut Names) -> Attrs {
 }
 
 fn shown(local: &Path) -> String {
-    quote_always(&local.to_string_lossy())
+    quote_always(local.as_os_str().as_bytes())
 }
 
 fn io_error(what: &str, local: &Path, e: std::io::Error) -> Error {
     Error::Io(std::io::Error::new(
         e.kind(),
-        format!("{what} {}: {e}", quote_always(&local.to_string_lossy())),
+        format!("{what} {}: {e}", quote_always(local.as_os_str().as_bytes())),
     ))
 }
 
 /// Walks `root` (already sent as `dest`), depth first, sending what it
 /// finds; stops when the receiver is gone.
-fn walk(root: PathBuf, dest: String, xattrs: bool, tx: mpsc::Sender<Walked>, found: ProgressBar) {
+fn walk(
+    root: PathBuf,
+    dest: ByteString,
+    xattrs: bool,
+    tx: mpsc::Sender<Walked>,
+    found: ProgressBar,
+) {
     let mut names = Names::default();
     // Files with more than one link, by (device, inode), once seen.
     let mut linked: HashSet<(u64, u64)> = HashSet::new();
@@ -299,22 +307,15 @@ fn walk(root: PathBuf, dest: String, xattrs: bool, tx: mpsc::Sender<Walked>, fou
         let mut subdirs = Vec::new();
         for e in entries {
             let local = e.path();
-            let w = match (e.file_name().to_str(), e.metadata()) {
-                (None, _) => Walked::Failed {
-                    what: "cannot import",
-                    error: Error::InvalidName {
-                        name: e.file_name().to_string_lossy().into_owned(),
-                        reason: "not valid UTF-8",
-                    },
-                    local,
-                },
-                (_, Err(err)) => Walked::Failed {
+            // Names are bytes: one that is not UTF-8 is imported as it is.
+            let w = match e.metadata() {
+                Err(err) => Walked::Failed {
                     what: "cannot stat",
                     error: Error::Io(err),
                     local,
                 },
-                (Some(name), Ok(m)) => {
-                    let path = crate::path::join(&tdir, name);
+                Ok(m) => {
+                    let path = crate::path::join(&tdir, e.file_name().as_bytes());
                     walked(
                         &local,
                         path,
@@ -338,12 +339,12 @@ fn walk(root: PathBuf, dest: String, xattrs: bool, tx: mpsc::Sender<Walked>, fou
 /// One local entry (`m` its own metadata, not a link's target's).
 fn walked(
     local: &Path,
-    path: String,
+    path: ByteString,
     m: &std::fs::Metadata,
     with_xattrs: bool,
     names: &mut Names,
     linked: &mut HashSet<(u64, u64)>,
-    subdirs: &mut Vec<(PathBuf, String)>,
+    subdirs: &mut Vec<(PathBuf, ByteString)>,
 ) -> Walked {
     let ft = m.file_type();
     if !(ft.is_dir() || ft.is_file() || ft.is_symlink()) {
@@ -390,21 +391,11 @@ fn walked(
                 }
             }
         };
-        match target.into_os_string().into_string() {
-            Ok(target) => Walked::Symlink {
-                path,
-                attrs,
-                target,
-                xattrs,
-            },
-            Err(t) => Walked::Failed {
-                what: "cannot import",
-                local: local.to_owned(),
-                error: Error::InvalidName {
-                    name: t.to_string_lossy().into_owned(),
-                    reason: "a link target that is not valid UTF-8",
-                },
-            },
+        Walked::Symlink {
+            path,
+            attrs,
+            target: target.into_os_string().into_vec().into(),
+            xattrs,
         }
     }
 }
@@ -527,7 +518,12 @@ fn progress_bar(quiet: bool) -> ProgressBar {
     )
 }
 
-async fn import(sub: Submitter<'_>, a: &ImportArgs, dest: &str, pb: &ProgressBar) -> Result<Tally> {
+async fn import(
+    sub: Submitter<'_>,
+    a: &ImportArgs,
+    dest: &ByteString,
+    pb: &ProgressBar,
+) -> Result<Tally> {
     let root = std::fs::metadata(&a.dir).map_err(|e| io_error("cannot import", &a.dir, e))?;
     if !root.is_dir() {
         return Err(io_error(
@@ -541,7 +537,7 @@ async fn import(sub: Submitter<'_>, a: &ImportArgs, dest: &str, pb: &ProgressBar
         // existing DEST is left as it is.
         let attrs = attrs_of(&root, &mut Names::default());
         sub.submit(Command::Mkdir {
-            path: dest.to_owned(),
+            path: dest.clone(),
             parents: true,
             mode: attrs.mode,
             owner: attrs.owner,
@@ -551,7 +547,7 @@ async fn import(sub: Submitter<'_>, a: &ImportArgs, dest: &str, pb: &ProgressBar
     }
     let (tx, rx) = mpsc::channel(4096);
     let walker = {
-        let (dir, dest, found) = (a.dir.clone(), dest.to_owned(), pb.clone());
+        let (dir, dest, found) = (a.dir.clone(), dest.clone(), pb.clone());
         let xattrs = !a.no_xattrs;
         std::thread::Builder::new()
             .name("treelog-import-walk".into())
@@ -568,7 +564,7 @@ async fn import(sub: Submitter<'_>, a: &ImportArgs, dest: &str, pb: &ProgressBar
     let mut done = std::pin::pin!(done);
     let mut tally = Tally::default();
     // The directories imported, with their times: set at the end.
-    let mut dir_times: Vec<(String, u64)> = Vec::new();
+    let mut dir_times: Vec<(ByteString, u64)> = Vec::new();
     while let Some((w, r)) = done.next().await {
         pb.inc(1);
         tally.xattrs += match r {
@@ -587,7 +583,7 @@ async fn import(sub: Submitter<'_>, a: &ImportArgs, dest: &str, pb: &ProgressBar
                 let line = format!(
                     "cannot import {}: {}",
                     quote_always(&path),
-                    reason(&e, &[&path])
+                    reason(&e, &[&path.to_str_lossy()])
                 );
                 tally.fail(pb, line, &e);
             }
@@ -624,7 +620,7 @@ async fn import(sub: Submitter<'_>, a: &ImportArgs, dest: &str, pb: &ProgressBar
             let line = format!(
                 "cannot set the time of {}: {}",
                 quote_always(&path),
-                reason(&e, &[&path])
+                reason(&e, &[&path.to_str_lossy()])
             );
             tally.fail(pb, line, &e);
         }

@@ -11,10 +11,11 @@ use crate::exit::{quote_always, reason, FirstFailure};
 use crate::output::{outln, quote, Out};
 use crate::timefmt::{TimeFormatter, TimeStyle};
 use crate::types::Inode;
-use treelog::ReadAt;
+use treelog::bytestr::BStr;
+use treelog::{ByteString, ReadAt};
 
 /// One stat's output; `seq` is the state it was read at (in --json).
-fn print_stat(out: &Out, i: &Inode, path: &str, seq: u64) -> Result<()> {
+fn print_stat(out: &Out, i: &Inode, path: &ByteString, seq: u64) -> Result<()> {
     if out.json {
         return out.print_json(&serde_json::json!({"path": path, "inode": i, "seq": seq}));
     }
@@ -72,8 +73,8 @@ struct Listing<'a> {
 impl Listing<'_> {
     fn list_into(
         &self,
-        path: &str,
-        start_after: Option<&str>,
+        path: &[u8],
+        start_after: Option<&BStr>,
         json_rows: &mut Vec<serde_json::Value>,
     ) -> Result<()> {
         let (t, out, at) = (self.t, self.out, self.at);
@@ -81,7 +82,7 @@ impl Listing<'_> {
             (Some(l), _) => t.list_at(path, start_after, l, at)?.entries,
             (None, Some(_)) => {
                 let mut v = Vec::new();
-                let mut after = start_after.map(str::to_owned);
+                let mut after = start_after.map(ByteString::from);
                 loop {
                     let p = t.list_at(path, after.as_deref(), 1000, at)?;
                     v.extend(p.entries);
@@ -127,7 +128,7 @@ impl Listing<'_> {
 }
 
 pub(crate) fn ls(cli: &Cli, out: &Out, a: &LsArgs) -> Result<u8> {
-    let path = a.path.as_str();
+    let path = &a.path;
     let long_format = (a.long || a.full_time).then(|| {
         let style = match (&a.time_style, a.full_time) {
             (Some(s), _) => s.clone(),
@@ -176,7 +177,7 @@ pub(crate) fn ls(cli: &Cli, out: &Out, a: &LsArgs) -> Result<u8> {
 /// `stat PATH...` (all at one pinned state, like `ls`), or `stat --id ID`.
 /// As coreutils' stat, a missing path is reported and the others are
 /// still shown; the exit code is then that of the first failure.
-pub(crate) fn stat(cli: &Cli, out: &Out, id: Option<u64>, paths: &[String]) -> Result<u8> {
+pub(crate) fn stat(cli: &Cli, out: &Out, id: Option<u64>, paths: &[ByteString]) -> Result<u8> {
     let t = open(cli)?;
     let pinned = t.pin_view_at(crate::consistency::prepare(cli, &t)?)?;
     let r = stat_pinned(&t, out, id, paths, pinned);
@@ -188,7 +189,7 @@ fn stat_pinned(
     t: &Backend,
     out: &Out,
     id: Option<u64>,
-    paths: &[String],
+    paths: &[ByteString],
     pinned: u64,
 ) -> Result<u8> {
     let at = ReadAt::Exactly(pinned);
@@ -228,7 +229,7 @@ fn stat_pinned(
                         std::io::stderr(),
                         "treelog: cannot stat {}: {}",
                         quote_always(p),
-                        reason(&e, &[p])
+                        reason(&e, &[&p.to_str_lossy()])
                     );
                 }
             }

@@ -38,6 +38,11 @@ impl Out {
         })
     }
 
+    /// Bytes as they are (a link's target, as `readlink` prints it).
+    pub(crate) fn write_bytes(&self, b: &[u8]) -> Result<()> {
+        self.io(|w| w.write_all(b))
+    }
+
     /// Writes `s` as is (buffered).
     pub(crate) fn write_str(&self, s: &str) -> Result<()> {
         self.io(|w| w.write_all(s.as_bytes()))
@@ -117,55 +122,96 @@ fn class(c: char, first: bool, alone: bool) -> Class {
 /// `a b` → `'a b'`, `a'b` → `"a'b"`, a newline between `a` and `b` →
 /// `'a'$'\n''b'`. A newline or escape sequence in a name can then neither
 /// fake a second entry nor reach the terminal.
-pub(crate) fn quote(s: &str) -> Cow<'_, str> {
-    let alone = s.chars().nth(1).is_none();
-    let classes: Vec<Class> = s
-        .chars()
+pub(crate) fn quote<S: AsRef<[u8]> + ?Sized>(s: &S) -> Cow<'_, str> {
+    let bytes = s.as_ref();
+    // Names are bytes: one that is not UTF-8 gets its stray bytes as
+    // `$'\377'` escapes (as GNU `ls` shows them), which a shell turns back
+    // into the same bytes.
+    let units: Vec<Unit> = units(bytes);
+    let alone = units.len() == 1;
+    let classes: Vec<Class> = units
+        .iter()
         .enumerate()
-        .map(|(i, c)| class(c, i == 0, alone))
+        .map(|(i, u)| match u {
+            Unit::Char(c) => class(*c, i == 0, alone),
+            Unit::Byte(_) => Class::Control,
+        })
         .collect();
-    let needs = s.is_empty()
+    let needs = bytes.is_empty()
         || classes
             .iter()
             .any(|k| matches!(k, Class::QuoteCompat | Class::Quote | Class::Control));
     if !needs {
-        return Cow::Borrowed(s);
+        if let Ok(text) = std::str::from_utf8(bytes) {
+            return Cow::Borrowed(text);
+        }
     }
-    let has_single = s.contains('\'');
+    let has_single = bytes.contains(&b'\'');
     if has_single
         && classes
             .iter()
             .all(|k| matches!(k, Class::Safe | Class::QuoteCompat))
     {
         // Nothing in it is special inside double quotes.
-        return Cow::Owned(format!("\"{s}\""));
+        return Cow::Owned(format!("\"{}\"", String::from_utf8_lossy(bytes)));
     }
-    let mut out = String::with_capacity(s.len() + 8);
+    let mut out = String::with_capacity(bytes.len() + 8);
     out.push('\'');
     let mut in_escape = false;
-    for (c, k) in s.chars().zip(classes) {
+    for (u, k) in units.into_iter().zip(classes) {
         if k == Class::Control {
             if !in_escape {
                 out.push_str("'$'");
                 in_escape = true;
             }
-            push_escape(&mut out, c);
+            match u {
+                Unit::Char(c) => push_escape(&mut out, c),
+                Unit::Byte(b) => out.push_str(&format!("\\{b:03o}")),
+            }
             continue;
         }
         if in_escape {
             out.push_str("''");
             in_escape = false;
         }
-        if c == '\'' {
-            out.push_str("'\\''");
-        } else {
-            out.push(c);
+        match u {
+            Unit::Char('\'') => out.push_str("'\\''"),
+            Unit::Char(c) => out.push(c),
+            Unit::Byte(_) => {}
         }
     }
     // Closes the outer quote, or a trailing `$'…'` (GNU then leaves out
     // the empty `''` that would follow).
     out.push('\'');
     Cow::Owned(out)
+}
+
+/// A character of a name, or a byte that is not part of one (not UTF-8).
+#[derive(Clone, Copy)]
+enum Unit {
+    Char(char),
+    Byte(u8),
+}
+
+fn units(mut b: &[u8]) -> Vec<Unit> {
+    let mut out = Vec::with_capacity(b.len());
+    while !b.is_empty() {
+        match std::str::from_utf8(b) {
+            Ok(text) => {
+                out.extend(text.chars().map(Unit::Char));
+                break;
+            }
+            Err(e) => {
+                let (good, rest) = b.split_at(e.valid_up_to());
+                // `good` is UTF-8 by the error's own account.
+                out.extend(String::from_utf8_lossy(good).chars().map(Unit::Char));
+                let bad = e.error_len().unwrap_or(rest.len()).max(1);
+                out.extend(rest[..bad].iter().map(|&x| Unit::Byte(x)));
+                b = &rest[bad..];
+            }
+        }
+    }
+    out
 }
 
 fn push_escape(out: &mut String, c: char) {
@@ -264,6 +310,15 @@ mod tests {
             ("é", "é"),
             ("é b", "'é b'"),
             ("/a/b c", "'/a/b c'"),
+        ] {
+            assert_eq!(quote(name), want, "{name:?}");
+        }
+        // Bytes that are not UTF-8 (GNU `ls` in a UTF-8 locale).
+        for (name, want) in [
+            (&b"bad\xff"[..], "'bad'$'\\377'"),
+            (b"\xff", "''$'\\377'"),
+            (b"caf\xe9 x", "'caf'$'\\351'' x'"),
+            (b"a\xc3", "'a'$'\\303'"),
         ] {
             assert_eq!(quote(name), want, "{name:?}");
         }

@@ -34,7 +34,7 @@ const ACK_EVERY: u64 = 1024;
 pub(crate) struct TailArgs<'a> {
     pub from: Option<u64>,
     pub snapshot: bool,
-    pub prefix: Option<String>,
+    pub prefix: Option<treelog::ByteString>,
     pub kinds: &'a [String],
     pub cursor: Option<&'a str>,
     pub ack: AckMode,
@@ -129,7 +129,7 @@ struct Written<'a> {
     /// that calls for a resync, before the resync's `SnapshotStart`.
     in_snapshot: bool,
     /// The subtree, when resyncs are on (see [`triggers_resync`]).
-    resync_prefix: Option<String>,
+    resync_prefix: Option<treelog::ByteString>,
 }
 
 impl Written<'_> {
@@ -334,7 +334,7 @@ fn stream(
 /// docs/STREAMS.md §6, applied to the events as delivered; a record whose
 /// triggering rename `--kinds` filtered out is caught at its
 /// `SnapshotStart` instead).
-fn triggers_resync(events: &[ScopedEvent], prefix: &str) -> bool {
+fn triggers_resync(events: &[ScopedEvent], prefix: &[u8]) -> bool {
     events.iter().any(|e| match (e.scope, &*e.event) {
         (Scope::MoveIn, Event::Rename { attrs, .. }) => attrs.kind.is_dir(),
         (Scope::Ancestor, Event::Rename { new_path, .. }) => {

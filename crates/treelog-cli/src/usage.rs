@@ -11,14 +11,17 @@ use crate::exit::{quote_always, reason, FirstFailure};
 use crate::output::{outln, quote, Out};
 use crate::timefmt::human_size;
 use crate::types::{ContentSummary, Xattr};
+use treelog::ByteString;
 
-pub(crate) fn readlink(cli: &Cli, out: &Out, path: &str) -> Result<u8> {
+pub(crate) fn readlink(cli: &Cli, out: &Out, path: &ByteString) -> Result<u8> {
     let t = open(cli)?;
     let target = t.readlink_at(path, prepare(cli, &t)?)?;
     if out.json {
         out.print_json(&serde_json::json!({"path": path, "target": target}))?;
     } else {
-        outln!(out, "{target}")?;
+        // Raw, as readlink(1) prints it: the bytes are the target.
+        out.write_bytes(&target)?;
+        out.write_bytes(b"\n")?;
     }
     Ok(0)
 }
@@ -51,7 +54,7 @@ pub(crate) fn getfattr(
     name: Option<&str>,
     names_only: bool,
     encoding: ValueEncoding,
-    paths: &[String],
+    paths: &[ByteString],
 ) -> Result<u8> {
     let t = open(cli)?;
     let at = prepare(cli, &t)?;
@@ -87,7 +90,13 @@ pub(crate) fn getfattr(
 
 /// Reports a path's failure (a JSON line, or a line on standard error
 /// after what was printed before it) and notes its exit code.
-fn failed(out: &Out, failure: &mut FirstFailure, what: &str, p: &str, e: &Error) -> Result<()> {
+fn failed(
+    out: &Out,
+    failure: &mut FirstFailure,
+    what: &str,
+    p: &ByteString,
+    e: &Error,
+) -> Result<()> {
     failure.note(e.kind());
     if out.json {
         return out.print_json(&serde_json::json!({
@@ -100,7 +109,7 @@ fn failed(out: &Out, failure: &mut FirstFailure, what: &str, p: &str, e: &Error)
         std::io::stderr(),
         "treelog: {what}{}: {}",
         quote_always(p),
-        reason(e, &[p])
+        reason(e, &[&p.to_str_lossy()])
     );
     Ok(())
 }
@@ -120,7 +129,7 @@ pub(crate) fn count(
     out: &Out,
     quota: bool,
     human: bool,
-    paths: &[String],
+    paths: &[ByteString],
 ) -> Result<u8> {
     let t = open(cli)?;
     let at = t.settle(prepare(cli, &t)?)?;
@@ -175,7 +184,7 @@ fn quota_columns(s: &ContentSummary, human: bool) -> String {
 }
 
 /// `quota show PATH`.
-pub(crate) fn quota_show(cli: &Cli, out: &Out, path: &str) -> Result<u8> {
+pub(crate) fn quota_show(cli: &Cli, out: &Out, path: &ByteString) -> Result<u8> {
     let t = open(cli)?;
     let s = t.count_at(path, t.settle(prepare(cli, &t)?)?)?;
     if out.json {

@@ -363,8 +363,8 @@ impl Load {
                                 if k % 3 == 1 {
                                     let r = format!("{dir}/r{k}");
                                     let cmd = Command::Rename {
-                                        src: f.clone(),
-                                        dst: r.clone(),
+                                        src: f.clone().into(),
+                                        dst: r.clone().into(),
                                         overwrite: false,
                                     };
                                     let seq = c.submit(cmd).await.unwrap();
@@ -372,7 +372,7 @@ impl Load {
                                     acks.add();
                                 } else if k % 5 == 2 {
                                     let cmd = Command::Delete {
-                                        path: f.clone(),
+                                        path: f.clone().into(),
                                         recursive: false,
                                     };
                                     let seq = c.submit(cmd).await.unwrap();

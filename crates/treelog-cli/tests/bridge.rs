@@ -155,7 +155,10 @@ async fn subtree(client: &treelog_client::Client, prefix: &str) -> serde_json::V
     loop {
         match sub.next().await.unwrap().unwrap() {
             StreamItem::SnapshotEntry { path, inode } => {
-                want.insert(path, serde_json::to_value(&inode.attrs).unwrap());
+                want.insert(
+                    path.to_string(),
+                    serde_json::to_value(&inode.attrs).unwrap(),
+                );
             }
             StreamItem::SnapshotEnd { .. } => return serde_json::Value::Object(want),
             _ => {}

@@ -431,7 +431,7 @@ fn closed_stdout_is_a_quiet_end() {
         .unwrap();
         t.mkdir_p("/many").unwrap();
         for i in 0..3000 {
-            t.create(&format!("/many/file-{i:05}"), Default::default())
+            t.create(format!("/many/file-{i:05}"), Default::default())
                 .unwrap();
         }
     }
@@ -500,7 +500,7 @@ fn a_corrupt_sst_exits_with_the_corruption_code() {
         )
         .unwrap();
         for i in 0..2000 {
-            t.mkdir_p(&format!("/dir-{i:05}")).unwrap();
+            t.mkdir_p(format!("/dir-{i:05}")).unwrap();
         }
     }
     {

@@ -480,7 +480,7 @@ async fn failover(pki: Option<&Pki>, kills: usize) {
                 if let Some(c) = connect(*a).await {
                     let r = c
                         .submit(Command::Mkdir {
-                            path: probe.clone(),
+                            path: probe.clone().into(),
                             parents: true,
                             mode: 0o755,
                             owner: String::new(),
@@ -609,7 +609,7 @@ async fn a_snapshot_install_killed_midway_is_finished_by_the_next_start() {
             .unwrap();
         let c = connect(ids[0].1).await.unwrap();
         let mkdir = |p: String| Command::Mkdir {
-            path: p,
+            path: p.into(),
             parents: true,
             mode: 0o755,
             owner: String::new(),

@@ -40,7 +40,7 @@ fn fixture() -> Fixture {
     t.mkdir_p("/b").unwrap();
     t.mkdir_p("/d").unwrap();
     for i in 0..5 {
-        t.create(&format!("/a/x/f{i}"), CreateOptions::default())
+        t.create(format!("/a/x/f{i}"), CreateOptions::default())
             .unwrap();
     }
     t.create("/d/x", CreateOptions::default()).unwrap();
@@ -156,7 +156,7 @@ fn a_walk_of_a_moving_tree_sees_it_once() {
                     if e.name == "x" && (p == "/a/x" || p == "/b/x") {
                         xs += 1;
                     }
-                    if p.starts_with("/a/x/") || p.starts_with("/b/x/") {
+                    if p.starts_with(b"/a/x/") || p.starts_with(b"/b/x/") {
                         files += 1;
                     }
                     Ok(())
@@ -186,7 +186,7 @@ fn reads_never_go_backwards_after_negative_lookups() {
     std::thread::scope(|s| {
         let writer = s.spawn(|| {
             for i in 0..moves() {
-                t.create(&format!("/q/f{i:06}"), CreateOptions::default())
+                t.create(format!("/q/f{i:06}"), CreateOptions::default())
                     .unwrap();
             }
             stop.store(true, Ordering::SeqCst);
@@ -198,7 +198,7 @@ fn reads_never_go_backwards_after_negative_lookups() {
                 // stat'ed: once the listing shows it, the stat finds it.
                 let name = format!("/q/f{i:06}");
                 let _ = t.stat(&name);
-                let after = (i > 0).then(|| format!("f{:06}", i - 1));
+                let after = (i > 0).then(|| treelog::ByteString::from(format!("f{:06}", i - 1)));
                 let page = t
                     .list_at("/q", after.as_deref(), 1, ReadAt::Latest)
                     .unwrap();

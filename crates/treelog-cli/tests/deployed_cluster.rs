@@ -306,7 +306,7 @@ async fn writer(i: usize, endpoints: String, load: Arc<Load>, stop: Arc<AtomicBo
         let start = Instant::now();
         let r = c
             .submit(Command::Create {
-                path: path.clone(),
+                path: path.clone().into(),
                 parents: false,
                 mode: 0o644,
                 owner: String::new(),

@@ -310,7 +310,7 @@ fn the_v1_fixture_migrates_entry_by_entry_and_its_log_replays() {
     let t = treelog::Treelog::open(&db, treelog::Options::default()).unwrap();
     for i in 0..300 {
         t.create(
-            &format!("/home/carol/f{i}"),
+            format!("/home/carol/f{i}"),
             treelog::CreateOptions {
                 owner: format!("owner{i}"),
                 group: format!("group{i}"),

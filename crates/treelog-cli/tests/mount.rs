@@ -4,6 +4,7 @@
 //! TREELOG_REQUIRE_FUSE=1.
 
 use std::ffi::CString;
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
 use std::process::Command;
@@ -482,4 +483,68 @@ fn unmounts_on_sigterm_and_fusermount_and_mounts_a_data_directory() {
     let data = l._dir.path().join("db");
     let r = cli::run(BIN, &data, &["stat", "--json", "/here/f"]);
     assert_eq!(r.code(), 0, "{r:?}");
+}
+
+/// Names are bytes through the mount: `touch` of a name that is not UTF-8
+/// (and `ln -s` to a target that is not) creates it as it is; the server
+/// (another client) sees the same bytes, and `ls` piped lists them raw.
+#[test]
+fn names_that_are_not_utf8_pass_through_the_mount() {
+    use std::ffi::OsStr;
+    if !fuse_available() {
+        return;
+    }
+    let m = Mounted::new(&[]);
+    let root = &m.mnt;
+    run_in(root, "mkdir", &["q"]);
+    let touched = Command::new("touch")
+        .arg(OsStr::from_bytes(b"q/bad\xff"))
+        .current_dir(root)
+        .status()
+        .unwrap();
+    assert!(touched.success());
+    std::os::unix::fs::symlink(
+        OsStr::from_bytes(b"t\xe9"),
+        root.join(OsStr::from_bytes(b"q/l\xfe")),
+    )
+    .unwrap();
+    let listed = Command::new("ls")
+        .arg("q")
+        .current_dir(root)
+        .output()
+        .unwrap();
+    assert!(listed.status.success());
+    assert_eq!(listed.stdout, b"bad\xff\nl\xfe\n");
+    let target = std::fs::read_link(root.join(OsStr::from_bytes(b"q/l\xfe"))).unwrap();
+    assert_eq!(target.as_os_str().as_bytes(), b"t\xe9");
+
+    // Another client sees the same bytes: the escape in --json.
+    let r = m.tl(&["ls", "--json", "/q"]);
+    assert_eq!(r.code(), 0, "{r:?}");
+    let rows: serde_json::Value = serde_json::from_str(&r.stdout).unwrap();
+    let names: Vec<&serde_json::Value> = rows
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| &e["name"])
+        .collect();
+    assert_eq!(
+        names,
+        [
+            &serde_json::json!({"base64": "YmFk/w=="}),
+            &serde_json::json!({"base64": "bP4="}),
+        ]
+    );
+    // And a rename by that client shows through the mount.
+    let mut cmd = Command::new(BIN);
+    cmd.arg("--server")
+        .arg(m.addr.unwrap().to_string())
+        .arg("mv")
+        .arg(OsStr::from_bytes(b"/q/bad\xff"))
+        .arg(OsStr::from_bytes(b"/q/caf\xe9"));
+    assert!(cmd.status().unwrap().success());
+    eventually(5, "the rename through the mount", || {
+        root.join(OsStr::from_bytes(b"q/caf\xe9")).exists()
+            && !root.join(OsStr::from_bytes(b"q/bad\xff")).exists()
+    });
 }

@@ -216,7 +216,7 @@ async fn writer(
         let path = format!("/up/w{i}-{n}");
         let r = c
             .submit(Command::Create {
-                path: path.clone(),
+                path: path.clone().into(),
                 parents: false,
                 mode: 0o644,
                 owner: String::new(),

@@ -5,6 +5,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::bytestr::{BStr, ByteString};
 use crate::command::Command;
 use crate::cursor::CursorInfo;
 use crate::error::{Error, Result};
@@ -100,7 +101,7 @@ impl Client {
         self.rt.block_on(self.inner.submit(cmd))
     }
 
-    pub fn stat(&self, path: &str) -> Result<Inode> {
+    pub fn stat(&self, path: impl AsRef<[u8]>) -> Result<Inode> {
         self.rt.block_on(self.inner.stat(path))
     }
 
@@ -108,7 +109,7 @@ impl Client {
         self.rt.block_on(self.inner.stat_id(id))
     }
 
-    pub fn stat_at(&self, path: &str, at: ReadAt) -> Result<Read<Inode>> {
+    pub fn stat_at(&self, path: impl AsRef<[u8]>, at: ReadAt) -> Result<Read<Inode>> {
         self.rt.block_on(self.inner.stat_at(path, at))
     }
 
@@ -116,14 +117,19 @@ impl Client {
         self.rt.block_on(self.inner.stat_many(paths))
     }
 
-    pub fn list(&self, path: &str, start_after: Option<&str>, limit: u32) -> Result<ListPage> {
+    pub fn list(
+        &self,
+        path: impl AsRef<[u8]>,
+        start_after: Option<&BStr>,
+        limit: u32,
+    ) -> Result<ListPage> {
         self.rt.block_on(self.inner.list(path, start_after, limit))
     }
 
     pub fn list_at(
         &self,
-        path: &str,
-        start_after: Option<&str>,
+        path: impl AsRef<[u8]>,
+        start_after: Option<&BStr>,
         limit: u32,
         at: ReadAt,
     ) -> Result<Read<ListPage>> {
@@ -131,44 +137,55 @@ impl Client {
             .block_on(self.inner.list_at(path, start_after, limit, at))
     }
 
-    pub fn walk(&self, dir: &str) -> Result<Read<Vec<(String, DirEntry)>>> {
+    pub fn walk(&self, dir: impl AsRef<[u8]>) -> Result<Read<Vec<(ByteString, DirEntry)>>> {
         self.rt.block_on(self.inner.walk(dir))
     }
 
-    pub fn readlink(&self, path: &str) -> Result<String> {
+    pub fn readlink(&self, path: impl AsRef<[u8]>) -> Result<ByteString> {
         self.rt.block_on(self.inner.readlink(path))
     }
 
-    pub fn xattrs(&self, path: &str, name: Option<&str>) -> Result<Vec<Xattr>> {
+    pub fn xattrs(&self, path: impl AsRef<[u8]>, name: Option<&str>) -> Result<Vec<Xattr>> {
         self.rt.block_on(self.inner.xattrs(path, name))
     }
 
-    pub fn count(&self, path: &str) -> Result<ContentSummary> {
+    pub fn count(&self, path: impl AsRef<[u8]>) -> Result<ContentSummary> {
         self.rt.block_on(self.inner.count(path))
     }
 
-    pub fn symlink(&self, target: &str, path: &str) -> Result<u64> {
+    pub fn symlink(&self, target: impl AsRef<[u8]>, path: impl AsRef<[u8]>) -> Result<u64> {
         self.rt.block_on(self.inner.symlink(target, path))
     }
 
-    pub fn set_xattr(&self, path: &str, name: &str, value: &[u8], flag: XattrFlag) -> Result<u64> {
+    pub fn set_xattr(
+        &self,
+        path: impl AsRef<[u8]>,
+        name: &str,
+        value: &[u8],
+        flag: XattrFlag,
+    ) -> Result<u64> {
         self.rt
             .block_on(self.inner.set_xattr(path, name, value, flag))
     }
 
-    pub fn remove_xattr(&self, path: &str, name: &str) -> Result<u64> {
+    pub fn remove_xattr(&self, path: impl AsRef<[u8]>, name: &str) -> Result<u64> {
         self.rt.block_on(self.inner.remove_xattr(path, name))
     }
 
-    pub fn set_quota(&self, path: &str, inodes: Option<u64>, bytes: Option<u64>) -> Result<u64> {
+    pub fn set_quota(
+        &self,
+        path: impl AsRef<[u8]>,
+        inodes: Option<u64>,
+        bytes: Option<u64>,
+    ) -> Result<u64> {
         self.rt.block_on(self.inner.set_quota(path, inodes, bytes))
     }
 
-    pub fn clear_quota(&self, path: &str) -> Result<u64> {
+    pub fn clear_quota(&self, path: impl AsRef<[u8]>) -> Result<u64> {
         self.rt.block_on(self.inner.clear_quota(path))
     }
 
-    pub fn recount_quota(&self, path: &str) -> Result<u64> {
+    pub fn recount_quota(&self, path: impl AsRef<[u8]>) -> Result<u64> {
         self.rt.block_on(self.inner.recount_quota(path))
     }
 

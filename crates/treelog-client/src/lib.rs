@@ -29,5 +29,7 @@ pub use options::{ClientOptions, SeenSeq};
 pub use subscription::{RemoteSubscription, ReplyStream};
 pub use treelog_tls::ClientTls;
 
+use treelog_proto::{bytestr, command, cursor, error, path, protocol, read, stream, types};
+
 pub use treelog_proto::caller::Caller;
-use treelog_proto::{command, cursor, error, path, protocol, read, stream, types};
+pub use treelog_proto::ByteString;

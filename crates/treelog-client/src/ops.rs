@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use crate::bytestr::{BStr, ByteString};
 use crate::client::Client;
 use crate::command::Command;
 use crate::cursor::CursorInfo;
@@ -34,7 +35,7 @@ impl Client {
         let bodies = paths
             .iter()
             .map(|p| RequestBody::StatAt {
-                path: (*p).to_owned(),
+                path: (*p).into(),
                 at,
             })
             .collect();
@@ -50,9 +51,9 @@ impl Client {
     }
 
     /// Stat at a committed state (`docs/READS.md`); the reply says which.
-    pub async fn stat_at(&self, path: &str, at: ReadAt) -> Result<Read<Inode>> {
+    pub async fn stat_at(&self, path: impl AsRef<[u8]>, at: ReadAt) -> Result<Read<Inode>> {
         let body = RequestBody::StatAt {
-            path: path.to_owned(),
+            path: path.as_ref().into(),
             at,
         };
         match self.call(body).await? {
@@ -71,14 +72,14 @@ impl Client {
     /// A listing page at a committed state.
     pub async fn list_at(
         &self,
-        path: &str,
-        start_after: Option<&str>,
+        path: impl AsRef<[u8]>,
+        start_after: Option<&BStr>,
         limit: u32,
         at: ReadAt,
     ) -> Result<Read<ListPage>> {
         let body = RequestBody::ListAt {
-            path: path.to_owned(),
-            start_after: start_after.map(str::to_owned),
+            path: path.as_ref().into(),
+            start_after: start_after.map(Into::into),
             limit,
             at,
         };
@@ -108,20 +109,20 @@ impl Client {
     /// them) at one committed state, pinned for the walk: a tree that
     /// moves meanwhile is never seen half-moved. Returns the entries with
     /// their paths, and the state's sequence.
-    pub async fn walk(&self, dir: &str) -> Result<Read<Vec<(String, DirEntry)>>> {
+    pub async fn walk(&self, dir: impl AsRef<[u8]>) -> Result<Read<Vec<(ByteString, DirEntry)>>> {
         let seq = self.pin_view().await?;
-        let r = self.walk_at(dir, seq).await;
+        let r = self.walk_at(dir.as_ref(), seq).await;
         // Best effort: an unpinned view also expires by itself.
         let _ = self.unpin_view(seq).await;
         r.map(|value| Read { value, seq })
     }
 
-    async fn walk_at(&self, dir: &str, seq: u64) -> Result<Vec<(String, DirEntry)>> {
+    async fn walk_at(&self, dir: &[u8], seq: u64) -> Result<Vec<(ByteString, DirEntry)>> {
         let at = ReadAt::Exactly(seq);
         let mut out = Vec::new();
         let mut dirs = vec![crate::path::canonical(dir)?];
         while let Some(d) = dirs.pop() {
-            let mut after: Option<String> = None;
+            let mut after: Option<ByteString> = None;
             let mut subdirs = Vec::new();
             loop {
                 let page = self.list_at(&d, after.as_deref(), 1024, at).await?.value;
@@ -145,7 +146,7 @@ impl Client {
 
     /// Stat at a state at least as new as any this client's token has
     /// seen (read-your-writes, on the leader or a replica).
-    pub async fn stat(&self, path: &str) -> Result<Inode> {
+    pub async fn stat(&self, path: impl AsRef<[u8]>) -> Result<Inode> {
         Ok(self.stat_at(path, self.read_at()).await?.value)
     }
 
@@ -156,8 +157,8 @@ impl Client {
     /// A listing page, read-your-writes as [`Client::stat`].
     pub async fn list(
         &self,
-        path: &str,
-        start_after: Option<&str>,
+        path: impl AsRef<[u8]>,
+        start_after: Option<&BStr>,
         limit: u32,
     ) -> Result<ListPage> {
         Ok(self
@@ -167,10 +168,10 @@ impl Client {
     }
 
     /// `ln -s TARGET PATH` (see `Command::Symlink`).
-    pub async fn symlink(&self, target: &str, path: &str) -> Result<u64> {
+    pub async fn symlink(&self, target: impl AsRef<[u8]>, path: impl AsRef<[u8]>) -> Result<u64> {
         self.submit(Command::Symlink {
-            target: target.to_owned(),
-            path: path.to_owned(),
+            target: target.as_ref().into(),
+            path: path.as_ref().into(),
             parents: false,
             owner: String::new(),
             group: String::new(),
@@ -180,13 +181,13 @@ impl Client {
 
     pub async fn set_xattr(
         &self,
-        path: &str,
+        path: impl AsRef<[u8]>,
         name: &str,
         value: &[u8],
         flag: XattrFlag,
     ) -> Result<u64> {
         self.submit(Command::SetXattr {
-            path: path.to_owned(),
+            path: path.as_ref().into(),
             name: name.to_owned(),
             value: value.to_vec().into(),
             flag,
@@ -194,9 +195,9 @@ impl Client {
         .await
     }
 
-    pub async fn remove_xattr(&self, path: &str, name: &str) -> Result<u64> {
+    pub async fn remove_xattr(&self, path: impl AsRef<[u8]>, name: &str) -> Result<u64> {
         self.submit(Command::RemoveXattr {
-            path: path.to_owned(),
+            path: path.as_ref().into(),
             name: name.to_owned(),
         })
         .await
@@ -204,37 +205,37 @@ impl Client {
 
     pub async fn set_quota(
         &self,
-        path: &str,
+        path: impl AsRef<[u8]>,
         inodes: Option<u64>,
         bytes: Option<u64>,
     ) -> Result<u64> {
         self.submit(Command::SetQuota {
-            path: path.to_owned(),
+            path: path.as_ref().into(),
             inodes,
             bytes,
         })
         .await
     }
 
-    pub async fn clear_quota(&self, path: &str) -> Result<u64> {
+    pub async fn clear_quota(&self, path: impl AsRef<[u8]>) -> Result<u64> {
         self.submit(Command::ClearQuota {
-            path: path.to_owned(),
+            path: path.as_ref().into(),
         })
         .await
     }
 
     /// Counts the quota of `path` again (see [`Command::RecountQuota`]).
-    pub async fn recount_quota(&self, path: &str) -> Result<u64> {
+    pub async fn recount_quota(&self, path: impl AsRef<[u8]>) -> Result<u64> {
         self.submit(Command::RecountQuota {
-            path: path.to_owned(),
+            path: path.as_ref().into(),
         })
         .await
     }
 
     /// A symbolic link's target, read-your-writes as [`Client::stat`].
-    pub async fn readlink(&self, path: &str) -> Result<String> {
+    pub async fn readlink(&self, path: impl AsRef<[u8]>) -> Result<ByteString> {
         let body = RequestBody::Readlink {
-            path: path.to_owned(),
+            path: path.as_ref().into(),
             at: self.read_at(),
         };
         match self.call(body).await? {
@@ -244,9 +245,9 @@ impl Client {
     }
 
     /// The extended attribute `name` of `path`, or (`None`) all of them.
-    pub async fn xattrs(&self, path: &str, name: Option<&str>) -> Result<Vec<Xattr>> {
+    pub async fn xattrs(&self, path: impl AsRef<[u8]>, name: Option<&str>) -> Result<Vec<Xattr>> {
         let body = RequestBody::GetXattrs {
-            path: path.to_owned(),
+            path: path.as_ref().into(),
             name: name.map(str::to_owned),
             at: self.read_at(),
         };
@@ -257,9 +258,9 @@ impl Client {
     }
 
     /// The usage under `path` (`count`; see `Treelog::count`).
-    pub async fn count(&self, path: &str) -> Result<ContentSummary> {
+    pub async fn count(&self, path: impl AsRef<[u8]>) -> Result<ContentSummary> {
         let body = RequestBody::Count {
-            path: path.to_owned(),
+            path: path.as_ref().into(),
             at: self.read_at(),
         };
         match self.call(body).await? {

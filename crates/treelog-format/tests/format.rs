@@ -298,8 +298,8 @@ fn every_variant_record() -> Record {
     let update = |id: u64, old: Attrs, new: Attrs| Update {
         id,
         parent: id + 100,
-        name: format!("name{id}"),
-        path: format!("/path{id}"),
+        name: format!("name{id}").into(),
+        path: format!("/path{id}").into(),
         old,
         new,
         quotas: vec![id + 1, id + 2],

@@ -400,8 +400,8 @@ fn update() -> impl Strategy<Value = Update> {
         .prop_map(|(id, parent, name, path, old, new, quotas)| Update {
             id,
             parent,
-            name,
-            path,
+            name: name.into(),
+            path: path.into(),
             old,
             new,
             quotas,
@@ -421,8 +421,8 @@ fn event() -> impl Strategy<Value = Event> {
             |((id, parent, name, path, attrs), parent_mtime_ms, quotas)| Event::Create {
                 id,
                 parent,
-                name,
-                path,
+                name: name.into(),
+                path: path.into(),
                 attrs,
                 parent_mtime_ms,
                 quotas
@@ -435,8 +435,8 @@ fn event() -> impl Strategy<Value = Event> {
             |((id, parent, name, path, attrs), parent_mtime_ms, quotas)| Event::Delete {
                 id,
                 parent,
-                name,
-                path,
+                name: name.into(),
+                path: path.into(),
                 attrs,
                 parent_mtime_ms,
                 quotas
@@ -456,11 +456,11 @@ fn event() -> impl Strategy<Value = Event> {
                     Event::Rename {
                         id,
                         old_parent,
-                        old_name,
-                        old_path,
+                        old_name: old_name.into(),
+                        old_path: old_path.into(),
                         new_parent,
-                        new_name,
-                        new_path,
+                        new_name: new_name.into(),
+                        new_path: new_path.into(),
                         attrs,
                         parent_mtime_ms,
                         quotas_from,
@@ -473,9 +473,9 @@ fn event() -> impl Strategy<Value = Event> {
             Event::Symlink {
                 id,
                 parent,
-                name,
-                path,
-                target,
+                name: name.into(),
+                path: path.into(),
+                target: target.into(),
                 attrs,
                 parent_mtime_ms: t.unwrap_or(0),
                 quotas,
@@ -491,7 +491,7 @@ fn event() -> impl Strategy<Value = Event> {
         )
             .prop_map(|(id, path, name, value, old, change_ms)| Event::SetXattr {
                 id,
-                path,
+                path: path.into(),
                 name,
                 value: Bytes(value),
                 old: old.map(Bytes),
@@ -500,7 +500,7 @@ fn event() -> impl Strategy<Value = Event> {
         (any::<u64>(), text(), text(), bytes(20), any::<u64>()).prop_map(
             |(id, path, name, old, change_ms)| Event::RemoveXattr {
                 id,
-                path,
+                path: path.into(),
                 name,
                 old: Bytes(old),
                 change_ms
@@ -508,12 +508,12 @@ fn event() -> impl Strategy<Value = Event> {
         ),
         (any::<u64>(), text(), quota()).prop_map(|(id, path, quota)| Event::SetQuota {
             id,
-            path,
+            path: path.into(),
             quota
         }),
         (any::<u64>(), text(), quota()).prop_map(|(id, path, old)| Event::ClearQuota {
             id,
-            path,
+            path: path.into(),
             old
         }),
     ]
@@ -613,7 +613,7 @@ fn command() -> impl Strategy<Value = Command> {
     prop_oneof![
         (text(), any::<bool>(), any::<u32>(), text(), text()).prop_map(
             |(path, parents, mode, owner, group)| Command::Mkdir {
-                path,
+                path: path.into(),
                 parents,
                 mode,
                 owner,
@@ -630,7 +630,7 @@ fn command() -> impl Strategy<Value = Command> {
         )
             .prop_map(|(path, parents, mode, owner, group, block_size)| {
                 Command::Create {
-                    path,
+                    path: path.into(),
                     parents,
                     mode,
                     owner,
@@ -638,8 +638,14 @@ fn command() -> impl Strategy<Value = Command> {
                     block_size,
                 }
             }),
-        (text(), any::<u64>()).prop_map(|(path, size)| Command::Complete { path, size }),
-        (text(), any::<u64>()).prop_map(|(path, size)| Command::SetSize { path, size }),
+        (text(), any::<u64>()).prop_map(|(path, size)| Command::Complete {
+            path: path.into(),
+            size
+        }),
+        (text(), any::<u64>()).prop_map(|(path, size)| Command::SetSize {
+            path: path.into(),
+            size
+        }),
         (
             text(),
             any::<Option<u32>>(),
@@ -648,22 +654,25 @@ fn command() -> impl Strategy<Value = Command> {
             any::<Option<u64>>()
         )
             .prop_map(|(path, mode, owner, group, mtime_ms)| Command::SetAttr {
-                path,
+                path: path.into(),
                 mode,
                 owner,
                 group,
                 mtime_ms
             }),
-        (text(), any::<bool>()).prop_map(|(path, recursive)| Command::Delete { path, recursive }),
+        (text(), any::<bool>()).prop_map(|(path, recursive)| Command::Delete {
+            path: path.into(),
+            recursive
+        }),
         (text(), text(), any::<bool>()).prop_map(|(src, dst, overwrite)| Command::Rename {
-            src,
-            dst,
+            src: src.into(),
+            dst: dst.into(),
             overwrite
         }),
         (text(), text(), any::<bool>(), text(), text()).prop_map(
             |(target, path, parents, owner, group)| Command::Symlink {
-                target,
-                path,
+                target: target.into(),
+                path: path.into(),
                 parents,
                 owner,
                 group
@@ -680,21 +689,24 @@ fn command() -> impl Strategy<Value = Command> {
             ])
         )
             .prop_map(|(path, name, value, flag)| Command::SetXattr {
-                path,
+                path: path.into(),
                 name,
                 value: Bytes(value),
                 flag
             }),
-        (text(), text()).prop_map(|(path, name)| Command::RemoveXattr { path, name }),
+        (text(), text()).prop_map(|(path, name)| Command::RemoveXattr {
+            path: path.into(),
+            name
+        }),
         (text(), any::<Option<u64>>(), any::<Option<u64>>()).prop_map(|(path, inodes, bytes)| {
             Command::SetQuota {
-                path,
+                path: path.into(),
                 inodes,
                 bytes,
             }
         }),
-        text().prop_map(|path| Command::ClearQuota { path }),
-        text().prop_map(|path| Command::RecountQuota { path }),
+        text().prop_map(|path| Command::ClearQuota { path: path.into() }),
+        text().prop_map(|path| Command::RecountQuota { path: path.into() }),
     ]
 }
 
@@ -713,7 +725,10 @@ fn subscribe_options() -> impl Strategy<Value = SubscribeOptions> {
         .prop_map(
             |(from, prefix, kinds, cursor, resync_on_move_in)| SubscribeOptions {
                 from,
-                filter: Filter { prefix, kinds },
+                filter: Filter {
+                    prefix: prefix.map(Into::into),
+                    kinds,
+                },
                 cursor,
                 resync_on_move_in,
             },
@@ -738,12 +753,12 @@ fn hello() -> impl Strategy<Value = Hello> {
 fn request_body() -> impl Strategy<Value = RequestBody> {
     prop_oneof![
         command().prop_map(RequestBody::Mutate),
-        text().prop_map(|path| RequestBody::Stat { path }),
+        text().prop_map(|path| RequestBody::Stat { path: path.into() }),
         any::<u64>().prop_map(|id| RequestBody::StatId { id }),
         (text(), prop::option::of(text()), any::<u32>()).prop_map(|(path, start_after, limit)| {
             RequestBody::List {
-                path,
-                start_after,
+                path: path.into(),
+                start_after: start_after.map(Into::into),
                 limit,
             }
         }),
@@ -767,16 +782,16 @@ fn request_body() -> impl Strategy<Value = RequestBody> {
         }),
         any::<u64>().prop_map(|id| RequestBody::BackupEnd { id }),
         text().prop_map(|path| RequestBody::Readlink {
-            path,
+            path: path.into(),
             at: ReadAt::Latest
         }),
         (text(), prop::option::of(text())).prop_map(|(path, name)| RequestBody::GetXattrs {
-            path,
+            path: path.into(),
             name,
             at: ReadAt::Latest
         }),
         text().prop_map(|path| RequestBody::Count {
-            path,
+            path: path.into(),
             at: ReadAt::Latest
         }),
     ]
@@ -793,7 +808,7 @@ fn inode() -> impl Strategy<Value = Inode> {
     (any::<u64>(), any::<u64>(), text(), attrs()).prop_map(|(id, parent, name, attrs)| Inode {
         id,
         parent,
-        name,
+        name: name.into(),
         attrs,
     })
 }
@@ -824,12 +839,12 @@ fn stream_item() -> impl Strategy<Value = StreamItem> {
         (any::<u64>(), text(), any::<bool>()).prop_map(|(seq, prefix, resync)| {
             StreamItem::SnapshotStart {
                 seq,
-                prefix,
+                prefix: prefix.into(),
                 resync,
             }
         }),
         (text(), inode()).prop_map(|(path, inode)| StreamItem::SnapshotEntry {
-            path,
+            path: path.into(),
             inode: Box::new(inode)
         }),
         any::<u64>().prop_map(|seq| StreamItem::SnapshotEnd { seq }),
@@ -864,9 +879,12 @@ fn response_body() -> impl Strategy<Value = ResponseBody> {
             .prop_map(|(entries, next_start_after)| ResponseBody::Page(ListPage {
                 entries: entries
                     .into_iter()
-                    .map(|(name, inode)| DirEntry { name, inode })
+                    .map(|(name, inode)| DirEntry {
+                        name: name.into(),
+                        inode
+                    })
                     .collect(),
-                next_start_after,
+                next_start_after: next_start_after.map(Into::into),
             })),
         stream_item().prop_map(ResponseBody::Item),
         prop::collection::vec((text(), cursor_state(), any::<u64>()), 0..3).prop_map(|cs| {
@@ -1368,8 +1386,8 @@ fn full_frames_of_tiny_elements_stay_within_the_message_bound() {
     let tiny_event = || Event::Create {
         id: 0,
         parent: 0,
-        name: String::new(),
-        path: String::new(),
+        name: String::new().into(),
+        path: String::new().into(),
         attrs: tiny_attrs(),
         parent_mtime_ms: None,
         quotas: Vec::new(),
@@ -1377,7 +1395,7 @@ fn full_frames_of_tiny_elements_stay_within_the_message_bound() {
     let tiny_inode = || Inode {
         id: 0,
         parent: 0,
-        name: String::new(),
+        name: String::new().into(),
         attrs: tiny_attrs(),
     };
     let n = protocol::DEFAULT_MAX_FRAME / 16;
@@ -1387,7 +1405,7 @@ fn full_frames_of_tiny_elements_stay_within_the_message_bound() {
             body: ResponseBody::Page(ListPage {
                 entries: (0..n)
                     .map(|_| DirEntry {
-                        name: String::new(),
+                        name: String::new().into(),
                         inode: tiny_inode(),
                     })
                     .collect(),

@@ -5,6 +5,7 @@
 //! milliseconds of its commit.
 
 use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -13,12 +14,13 @@ use tokio::sync::mpsc;
 use treelog_client::{Backoff, RemoteSubscription};
 use treelog_proto::event::Event;
 use treelog_proto::stream::{StartFrom, StreamItem, SubscribeOptions};
+use treelog_proto::ByteString;
 
 use crate::fs::Shared;
 
 /// One thing the kernel must forget.
 enum Inval {
-    Entry(u64, String),
+    Entry(u64, ByteString),
     Inode(u64),
 }
 
@@ -59,7 +61,7 @@ pub(crate) fn start(
                     // ENOENT: the kernel had already dropped it.
                     let _ = match &i {
                         Inval::Entry(parent, name) => {
-                            notifier.inval_entry(INodeNo(*parent), OsStr::new(name))
+                            notifier.inval_entry(INodeNo(*parent), OsStr::from_bytes(name))
                         }
                         Inval::Inode(ino) => notifier.inval_inode(INodeNo(*ino), 0, 0),
                     };
@@ -138,12 +140,13 @@ async fn follow(s: Arc<Shared>, mut sub: RemoteSubscription, tx: mpsc::Sender<Ve
 fn record<'a>(s: &Shared, events: impl Iterator<Item = &'a Event>, mine: bool) -> Vec<Inval> {
     let mut t = s.inodes.lock().unwrap();
     let mut out = Vec::new();
-    let entry = |out: &mut Vec<Inval>, t: &crate::inodes::Inodes, parent: u64, name: &str| {
-        if t.contains(parent) {
-            out.push(Inval::Entry(parent, name.to_owned()));
-            out.push(Inval::Inode(parent));
-        }
-    };
+    let entry =
+        |out: &mut Vec<Inval>, t: &crate::inodes::Inodes, parent: u64, name: &ByteString| {
+            if t.contains(parent) {
+                out.push(Inval::Entry(parent, name.clone()));
+                out.push(Inval::Inode(parent));
+            }
+        };
     for ev in events {
         match ev {
             Event::Create { parent, name, .. } | Event::Symlink { parent, name, .. } => {

@@ -8,6 +8,7 @@
 use treelog_client::Client;
 use treelog_proto::error::Result;
 use treelog_proto::types::DirEntry;
+use treelog_proto::ByteString;
 
 /// Entries asked of the server at a time.
 pub(crate) const PAGE: u32 = 1024;
@@ -21,7 +22,7 @@ pub(crate) struct DirHandle {
     page: Vec<DirEntry>,
     start: u64,
     /// Where the next page starts (`None` with `last`: no more).
-    after: Option<String>,
+    after: Option<ByteString>,
     last: bool,
     loaded: bool,
 }
@@ -33,7 +34,7 @@ impl DirHandle {
     pub(crate) async fn entries_from(
         &mut self,
         client: &Client,
-        path: &str,
+        path: &[u8],
         pos: u64,
     ) -> Result<&[DirEntry]> {
         let end = |h: &DirHandle| h.start + h.page.len() as u64;
@@ -52,8 +53,8 @@ impl DirHandle {
     async fn fetch(
         &mut self,
         client: &Client,
-        path: &str,
-        after: Option<String>,
+        path: &[u8],
+        after: Option<ByteString>,
         start: u64,
     ) -> Result<()> {
         let page = client.list(path, after.as_deref(), PAGE).await?;

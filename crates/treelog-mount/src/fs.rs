@@ -6,6 +6,7 @@
 use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::future::Future;
+use std::os::unix::ffi::OsStrExt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -22,6 +23,7 @@ use treelog_proto::command::Command;
 use treelog_proto::error::{Error, ErrorKind};
 use treelog_proto::path::MAX_NAME_LEN;
 use treelog_proto::types::{FileType, Inode, XattrFlag, DEFAULT_BLOCK_SIZE};
+use treelog_proto::ByteString;
 
 use crate::attr::{file_attr, kind};
 use crate::callers::Callers;
@@ -67,19 +69,20 @@ impl Shared {
         }
     }
 
-    fn path(&self, ino: INodeNo) -> Result<String, Errno> {
+    fn path(&self, ino: INodeNo) -> Result<ByteString, Errno> {
         self.inodes.lock().unwrap().path(ino.0).ok_or(Errno::ENOENT)
     }
 
     /// The path of `name` in directory `parent`, checked as Linux's
     /// filesystems check names.
-    fn child(&self, parent: INodeNo, name: &OsStr) -> Result<(String, String), Errno> {
-        let name = utf8(name)?;
+    fn child(&self, parent: INodeNo, name: &OsStr) -> Result<(ByteString, ByteString), Errno> {
+        // Names are bytes: any but '/' and NUL, as the kernel passes them.
+        let name = name.as_bytes();
         if name.len() > MAX_NAME_LEN {
             return Err(Errno::ENAMETOOLONG);
         }
         let dir = self.path(parent)?;
-        Ok((treelog_proto::path::join(&dir, name), name.to_owned()))
+        Ok((treelog_proto::path::join(&dir, name), name.into()))
     }
 
     /// Submits a mutation, remembering its sequence as this mount's own.
@@ -93,7 +96,7 @@ impl Shared {
         }
     }
 
-    async fn stat(&self, c: &Client, path: &str, op: &str) -> Result<Inode, Errno> {
+    async fn stat(&self, c: &Client, path: &[u8], op: &str) -> Result<Inode, Errno> {
         c.stat(path).await.map_err(|e| errno(&e, op))
     }
 
@@ -126,8 +129,8 @@ impl Shared {
 }
 
 fn utf8(s: &OsStr) -> Result<&str, Errno> {
-    // treelog's names and targets are UTF-8 text: a byte string that is
-    // not is an illegal byte sequence here.
+    // Extended attribute names are text in treelog (not POSIX names): a
+    // byte string that is not is an illegal byte sequence here.
     s.to_str().ok_or(Errno::EILSEQ)
 }
 
@@ -404,13 +407,13 @@ impl Filesystem for TreelogFs {
         reply: ReplyEntry,
     ) {
         let child = self.shared.child(parent, link_name);
-        let target = utf8(target.as_os_str()).map(str::to_owned);
+        let target = ByteString::from(target.as_os_str().as_bytes());
         let (owner, group) = self.shared.owner_group(req);
         self.spawn(req, |s, c| async move {
             let r = async {
                 let (path, _) = child?;
                 let cmd = Command::Symlink {
-                    target: target?,
+                    target,
                     path: path.clone(),
                     parents: false,
                     owner,
@@ -616,7 +619,7 @@ impl Filesystem for TreelogFs {
                 }
                 for e in entries {
                     let k = kind(e.inode.attrs.kind);
-                    if reply.add(INodeNo(e.inode.id), pos + 1, k, &e.name) {
+                    if reply.add(INodeNo(e.inode.id), pos + 1, k, OsStr::from_bytes(&e.name)) {
                         return reply.ok();
                     }
                     pos += 1;
@@ -673,7 +676,14 @@ impl Filesystem for TreelogFs {
                 for e in entries {
                     let attr = file_attr(&e.inode, &s.ids);
                     let id = INodeNo(e.inode.id);
-                    if reply.add(id, pos + 1, &e.name, &ttl, &attr, Generation(0)) {
+                    if reply.add(
+                        id,
+                        pos + 1,
+                        OsStr::from_bytes(&e.name),
+                        &ttl,
+                        &attr,
+                        Generation(0),
+                    ) {
                         return reply.ok();
                     }
                     // The kernel holds every entry the reply carries.
@@ -928,7 +938,7 @@ impl TreelogFs {
         ino: INodeNo,
         fh: FileHandle,
     ) -> Option<(
-        Result<String, Errno>,
+        Result<ByteString, Errno>,
         u64,
         Arc<tokio::sync::Mutex<DirHandle>>,
     )> {
@@ -938,9 +948,9 @@ impl TreelogFs {
     }
 }
 
-fn create(path: &str, mode: u32, owner: String, group: String) -> Command {
+fn create(path: &[u8], mode: u32, owner: String, group: String) -> Command {
     Command::Create {
-        path: path.to_owned(),
+        path: path.into(),
         parents: false,
         mode: mode & 0o7777,
         owner,

@@ -6,12 +6,13 @@
 use std::collections::HashMap;
 
 use treelog_proto::path::MAX_PATH_LEN;
+use treelog_proto::ByteString;
 
 pub(crate) const ROOT: u64 = 1;
 
 struct Node {
     parent: u64,
-    name: String,
+    name: ByteString,
     /// Lookups the kernel holds (the root's never drops).
     nlookup: u64,
     /// Removed from the namespace while the kernel still holds it: no
@@ -31,7 +32,7 @@ impl Inodes {
             ROOT,
             Node {
                 parent: ROOT,
-                name: String::new(),
+                name: ByteString::new(),
                 nlookup: 1,
                 gone: false,
             },
@@ -48,13 +49,14 @@ impl Inodes {
     }
 
     /// The kernel was given `ino` as `parent`/`name` once more.
-    pub(crate) fn remember(&mut self, ino: u64, parent: u64, name: &str) {
+    pub(crate) fn remember(&mut self, ino: u64, parent: u64, name: impl AsRef<[u8]>) {
+        let name = name.as_ref();
         if ino == ROOT {
             return;
         }
         let n = self.nodes.entry(ino).or_insert_with(|| Node {
             parent,
-            name: String::new(),
+            name: ByteString::new(),
             nlookup: 0,
             gone: false,
         });
@@ -62,7 +64,7 @@ impl Inodes {
         n.parent = parent;
         n.gone = false;
         if n.name != name {
-            n.name = name.to_owned();
+            n.name = name.into();
         }
     }
 
@@ -80,10 +82,11 @@ impl Inodes {
     }
 
     /// `ino` now lives at `parent`/`name` (a rename seen or made).
-    pub(crate) fn moved(&mut self, ino: u64, parent: u64, name: &str) {
+    pub(crate) fn moved(&mut self, ino: u64, parent: u64, name: impl AsRef<[u8]>) {
+        let name = name.as_ref();
         if let Some(n) = self.nodes.get_mut(&ino) {
             n.parent = parent;
-            n.name = name.to_owned();
+            n.name = name.into();
             n.gone = false;
         }
     }
@@ -103,7 +106,7 @@ impl Inodes {
 
     /// The absolute path of `ino`, or `None` when it is unknown or gone
     /// (or a cycle, which only a table gone wrong could hold).
-    pub(crate) fn path(&self, ino: u64) -> Option<String> {
+    pub(crate) fn path(&self, ino: u64) -> Option<ByteString> {
         let mut names = Vec::new();
         let mut cur = ino;
         let mut len = 0;
@@ -116,23 +119,23 @@ impl Inodes {
             if len > MAX_PATH_LEN {
                 return None;
             }
-            names.push(n.name.as_str());
+            names.push(n.name.as_bytes());
             cur = n.parent;
         }
         if names.is_empty() {
-            return Some("/".to_owned());
+            return Some("/".into());
         }
-        let mut p = String::with_capacity(len);
+        let mut p = Vec::with_capacity(len);
         for n in names.iter().rev() {
-            p.push('/');
-            p.push_str(n);
+            p.push(b'/');
+            p.extend_from_slice(n);
         }
-        Some(p)
+        Some(p.into())
     }
 
     /// Every (parent, name) and inode the kernel may cache: what a resync
     /// invalidates.
-    pub(crate) fn everything(&self) -> (Vec<(u64, String)>, Vec<u64>) {
+    pub(crate) fn everything(&self) -> (Vec<(u64, ByteString)>, Vec<u64>) {
         let entries = self
             .nodes
             .iter()
@@ -150,24 +153,24 @@ mod tests {
     #[test]
     fn paths_follow_moves_and_forgets() {
         let mut t = Inodes::new();
-        assert_eq!(t.path(ROOT).as_deref(), Some("/"));
+        assert_eq!(t.path(ROOT).as_deref(), Some("/".into()));
         t.remember(5, ROOT, "a");
         t.remember(9, 5, "b");
-        assert_eq!(t.path(9).as_deref(), Some("/a/b"));
+        assert_eq!(t.path(9).as_deref(), Some("/a/b".into()));
         t.moved(5, ROOT, "z");
-        assert_eq!(t.path(9).as_deref(), Some("/z/b"));
+        assert_eq!(t.path(9).as_deref(), Some("/z/b".into()));
         t.removed(5);
         assert_eq!(t.path(9), None);
         t.forget(9, 1);
         assert!(!t.contains(9));
         t.remember(5, ROOT, "y");
-        assert_eq!(t.path(5).as_deref(), Some("/y"));
+        assert_eq!(t.path(5).as_deref(), Some("/y".into()));
         t.forget(5, 1);
         assert!(t.contains(5), "two lookups, one forgotten");
         t.forget(5, 1);
         assert!(!t.contains(5));
         assert_eq!(t.len(), 1);
         t.forget(ROOT, 10);
-        assert_eq!(t.path(ROOT).as_deref(), Some("/"));
+        assert_eq!(t.path(ROOT).as_deref(), Some("/".into()));
     }
 }

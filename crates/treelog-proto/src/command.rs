@@ -2,6 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::bytestr::ByteString;
 use crate::types::{Bytes, XattrFlag};
 
 /// A namespace mutation request. Paths are absolute.
@@ -10,7 +11,7 @@ pub enum Command {
     /// Create a directory. With `parents`, missing ancestors are created and
     /// an existing directory at `path` is not an error.
     Mkdir {
-        path: String,
+        path: ByteString,
         parents: bool,
         mode: u32,
         owner: String,
@@ -19,7 +20,7 @@ pub enum Command {
     /// Create an empty, incomplete file. Fails if `path` exists. With
     /// `parents`, missing ancestors are created as directories.
     Create {
-        path: String,
+        path: ByteString,
         parents: bool,
         mode: u32,
         owner: String,
@@ -28,32 +29,32 @@ pub enum Command {
     },
     /// Mark a file complete with its final size. Repeating it with the same
     /// size is a no-op.
-    Complete { path: String, size: u64 },
+    Complete { path: ByteString, size: u64 },
     /// Change a file's size.
-    SetSize { path: String, size: u64 },
+    SetSize { path: ByteString, size: u64 },
     /// Change any of mode, owner, group and modification time.
     SetAttr {
-        path: String,
+        path: ByteString,
         mode: Option<u32>,
         owner: Option<String>,
         group: Option<String>,
         mtime_ms: Option<u64>,
     },
     /// Remove a file or directory; a non-empty directory only with `recursive`.
-    Delete { path: String, recursive: bool },
+    Delete { path: ByteString, recursive: bool },
     /// Move `src` to `dst` atomically. An existing `dst` is replaced only with
     /// `overwrite`, and only file-over-file or empty-directory-over-directory.
     Rename {
-        src: String,
-        dst: String,
+        src: ByteString,
+        dst: ByteString,
         overwrite: bool,
     },
     /// Create the symbolic link `path` pointing at `target` (any text of
     /// 1…4,096 bytes without NUL; never resolved). With `parents`, missing
     /// ancestors are created as directories.
     Symlink {
-        target: String,
-        path: String,
+        target: ByteString,
+        path: ByteString,
         parents: bool,
         owner: String,
         group: String,
@@ -61,38 +62,73 @@ pub enum Command {
     /// Set an extended attribute (Linux's names and limits, see
     /// `docs/EVENTS.md`).
     SetXattr {
-        path: String,
+        path: ByteString,
         name: String,
         value: Bytes,
         flag: XattrFlag,
     },
     /// Remove an extended attribute (`NotFound` if it has none of that name).
-    RemoveXattr { path: String, name: String },
+    RemoveXattr { path: ByteString, name: String },
     /// Give a directory a quota, or change its limits: at most `inodes`
     /// inodes and `bytes` bytes of files in its subtree (`None`: no limit;
     /// a quota without limits keeps the usage counters alone).
     SetQuota {
-        path: String,
+        path: ByteString,
         inodes: Option<u64>,
         bytes: Option<u64>,
     },
     /// Remove a directory's quota (`NotFound` if it has none).
-    ClearQuota { path: String },
+    ClearQuota { path: ByteString },
     /// Count a quota's subtree again, entry by entry, and set its usage to
     /// what the walk found (an admin's repair when `admin verify` reports
     /// a counter that disagrees with its subtree; nothing to do when they
     /// agree). `NotFound` if the directory has no quota.
-    RecountQuota { path: String },
+    RecountQuota { path: ByteString },
 }
+
+/// The feature level of a command whose paths or target are not UTF-8
+/// (names as bytes).
+pub const BYTE_NAMES_LEVEL: u32 = 3;
 
 impl Command {
     /// The cluster feature level ([`crate::FEATURE_LEVEL`]) every member
     /// of a Raft cluster must be at before the leader takes this command:
     /// a member of a lower level would not know how to apply it. The
     /// release before feature levels (level 1) knew every command there
-    /// is today; a command added later names its level here.
+    /// is today, with names that are UTF-8; a path or target that is not
+    /// needs [`BYTE_NAMES_LEVEL`] (a release whose names were `String`
+    /// cannot decode its record).
     pub fn feature_level(&self) -> u32 {
-        1
+        if self.names_are_utf8() {
+            1
+        } else {
+            BYTE_NAMES_LEVEL
+        }
+    }
+
+    /// Whether every path and target the command names is UTF-8.
+    pub fn names_are_utf8(&self) -> bool {
+        let (a, b) = self.byte_strings();
+        a.is_utf8() && b.is_none_or(|b| b.is_utf8())
+    }
+
+    /// The paths and the target the command carries.
+    fn byte_strings(&self) -> (&ByteString, Option<&ByteString>) {
+        match self {
+            Command::Mkdir { path, .. }
+            | Command::Create { path, .. }
+            | Command::Complete { path, .. }
+            | Command::SetSize { path, .. }
+            | Command::SetAttr { path, .. }
+            | Command::Delete { path, .. }
+            | Command::SetXattr { path, .. }
+            | Command::RemoveXattr { path, .. }
+            | Command::SetQuota { path, .. }
+            | Command::ClearQuota { path }
+            | Command::RecountQuota { path } => (path, None),
+            Command::Rename { src, dst, .. } => (src, Some(dst)),
+            Command::Symlink { target, path, .. } => (path, Some(target)),
+        }
     }
 
     /// A short lower-case name for metrics and logs.

@@ -12,6 +12,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::bytestr::ByteString;
 use crate::types::{Attrs, AttrsRef, Bytes, Quota, Usage};
 
 /// Version of the record/event schema written by this build. Schema 2
@@ -35,8 +36,8 @@ pub struct Record {
 pub struct Update {
     pub id: u64,
     pub parent: u64,
-    pub name: String,
-    pub path: String,
+    pub name: ByteString,
+    pub path: ByteString,
     pub old: Attrs,
     pub new: Attrs,
     /// The directories with a quota whose usage the change of size moves
@@ -51,8 +52,8 @@ pub enum Event {
     Create {
         id: u64,
         parent: u64,
-        name: String,
-        path: String,
+        name: ByteString,
+        path: ByteString,
         attrs: Attrs,
         /// The parent's new modification and change time (the record's
         /// time); `None` in schema-1 records, which left the parent alone.
@@ -72,8 +73,8 @@ pub enum Event {
     Delete {
         id: u64,
         parent: u64,
-        name: String,
-        path: String,
+        name: ByteString,
+        path: ByteString,
         attrs: Attrs,
         /// The parent's new modification and change time, when the parent
         /// stays (`None` for an inode whose parent the same record
@@ -88,11 +89,11 @@ pub enum Event {
     Rename {
         id: u64,
         old_parent: u64,
-        old_name: String,
-        old_path: String,
+        old_name: ByteString,
+        old_path: ByteString,
         new_parent: u64,
-        new_name: String,
-        new_path: String,
+        new_name: ByteString,
+        new_path: ByteString,
         /// The inode's attributes after the move (its change time is the
         /// record's).
         attrs: Attrs,
@@ -112,9 +113,9 @@ pub enum Event {
     Symlink {
         id: u64,
         parent: u64,
-        name: String,
-        path: String,
-        target: String,
+        name: ByteString,
+        path: ByteString,
+        target: ByteString,
         attrs: Attrs,
         parent_mtime_ms: u64,
         quotas: Vec<u64>,
@@ -123,7 +124,7 @@ pub enum Event {
     /// becomes `change_ms`.
     SetXattr {
         id: u64,
-        path: String,
+        path: ByteString,
         name: String,
         value: Bytes,
         /// The value it replaced.
@@ -133,7 +134,7 @@ pub enum Event {
     /// An extended attribute was removed (schema 2).
     RemoveXattr {
         id: u64,
-        path: String,
+        path: ByteString,
         name: String,
         old: Bytes,
         change_ms: u64,
@@ -141,9 +142,17 @@ pub enum Event {
     /// A directory's quota was set or changed (schema 2): its limits, and
     /// the usage of its subtree then (counted by the command, or kept from
     /// the quota it replaces).
-    SetQuota { id: u64, path: String, quota: Quota },
+    SetQuota {
+        id: u64,
+        path: ByteString,
+        quota: Quota,
+    },
     /// A directory's quota was removed (schema 2), with what it was.
-    ClearQuota { id: u64, path: String, old: Quota },
+    ClearQuota {
+        id: u64,
+        path: ByteString,
+        old: Quota,
+    },
 }
 
 /// A [`Record`] decoded without copying: its names, paths, owners and
@@ -167,8 +176,8 @@ pub struct RecordRef<'a> {
 pub struct UpdateRef<'a> {
     pub id: u64,
     pub parent: u64,
-    pub name: &'a str,
-    pub path: &'a str,
+    pub name: &'a [u8],
+    pub path: &'a [u8],
     #[serde(borrow)]
     pub old: AttrsRef<'a>,
     #[serde(borrow)]
@@ -182,8 +191,8 @@ pub enum EventRef<'a> {
     Create {
         id: u64,
         parent: u64,
-        name: &'a str,
-        path: &'a str,
+        name: &'a [u8],
+        path: &'a [u8],
         #[serde(borrow)]
         attrs: AttrsRef<'a>,
         parent_mtime_ms: Option<u64>,
@@ -198,8 +207,8 @@ pub enum EventRef<'a> {
     Delete {
         id: u64,
         parent: u64,
-        name: &'a str,
-        path: &'a str,
+        name: &'a [u8],
+        path: &'a [u8],
         #[serde(borrow)]
         attrs: AttrsRef<'a>,
         parent_mtime_ms: Option<u64>,
@@ -208,11 +217,11 @@ pub enum EventRef<'a> {
     Rename {
         id: u64,
         old_parent: u64,
-        old_name: &'a str,
-        old_path: &'a str,
+        old_name: &'a [u8],
+        old_path: &'a [u8],
         new_parent: u64,
-        new_name: &'a str,
-        new_path: &'a str,
+        new_name: &'a [u8],
+        new_path: &'a [u8],
         #[serde(borrow)]
         attrs: AttrsRef<'a>,
         parent_mtime_ms: Option<u64>,
@@ -223,9 +232,9 @@ pub enum EventRef<'a> {
     Symlink {
         id: u64,
         parent: u64,
-        name: &'a str,
-        path: &'a str,
-        target: &'a str,
+        name: &'a [u8],
+        path: &'a [u8],
+        target: &'a [u8],
         #[serde(borrow)]
         attrs: AttrsRef<'a>,
         parent_mtime_ms: u64,
@@ -233,7 +242,7 @@ pub enum EventRef<'a> {
     },
     SetXattr {
         id: u64,
-        path: &'a str,
+        path: &'a [u8],
         name: &'a str,
         value: &'a [u8],
         old: Option<&'a [u8]>,
@@ -241,19 +250,19 @@ pub enum EventRef<'a> {
     },
     RemoveXattr {
         id: u64,
-        path: &'a str,
+        path: &'a [u8],
         name: &'a str,
         old: &'a [u8],
         change_ms: u64,
     },
     SetQuota {
         id: u64,
-        path: &'a str,
+        path: &'a [u8],
         quota: Quota,
     },
     ClearQuota {
         id: u64,
-        path: &'a str,
+        path: &'a [u8],
         old: Quota,
     },
 }
@@ -277,8 +286,8 @@ impl UpdateRef<'_> {
         Update {
             id: self.id,
             parent: self.parent,
-            name: self.name.to_owned(),
-            path: self.path.to_owned(),
+            name: self.name.into(),
+            path: self.path.into(),
             old: self.old.to_owned(),
             new: self.new.to_owned(),
             quotas: self.quotas.clone(),
@@ -520,7 +529,7 @@ impl Event {
 
     /// The path of the inode the event is about (after a rename, the new
     /// one).
-    pub fn path(&self) -> &str {
+    pub fn path(&self) -> &ByteString {
         match self {
             Event::Create { path, .. }
             | Event::Delete { path, .. }
@@ -549,8 +558,8 @@ impl EventRef<'_> {
             } => Event::Create {
                 id: *id,
                 parent: *parent,
-                name: (*name).to_owned(),
-                path: (*path).to_owned(),
+                name: (*name).to_owned().into(),
+                path: (*path).to_owned().into(),
                 attrs: attrs.to_owned(),
                 parent_mtime_ms: *parent_mtime_ms,
                 quotas: quotas.clone(),
@@ -569,8 +578,8 @@ impl EventRef<'_> {
             } => Event::Delete {
                 id: *id,
                 parent: *parent,
-                name: (*name).to_owned(),
-                path: (*path).to_owned(),
+                name: (*name).to_owned().into(),
+                path: (*path).to_owned().into(),
                 attrs: attrs.to_owned(),
                 parent_mtime_ms: *parent_mtime_ms,
                 quotas: quotas.clone(),
@@ -591,11 +600,11 @@ impl EventRef<'_> {
             } => Event::Rename {
                 id: *id,
                 old_parent: *old_parent,
-                old_name: (*old_name).to_owned(),
-                old_path: (*old_path).to_owned(),
+                old_name: (*old_name).to_owned().into(),
+                old_path: (*old_path).to_owned().into(),
                 new_parent: *new_parent,
-                new_name: (*new_name).to_owned(),
-                new_path: (*new_path).to_owned(),
+                new_name: (*new_name).to_owned().into(),
+                new_path: (*new_path).to_owned().into(),
                 attrs: attrs.to_owned(),
                 parent_mtime_ms: *parent_mtime_ms,
                 quotas_from: quotas_from.clone(),
@@ -614,9 +623,9 @@ impl EventRef<'_> {
             } => Event::Symlink {
                 id: *id,
                 parent: *parent,
-                name: (*name).to_owned(),
-                path: (*path).to_owned(),
-                target: (*target).to_owned(),
+                name: (*name).to_owned().into(),
+                path: (*path).to_owned().into(),
+                target: (*target).to_owned().into(),
                 attrs: attrs.to_owned(),
                 parent_mtime_ms: *parent_mtime_ms,
                 quotas: quotas.clone(),
@@ -630,7 +639,7 @@ impl EventRef<'_> {
                 change_ms,
             } => Event::SetXattr {
                 id: *id,
-                path: (*path).to_owned(),
+                path: (*path).to_owned().into(),
                 name: (*name).to_owned(),
                 value: Bytes(value.to_vec()),
                 old: old.map(|o| Bytes(o.to_vec())),
@@ -644,19 +653,19 @@ impl EventRef<'_> {
                 change_ms,
             } => Event::RemoveXattr {
                 id: *id,
-                path: (*path).to_owned(),
+                path: (*path).to_owned().into(),
                 name: (*name).to_owned(),
                 old: Bytes(old.to_vec()),
                 change_ms: *change_ms,
             },
             EventRef::SetQuota { id, path, quota } => Event::SetQuota {
                 id: *id,
-                path: (*path).to_owned(),
+                path: (*path).to_owned().into(),
                 quota: *quota,
             },
             EventRef::ClearQuota { id, path, old } => Event::ClearQuota {
                 id: *id,
-                path: (*path).to_owned(),
+                path: (*path).to_owned().into(),
                 old: *old,
             },
         }

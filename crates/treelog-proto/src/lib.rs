@@ -6,6 +6,7 @@
 //! The normative descriptions are `docs/EVENTS.md` (events and records),
 //! `docs/PROTOCOL.md` (the wire protocol) and `docs/STREAMS.md`.
 
+pub mod bytestr;
 pub mod caller;
 pub mod clock;
 pub mod command;
@@ -19,6 +20,7 @@ pub mod stream;
 pub mod types;
 pub mod v1;
 
+pub use bytestr::ByteString;
 pub use caller::Caller;
 pub use clock::now_ms;
 pub use command::Command;

@@ -12,6 +12,7 @@
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
+use crate::bytestr::ByteString;
 use crate::caller::Caller;
 use crate::command::Command;
 use crate::cursor::CursorInfo;
@@ -30,8 +31,9 @@ pub const PROTOCOL_VERSION: u16 = 2;
 /// levels"): a cluster takes a command only when every member is at the
 /// level it needs ([`crate::Command::feature_level`]). 2: the first
 /// release that tells its peers its level (an earlier one counts as 1);
-/// no command needs more than 1 yet.
-pub const FEATURE_LEVEL: u32 = 2;
+/// 3: names as bytes (a command naming a path that is not UTF-8 needs it,
+/// [`crate::command::BYTE_NAMES_LEVEL`]).
+pub const FEATURE_LEVEL: u32 = 3;
 /// Default largest frame either side accepts.
 pub const DEFAULT_MAX_FRAME: usize = 1 << 20;
 /// The first allocation for a frame's payload; [`read_frame`] grows it as
@@ -71,13 +73,13 @@ pub enum RequestBody {
     /// A namespace mutation; answered with `Seq`.
     Mutate(Command),
     /// Answered with `Inode`.
-    Stat { path: String },
+    Stat { path: ByteString },
     /// Answered with `Inode`.
     StatId { id: u64 },
     /// Answered with `Page`.
     List {
-        path: String,
-        start_after: Option<String>,
+        path: ByteString,
+        start_after: Option<ByteString>,
         limit: u32,
     },
     /// Answered with a stream of `Item`s (until cancelled or an error).
@@ -101,13 +103,13 @@ pub enum RequestBody {
     Info,
     /// Stat at a committed state (`docs/READS.md`); answered with
     /// `InodeAt`.
-    StatAt { path: String, at: ReadAt },
+    StatAt { path: ByteString, at: ReadAt },
     /// Answered with `InodeAt`.
     StatIdAt { id: u64, at: ReadAt },
     /// A listing page at a committed state; answered with `PageAt`.
     ListAt {
-        path: String,
-        start_after: Option<String>,
+        path: ByteString,
+        start_after: Option<ByteString>,
         limit: u32,
         at: ReadAt,
     },
@@ -154,17 +156,17 @@ pub enum RequestBody {
     /// node's view of the cluster once the request is done).
     Cluster(ClusterRequest),
     /// A symbolic link's target; answered with `Target`.
-    Readlink { path: String, at: ReadAt },
+    Readlink { path: ByteString, at: ReadAt },
     /// A path's extended attributes: the one called `name`, or with `None`
     /// all of them; answered with `Xattrs`.
     GetXattrs {
-        path: String,
+        path: ByteString,
         name: Option<String>,
         at: ReadAt,
     },
     /// The usage under a path (`count`, docs/PROTOCOL.md); answered with
     /// `Summary`.
-    Count { path: String, at: ReadAt },
+    Count { path: ByteString, at: ReadAt },
 }
 
 /// The Raft messages between nodes.
@@ -402,7 +404,7 @@ pub enum ResponseBody {
     Cluster(ClusterStatus),
     /// A symbolic link's target (reply to `Readlink`), read at `seq`.
     Target {
-        target: String,
+        target: ByteString,
         seq: u64,
     },
     /// Extended attributes in name order (reply to `GetXattrs`).

@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
+use crate::bytestr::ByteString;
 use crate::error::Result;
 use crate::event::{Event, EventKind};
 use crate::path;
@@ -30,7 +31,7 @@ pub enum StartFrom {
 pub struct Filter {
     /// Only events inside this subtree (and the moves and ancestor changes
     /// that affect it). `None` or `/`: everything.
-    pub prefix: Option<String>,
+    pub prefix: Option<ByteString>,
     /// Only these kinds. `None`: all kinds.
     pub kinds: Option<Vec<EventKind>>,
 }
@@ -118,13 +119,13 @@ pub enum StreamItem {
     /// replaces its model of the subtree with the snapshot.
     SnapshotStart {
         seq: u64,
-        prefix: String,
+        prefix: ByteString,
         resync: bool,
     },
     /// One inode of the snapshot; parents come before their children.
     /// (Boxed: it is by far the largest variant, and items are moved
     /// several times on their way to every subscriber.)
-    SnapshotEntry { path: String, inode: Box<Inode> },
+    SnapshotEntry { path: ByteString, inode: Box<Inode> },
     /// The snapshot is complete; records from `seq + 1` follow.
     SnapshotEnd { seq: u64 },
     /// A committed record, with the events that pass the filter.

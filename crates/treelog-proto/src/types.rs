@@ -2,6 +2,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::bytestr::ByteString;
+
 /// File, directory or symbolic link.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum FileType {
@@ -126,14 +128,14 @@ pub struct Inode {
     /// 0 for the root.
     pub parent: u64,
     /// "" for the root.
-    pub name: String,
+    pub name: ByteString,
     pub attrs: Attrs,
 }
 
 /// One entry of a directory listing.
 #[derive(Debug, Default, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DirEntry {
-    pub name: String,
+    pub name: ByteString,
     pub inode: Inode,
 }
 
@@ -142,7 +144,7 @@ pub struct DirEntry {
 pub struct ListPage {
     pub entries: Vec<DirEntry>,
     /// Pass as `start_after` to get the next page; `None` when this page is the last.
-    pub next_start_after: Option<String>,
+    pub next_start_after: Option<ByteString>,
 }
 
 /// Inodes and bytes of a subtree: what a directory quota counts and what

@@ -13,6 +13,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::bytestr::ByteString;
 use crate::command::Command as Current;
 use crate::cursor::CursorInfo;
 use crate::error::{Error, Result};
@@ -458,7 +459,7 @@ impl From<Command> for Current {
                 owner,
                 group,
             } => Current::Mkdir {
-                path,
+                path: path.into(),
                 parents,
                 mode,
                 owner,
@@ -472,15 +473,21 @@ impl From<Command> for Current {
                 group,
                 block_size,
             } => Current::Create {
-                path,
+                path: path.into(),
                 parents,
                 mode,
                 owner,
                 group,
                 block_size,
             },
-            Command::Complete { path, size } => Current::Complete { path, size },
-            Command::SetSize { path, size } => Current::SetSize { path, size },
+            Command::Complete { path, size } => Current::Complete {
+                path: path.into(),
+                size,
+            },
+            Command::SetSize { path, size } => Current::SetSize {
+                path: path.into(),
+                size,
+            },
             Command::SetAttr {
                 path,
                 mode,
@@ -488,20 +495,23 @@ impl From<Command> for Current {
                 group,
                 mtime_ms,
             } => Current::SetAttr {
-                path,
+                path: path.into(),
                 mode,
                 owner,
                 group,
                 mtime_ms,
             },
-            Command::Delete { path, recursive } => Current::Delete { path, recursive },
+            Command::Delete { path, recursive } => Current::Delete {
+                path: path.into(),
+                recursive,
+            },
             Command::Rename {
                 src,
                 dst,
                 overwrite,
             } => Current::Rename {
-                src,
-                dst,
+                src: src.into(),
+                dst: dst.into(),
                 overwrite,
             },
         }
@@ -537,7 +547,7 @@ impl From<SubscribeOptions> for cur::SubscribeOptions {
         cur::SubscribeOptions {
             from: o.from,
             filter: cur::Filter {
-                prefix: o.filter.prefix,
+                prefix: o.filter.prefix.map(Into::into),
                 kinds: o
                     .filter
                     .kinds
@@ -554,15 +564,15 @@ impl From<RequestBody> for protocol::RequestBody {
         use protocol::RequestBody as R;
         match b {
             RequestBody::Mutate(c) => R::Mutate(c.into()),
-            RequestBody::Stat { path } => R::Stat { path },
+            RequestBody::Stat { path } => R::Stat { path: path.into() },
             RequestBody::StatId { id } => R::StatId { id },
             RequestBody::List {
                 path,
                 start_after,
                 limit,
             } => R::List {
-                path,
-                start_after,
+                path: path.into(),
+                start_after: start_after.map(Into::into),
                 limit,
             },
             RequestBody::Subscribe(o) => R::Subscribe(o.into()),
@@ -574,7 +584,7 @@ impl From<RequestBody> for protocol::RequestBody {
             RequestBody::Ping => R::Ping,
             RequestBody::Info => R::Info,
             RequestBody::StatAt { path, at } => R::StatAt {
-                path,
+                path: path.into(),
                 at: at.into(),
             },
             RequestBody::StatIdAt { id, at } => R::StatIdAt { id, at: at.into() },
@@ -584,8 +594,8 @@ impl From<RequestBody> for protocol::RequestBody {
                 limit,
                 at,
             } => R::ListAt {
-                path,
-                start_after,
+                path: path.into(),
+                start_after: start_after.map(Into::into),
                 limit,
                 at: at.into(),
             },
@@ -665,7 +675,16 @@ fn cannot_express(what: &str) -> Error {
     ))
 }
 
-fn file_type(k: types::FileType, path: &str) -> Result<FileType> {
+/// A name or path as protocol 1 has it: text. One that is not UTF-8 is
+/// refused (protocol 1's `String` would not decode it).
+fn text(b: &ByteString) -> Result<String> {
+    match b.to_str() {
+        Some(t) => Ok(t.to_owned()),
+        None => Err(cannot_express(&format!("the name {b:?} is not UTF-8"))),
+    }
+}
+
+fn file_type(k: types::FileType, path: &ByteString) -> Result<FileType> {
     match k {
         types::FileType::File => Ok(FileType::File),
         types::FileType::Directory => Ok(FileType::Directory),
@@ -673,7 +692,7 @@ fn file_type(k: types::FileType, path: &str) -> Result<FileType> {
     }
 }
 
-fn attrs(a: &types::Attrs, path: &str) -> Result<Attrs> {
+fn attrs(a: &types::Attrs, path: &ByteString) -> Result<Attrs> {
     Ok(Attrs {
         kind: file_type(a.kind, path)?,
         size: a.size,
@@ -688,11 +707,12 @@ fn attrs(a: &types::Attrs, path: &str) -> Result<Attrs> {
 }
 
 fn inode(i: &types::Inode) -> Result<Inode> {
-    let what = if i.name.is_empty() { "/" } else { &i.name };
+    let root = ByteString::from("/");
+    let what = if i.name.is_empty() { &root } else { &i.name };
     Ok(Inode {
         id: i.id,
         parent: i.parent,
-        name: i.name.clone(),
+        name: text(&i.name)?,
         attrs: attrs(&i.attrs, what)?,
     })
 }
@@ -704,12 +724,12 @@ fn page(p: &types::ListPage) -> Result<ListPage> {
             .iter()
             .map(|e| {
                 Ok(DirEntry {
-                    name: e.name.clone(),
+                    name: text(&e.name)?,
                     inode: inode(&e.inode)?,
                 })
             })
             .collect::<Result<_>>()?,
-        next_start_after: p.next_start_after.clone(),
+        next_start_after: p.next_start_after.as_ref().map(text).transpose()?,
     })
 }
 
@@ -717,8 +737,8 @@ fn update(u: &CurrentUpdate) -> Result<Update> {
     Ok(Update {
         id: u.id,
         parent: u.parent,
-        name: u.name.clone(),
-        path: u.path.clone(),
+        name: text(&u.name)?,
+        path: text(&u.path)?,
         old: attrs(&u.old, &u.path)?,
         new: attrs(&u.new, &u.path)?,
     })
@@ -738,8 +758,8 @@ fn event(e: &CurrentEvent) -> Result<Option<Event>> {
         } => Event::Create {
             id: *id,
             parent: *parent,
-            name: name.clone(),
-            path: path.clone(),
+            name: text(name)?,
+            path: text(path)?,
             attrs: attrs(a, path)?,
         },
         CurrentEvent::Complete(u) => Event::Complete(update(u)?),
@@ -755,8 +775,8 @@ fn event(e: &CurrentEvent) -> Result<Option<Event>> {
         } => Event::Delete {
             id: *id,
             parent: *parent,
-            name: name.clone(),
-            path: path.clone(),
+            name: text(name)?,
+            path: text(path)?,
             attrs: attrs(a, path)?,
         },
         CurrentEvent::Rename {
@@ -772,11 +792,11 @@ fn event(e: &CurrentEvent) -> Result<Option<Event>> {
         } => Event::Rename {
             id: *id,
             old_parent: *old_parent,
-            old_name: old_name.clone(),
-            old_path: old_path.clone(),
+            old_name: text(old_name)?,
+            old_path: text(old_path)?,
             new_parent: *new_parent,
-            new_name: new_name.clone(),
-            new_path: new_path.clone(),
+            new_name: text(new_name)?,
+            new_path: text(new_path)?,
             attrs: attrs(a, new_path)?,
         },
         CurrentEvent::Symlink { path, .. } => {
@@ -802,11 +822,11 @@ pub fn stream_item(item: &cur::StreamItem) -> Result<StreamItem> {
             resync,
         } => StreamItem::SnapshotStart {
             seq: *seq,
-            prefix: prefix.clone(),
+            prefix: text(prefix)?,
             resync: *resync,
         },
         cur::StreamItem::SnapshotEntry { path, inode: i } => StreamItem::SnapshotEntry {
-            path: path.clone(),
+            path: text(path)?,
             inode: Box::new(inode(i)?),
         },
         cur::StreamItem::SnapshotEnd { seq } => StreamItem::SnapshotEnd { seq: *seq },

@@ -91,8 +91,8 @@ fn spawn_writers(
                     if n % 3 == 1 {
                         let to = format!("{dir}/r{n}");
                         c.submit(Command::Rename {
-                            src: f,
-                            dst: to.clone(),
+                            src: f.into(),
+                            dst: to.clone().into(),
                             overwrite: false,
                         })
                         .await
@@ -101,7 +101,7 @@ fn spawn_writers(
                     }
                     if n % 5 == 2 {
                         c.submit(Command::Delete {
-                            path: f,
+                            path: f.into(),
                             recursive: false,
                         })
                         .await
@@ -304,8 +304,8 @@ async fn a_client_writing_on_the_leader_reads_its_writes_on_the_replica() {
         assert!(!ino.attrs.kind.is_dir());
         let moved = w
             .submit(Command::Rename {
-                src: f.clone(),
-                dst: g.clone(),
+                src: f.clone().into(),
+                dst: g.clone().into(),
                 overwrite: false,
             })
             .await
@@ -323,7 +323,7 @@ async fn a_client_writing_on_the_leader_reads_its_writes_on_the_replica() {
         assert!(seen.seen() >= moved);
         if i % 2 == 0 {
             w.submit(Command::Delete {
-                path: g.clone(),
+                path: g.clone().into(),
                 recursive: false,
             })
             .await

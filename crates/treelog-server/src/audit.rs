@@ -17,7 +17,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use prometheus::IntCounter;
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
-use treelog::{Command, Error, Result};
+use treelog::{ByteString, Command, Error, Result};
 use treelog_proto::protocol::RequestBody;
 
 use crate::roles::Identity;
@@ -60,7 +60,7 @@ pub(crate) struct Audit {
 /// What a request's line says before its outcome is known.
 pub(crate) struct Draft {
     request: &'static str,
-    paths: Vec<String>,
+    paths: Vec<ByteString>,
     detail: Option<String>,
     /// The user the request was made for (`RequestAs`, checked).
     user: Option<String>,
@@ -97,7 +97,7 @@ impl Draft {
     }
 }
 
-fn command_paths(c: &Command) -> Vec<String> {
+fn command_paths(c: &Command) -> Vec<ByteString> {
     match c {
         Command::Rename { src, dst, .. } => vec![src.clone(), dst.clone()],
         Command::Mkdir { path, .. }

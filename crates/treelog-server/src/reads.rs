@@ -3,7 +3,7 @@
 //! wait for the store to reach the client's sequence ([`caught_up`]), and
 //! their latency.
 
-use treelog::{Caller, Error, ReadAt, Result};
+use treelog::{ByteString, Caller, Error, ReadAt, Result};
 use treelog_proto::protocol::{RequestBody, ResponseBody};
 
 use crate::context::ConnCtx;
@@ -108,7 +108,7 @@ pub(crate) async fn read_at(
 /// A symbolic link's target at `at`.
 pub(crate) async fn readlink(
     ctx: &ConnCtx,
-    path: String,
+    path: ByteString,
     at: ReadAt,
     who: Option<&Caller>,
 ) -> Result<ResponseBody> {
@@ -126,7 +126,7 @@ pub(crate) async fn readlink(
 /// The extended attributes of `path` (only `name`, when given) at `at`.
 pub(crate) async fn xattrs(
     ctx: &ConnCtx,
-    path: String,
+    path: ByteString,
     name: Option<String>,
     at: ReadAt,
     who: Option<&Caller>,
@@ -146,7 +146,7 @@ pub(crate) async fn xattrs(
 /// `at`: a walk of up to `max_count_inodes` entries, off the workers.
 pub(crate) async fn summary(
     ctx: &ConnCtx,
-    path: String,
+    path: ByteString,
     at: ReadAt,
     caller: Option<Caller>,
 ) -> Result<ResponseBody> {

@@ -334,7 +334,11 @@ fn the_blocking_client_stats_creates_and_lists() {
     assert!(c.stat("/d").unwrap().attrs.kind.is_dir());
     assert!(!c.stat("/d/f").unwrap().attrs.kind.is_dir());
     let page = c.list("/d", None, 10).unwrap();
-    let names: Vec<&str> = page.entries.iter().map(|e| e.name.as_str()).collect();
+    let names: Vec<&str> = page
+        .entries
+        .iter()
+        .map(|e| e.name.to_str().unwrap())
+        .collect();
     assert_eq!(names, ["f"]);
     assert_eq!(c.stat("/nope").unwrap_err().kind(), ErrorKind::NotFound);
     assert!(c.ping().unwrap() >= f);

@@ -53,7 +53,7 @@ fn arb_cmd() -> impl Strategy<Value = Command> {
     let owner = || prop::sample::select(vec!["u".to_string(), "v".repeat(255)]);
     prop_oneof![
         (arb_path(), any::<bool>()).prop_map(|(path, parents)| Command::Mkdir {
-            path,
+            path: path.into(),
             parents,
             mode: 0o755,
             owner: "u".into(),
@@ -61,7 +61,7 @@ fn arb_cmd() -> impl Strategy<Value = Command> {
         }),
         (arb_path(), any::<bool>(), owner(), arb_u64()).prop_map(
             |(path, parents, owner, block_size)| Command::Create {
-                path,
+                path: path.into(),
                 parents,
                 mode: 0o644,
                 owner,
@@ -69,27 +69,35 @@ fn arb_cmd() -> impl Strategy<Value = Command> {
                 block_size,
             }
         ),
-        (arb_path(), arb_u64()).prop_map(|(path, size)| Command::Complete { path, size }),
-        (arb_path(), arb_u64()).prop_map(|(path, size)| Command::SetSize { path, size }),
+        (arb_path(), arb_u64()).prop_map(|(path, size)| Command::Complete {
+            path: path.into(),
+            size
+        }),
+        (arb_path(), arb_u64()).prop_map(|(path, size)| Command::SetSize {
+            path: path.into(),
+            size
+        }),
         (arb_path(), any::<u32>(), prop::option::of(arb_u64())).prop_map(
             |(path, mode, mtime_ms)| Command::SetAttr {
-                path,
+                path: path.into(),
                 mode: Some(mode),
                 owner: None,
                 group: None,
                 mtime_ms,
             }
         ),
-        (arb_path(), any::<bool>())
-            .prop_map(|(path, recursive)| Command::Delete { path, recursive }),
+        (arb_path(), any::<bool>()).prop_map(|(path, recursive)| Command::Delete {
+            path: path.into(),
+            recursive
+        }),
         (arb_path(), arb_path(), any::<bool>()).prop_map(|(src, dst, overwrite)| Command::Rename {
-            src,
-            dst,
+            src: src.into(),
+            dst: dst.into(),
             overwrite
         }),
         (arb_path(), prop::collection::vec(any::<u8>(), 0..300)).prop_map(|(path, v)| {
             Command::SetXattr {
-                path,
+                path: path.into(),
                 name: "user.k".into(),
                 value: v.into(),
                 flag: XattrFlag::Either,
@@ -97,13 +105,13 @@ fn arb_cmd() -> impl Strategy<Value = Command> {
         }),
         (arb_path(), arb_limit(), arb_limit()).prop_map(|(path, inodes, bytes)| {
             Command::SetQuota {
-                path,
+                path: path.into(),
                 inodes,
                 bytes,
             }
         }),
-        arb_path().prop_map(|path| Command::ClearQuota { path }),
-        arb_path().prop_map(|path| Command::RecountQuota { path }),
+        arb_path().prop_map(|path| Command::ClearQuota { path: path.into() }),
+        arb_path().prop_map(|path| Command::RecountQuota { path: path.into() }),
     ]
 }
 

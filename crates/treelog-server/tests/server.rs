@@ -92,8 +92,8 @@ async fn every_operation_over_tcp() {
     assert_eq!(c.stat_id(ino.id).await.unwrap(), ino);
     let page = c.list("/a", None, 1).await.unwrap();
     assert_eq!(page.entries.len(), 1);
-    assert_eq!(page.next_start_after.as_deref(), Some("b"));
-    let page = c.list("/a", Some("b"), 10).await.unwrap();
+    assert_eq!(page.next_start_after.as_deref(), Some("b".into()));
+    let page = c.list("/a", Some("b".into()), 10).await.unwrap();
     assert_eq!(page.entries[0].name, "g");
     // Typed errors come back typed and keep the connection usable.
     let e = c.stat("/nope").await.unwrap_err();
@@ -385,7 +385,7 @@ async fn a_burst_mixing_reads_and_writes_gets_every_answer_once() {
             (RequestBody::List { .. }, ResponseBody::Page(p)) => {
                 // The mkdirs written before it in the burst may or may
                 // not have committed when it ran; each entry is one of them.
-                assert!(p.entries.iter().all(|e| e.name.starts_with('m')), "{p:?}")
+                assert!(p.entries.iter().all(|e| e.name.starts_with(b"m")), "{p:?}")
             }
             (b, g) => panic!("request {id}: {b:?} answered with {g:?}"),
         }
@@ -446,7 +446,7 @@ async fn bad_input_is_refused_and_the_server_carries_on() {
     let big = wire::request(
         1,
         RequestBody::Stat {
-            path: format!("/{}", "x".repeat(2 << 20)),
+            path: format!("/{}", "x".repeat(2 << 20)).into(),
         },
     );
     let _ = s.write_all(&big[..8]).await;
@@ -905,7 +905,7 @@ async fn shutdown_returns_with_the_store_closed_despite_open_connections() {
         // with RocksDB's lock error.
         let t = treelog::Treelog::open(&data, treelog::Options::default())
             .unwrap_or_else(|e| panic!("round {round}: reopen after shutdown: {e}"));
-        assert!(t.stat(&format!("/r{round}")).is_ok());
+        assert!(t.stat(format!("/r{round}")).is_ok());
         t.close().unwrap();
         drop((c, keep));
     }

@@ -13,14 +13,14 @@ use treelog_proto::Command;
 /// how many commands were acknowledged.
 pub async fn write_load(client: Client, root: String, fat: usize, stop: Arc<AtomicBool>) -> u64 {
     let mkdir = |p: String| Command::Mkdir {
-        path: p,
+        path: p.into(),
         parents: true,
         mode: 0o755,
         owner: "bridge".into(),
         group: "test".into(),
     };
     let create = |p: String| Command::Create {
-        path: p,
+        path: p.into(),
         parents: false,
         mode: 0o644,
         owner: "bridge".into(),
@@ -39,8 +39,8 @@ pub async fn write_load(client: Client, root: String, fat: usize, stop: Arc<Atom
         }
         client
             .submit(Command::Rename {
-                src: format!("{d}/f0"),
-                dst: format!("{d}/renamed"),
+                src: format!("{d}/f0").into(),
+                dst: format!("{d}/renamed").into(),
                 overwrite: false,
             })
             .await
@@ -57,7 +57,7 @@ pub async fn write_load(client: Client, root: String, fat: usize, stop: Arc<Atom
             }
             client
                 .submit(Command::Delete {
-                    path: big,
+                    path: big.into(),
                     recursive: true,
                 })
                 .await

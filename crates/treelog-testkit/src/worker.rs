@@ -145,8 +145,8 @@ where
                         let dst = format!("{base}/r{n}");
                         say(&format!("BEGIN rename {src} {dst}"));
                         let seq = submit(Command::Rename {
-                            src: src.clone(),
-                            dst: dst.clone(),
+                            src: src.clone().into(),
+                            dst: dst.clone().into(),
                             overwrite: false,
                         })?;
                         say(&format!("ACK rename {src} {dst} {seq}"));
@@ -155,7 +155,7 @@ where
                         let p = live.remove(0);
                         say(&format!("BEGIN delete {p}"));
                         let seq = submit(Command::Delete {
-                            path: p.clone(),
+                            path: p.clone().into(),
                             recursive: false,
                         })?;
                         say(&format!("ACK delete {p} {seq}"));
@@ -164,7 +164,7 @@ where
                         say(&format!("BEGIN create {p}"));
                         // A file as `CreateOptions { parents: true, .. }` makes it.
                         let seq = submit(Command::Create {
-                            path: p.clone(),
+                            path: p.clone().into(),
                             parents: true,
                             mode: DEFAULT_FILE_MODE,
                             owner: String::new(),

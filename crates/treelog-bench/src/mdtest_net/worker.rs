@@ -57,7 +57,7 @@ pub(crate) enum Reply {
 /// The treelog commands, built in one place.
 fn mkdir_cmd(path: String) -> Command {
     Command::Mkdir {
-        path,
+        path: path.into(),
         parents: false,
         mode: 0o755,
         owner: String::new(),
@@ -67,7 +67,7 @@ fn mkdir_cmd(path: String) -> Command {
 
 fn create_cmd(path: String) -> Command {
     Command::Create {
-        path,
+        path: path.into(),
         parents: false,
         mode: 0o644,
         owner: String::new(),
@@ -133,8 +133,8 @@ impl Fs {
         match self {
             Fs::Treelog(c) => c
                 .submit(Command::Rename {
-                    src: from.to_owned(),
-                    dst: to.to_owned(),
+                    src: from.into(),
+                    dst: to.into(),
                     overwrite: false,
                 })
                 .await
@@ -148,7 +148,7 @@ impl Fs {
         match self {
             Fs::Treelog(c) => c
                 .submit(Command::Delete {
-                    path: path.to_owned(),
+                    path: path.into(),
                     recursive: false,
                 })
                 .await

@@ -203,7 +203,7 @@ pub fn run(
             replay_records,
             2048,
             |i| treelog::Command::Mkdir {
-                path: format!("/r{}/d{i}", i % 1000),
+                path: format!("/r{}/d{i}", i % 1000).into(),
                 parents: true,
                 mode: 0o755,
                 owner: String::new(),

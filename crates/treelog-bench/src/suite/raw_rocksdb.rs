@@ -68,8 +68,8 @@ pub(super) fn raw_rocksdb(dir: &Path, ops: usize, group: usize) -> Result<Figure
             events: vec![Event::Create {
                 id,
                 parent,
-                name: name.clone(),
-                path: format!("/bench/c/d{}/{name}", i % 1000),
+                name: name.clone().into(),
+                path: format!("/bench/c/d{}/{name}", i % 1000).into(),
                 attrs: attrs.clone(),
                 parent_mtime_ms: Some(now),
                 quotas: vec![],

@@ -86,7 +86,7 @@ pub fn scale(base: &Path, target: u64) -> Result<Vec<ScalePoint>> {
                 add,
                 4096,
                 |i| treelog::Command::Create {
-                    path: format!("/g/d{}/f{}", (from + i) % 10_000, from + i),
+                    path: format!("/g/d{}/f{}", (from + i) % 10_000, from + i).into(),
                     parents: true,
                     mode: 0o644,
                     owner: String::new(),
@@ -110,7 +110,7 @@ pub fn scale(base: &Path, target: u64) -> Result<Vec<ScalePoint>> {
         let creates = |tag: &str| {
             par(64, n, |i| {
                 t.create(
-                    &format!("/m{checkpoint}{tag}/d{}/f{i}", i % 1000),
+                    format!("/m{checkpoint}{tag}/d{}/f{i}", i % 1000),
                     treelog::CreateOptions {
                         parents: true,
                         ..Default::default()
@@ -132,7 +132,7 @@ pub fn scale(base: &Path, target: u64) -> Result<Vec<ScalePoint>> {
         // that fails fails the run, so every one found its file.
         let s = par(2, 200_000, |i| {
             let id = (i as u64 * 7919) % files + 1;
-            t.stat(&format!("/g/d{}/f{id}", id % 10_000)).map(|_| ())
+            t.stat(format!("/g/d{}/f{id}", id % 10_000)).map(|_| ())
         })?;
         compact_index(&t)?;
         let store = t.store();

@@ -262,7 +262,7 @@ impl BenchNamespace for SqliteStore {
             return Err(Error::AlreadyExists(to.to_owned()));
         }
         if ty == SQL_DIR
-            && crate::path::is_within(&crate::path::join_all(&tc), &crate::path::join_all(&fc))
+            && crate::path::is_within(crate::path::join_all(&tc), crate::path::join_all(&fc))
         {
             return Err(Error::InvalidArgument(format!(
                 "cannot move {from} under itself"
