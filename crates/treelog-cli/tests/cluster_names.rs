@@ -176,13 +176,21 @@ async fn a_cluster_of_nodes_named_localhost_and_a_replica_of_one_by_name() {
     ]);
     assert_ne!(r.code(), 0);
     assert!(r.stderr.contains("localhost"), "{}", r.stderr);
-    // The membership holds the names.
-    let st = status(nodes[2].rpc).await.unwrap();
-    let mut addrs: Vec<String> = st.members.iter().map(|m| m.addr.clone()).collect();
-    addrs.sort();
+    // The membership holds the names, once node 3 has applied it (the
+    // promotion is acknowledged when the leader's majority has it).
     let mut want: Vec<String> = nodes.iter().map(Proc::name).collect();
     want.sort();
-    assert_eq!(addrs, want);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let st = status(nodes[2].rpc).await.unwrap();
+        let mut addrs: Vec<String> = st.members.iter().map(|m| m.addr.clone()).collect();
+        addrs.sort();
+        if addrs == want {
+            break;
+        }
+        assert!(Instant::now() < deadline, "node 3's membership: {addrs:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     // Every node ready: a member, a leader known, caught up.
     for n in &nodes {
         assert_eq!(wait_http(n.http, "/readyz", 200).await, "ready\n");
