@@ -181,16 +181,16 @@ async fn a_cluster_of_nodes_named_localhost_and_a_replica_of_one_by_name() {
     let mut want: Vec<String> = nodes.iter().map(Proc::name).collect();
     want.sort();
     let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
+    let st = loop {
         let st = status(nodes[2].rpc).await.unwrap();
         let mut addrs: Vec<String> = st.members.iter().map(|m| m.addr.clone()).collect();
         addrs.sort();
         if addrs == want {
-            break;
+            break st;
         }
         assert!(Instant::now() < deadline, "node 3's membership: {addrs:?}");
         tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    };
     // Every node ready: a member, a leader known, caught up.
     for n in &nodes {
         assert_eq!(wait_http(n.http, "/readyz", 200).await, "ready\n");
