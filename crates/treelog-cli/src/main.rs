@@ -9,6 +9,7 @@ mod admin_cmd;
 mod args;
 mod backend;
 mod bridge;
+mod bridge_args;
 mod cli_docs;
 mod cluster;
 mod config;
