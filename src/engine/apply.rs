@@ -126,31 +126,50 @@ pub(super) fn put_entry<W: IndexWrite + ?Sized, B: AsRef<[u8]>>(
 /// A parent's entries changed: its modification and change time become `t`.
 /// Creates in one directory within a millisecond (a group commit, an
 /// import) leave it as it is after the first: no write, and the name is
-/// borrowed, not copied.
+/// borrowed, not copied. A replay defers it (see
+/// [`IndexWrite::defer_parent_times`]).
 pub(super) fn touch<W: IndexWrite + IndexRead + ?Sized>(
     ov: &mut W,
     parent: u64,
     t: u64,
     buf: &mut Vec<u8>,
 ) -> Result<()> {
+    if ov.defer_parent_times(parent, t) {
+        return Ok(());
+    }
     let stored = (parent <= MAX_INODE_ID)
         .then(|| ov.get(Cf::Inodes, &inode_key(parent)))
         .transpose()?
         .flatten()
-        .ok_or_else(|| {
-            Error::corrupt(
-                "index",
-                format!("an event changes inode {parent}, which does not exist"),
-            )
-        })?;
-    let mut e = InodeEntryV2::decode_ref(&stored)?;
+        .ok_or_else(|| missing_parent(parent))?;
+    if with_parent_times(&stored, t, buf)? {
+        ov.put(Cf::Inodes, &inode_key(parent), buf);
+    }
+    Ok(())
+}
+
+/// The error of a parent whose times an event moves but which does not
+/// exist.
+pub(crate) fn missing_parent(parent: u64) -> Error {
+    Error::corrupt(
+        "index",
+        format!("an event changes inode {parent}, which does not exist"),
+    )
+}
+
+/// The stored entry `stored` with its modification and change times at
+/// `t`, encoded into `buf`; false (and `buf` untouched) when it is already
+/// at `t`.
+pub(crate) fn with_parent_times(stored: &[u8], t: u64, buf: &mut Vec<u8>) -> Result<bool> {
+    let mut e = InodeEntryV2::decode_ref(stored)?;
     if e.mtime_ms == t && e.change_ms == t {
-        return Ok(());
+        return Ok(false);
     }
     e.mtime_ms = t;
     e.change_ms = t;
-    put_entry(ov, parent, &e, buf);
-    Ok(())
+    buf.clear();
+    e.encode_into(buf);
+    Ok(true)
 }
 
 /// Adds `plus` to and takes `minus` from the usage of each quota in

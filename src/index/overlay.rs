@@ -37,6 +37,16 @@ impl OverlayWrites {
 pub(crate) trait IndexWrite {
     fn put(&mut self, cf: Cf, key: &[u8], value: &[u8]);
     fn delete(&mut self, cf: Cf, key: &[u8]);
+
+    /// Takes note that directory `parent`'s modification and change times
+    /// become `t`, for a writer that rewrites the entry later itself (a
+    /// replay: once per batch, not once per child); false, the default,
+    /// when the caller must rewrite it now. A writer that defers must read
+    /// the entry back with its times set, and must not let a later put of
+    /// the entry be overwritten by them.
+    fn defer_parent_times(&mut self, _parent: u64, _t: u64) -> bool {
+        false
+    }
 }
 
 impl<R: IndexRead + ?Sized> IndexWrite for Overlay<'_, R> {
