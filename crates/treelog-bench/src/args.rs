@@ -112,6 +112,38 @@ pub enum BenchCmd {
         #[arg(long)]
         dir: Option<std::path::PathBuf>,
     },
+    /// One namespace grown to `--inodes` (long; by hand, not CI): at
+    /// 100k, 1M, 10M and 100M, creates/s, stats, bytes per inode, RSS,
+    /// replay and a new replica's time to serve (docs/BENCHMARKS.md
+    /// "Scale").
+    Scale {
+        /// Inodes to grow the namespace to.
+        #[arg(long, default_value_t = 100_000_000)]
+        inodes: u64,
+        /// Also write the scale points and targets as JSON to this file.
+        #[arg(long)]
+        json_out: Option<std::path::PathBuf>,
+        /// Where to put the scratch databases (default: a temp directory).
+        #[arg(long)]
+        dir: Option<std::path::PathBuf>,
+    },
+    /// Replay alone: a log built, then the index rebuilt from it
+    /// `--rounds` times (docs/BENCHMARKS.md "Replay").
+    Replay {
+        /// Records in the log.
+        #[arg(long, default_value_t = 1_000_000)]
+        records: u64,
+        /// What the log records.
+        #[arg(long, value_enum, default_value = "mkdirs")]
+        log: crate::replay::ReplayLog,
+        /// Rebuilds of the index from the log.
+        #[arg(long, default_value_t = 3)]
+        rounds: usize,
+        /// Keep the database in this directory (for a profiler's
+        /// `treelog admin rebuild --data DIR/replay`).
+        #[arg(long)]
+        keep: Option<std::path::PathBuf>,
+    },
     /// The server over loopback beside in-process figures.
     Network {
         /// Creates per run.

@@ -22,6 +22,7 @@ pub mod mdtest_net;
 pub mod mount;
 pub mod network;
 pub mod redis_peer;
+pub mod replay;
 pub mod replica;
 pub mod seed;
 pub mod streams;
@@ -57,6 +58,7 @@ mod path {
         treelog::path::join_all(comps).to_string()
     }
 }
+pub(crate) use suite::bar;
 use treelog_client as client;
 use treelog_server as server;
 
@@ -602,6 +604,43 @@ pub fn run(args: &BenchArgs) -> Result<u8> {
             let base = scratch(dir)?;
             cluster::run(&base, *ops, *repeat)?;
             if dir.is_none() {
+                let _ = std::fs::remove_dir_all(&base);
+            }
+            Ok(0)
+        }
+        BenchCmd::Scale {
+            inodes,
+            json_out,
+            dir,
+        } => {
+            let base = scratch(dir)?;
+            let mut report = suite::Report {
+                scale: suite::scale(&base, *inodes)?,
+                ..Default::default()
+            };
+            report.targets = suite::scale_targets(&report.scale);
+            suite::print_targets(&report.targets);
+            if let Some(p) = json_out {
+                let json = serde_json::to_vec_pretty(&report)
+                    .map_err(|e| Error::Io(std::io::Error::other(e)))?;
+                std::fs::write(p, json)?;
+            }
+            if dir.is_none() {
+                let _ = std::fs::remove_dir_all(&base);
+            }
+            Ok(0)
+        }
+        BenchCmd::Replay {
+            records,
+            log,
+            rounds,
+            keep,
+        } => {
+            let base = scratch(keep)?;
+            let path = replay::run(&base, *records, *log, *rounds)?;
+            if keep.is_some() {
+                println!("kept: {}", path.display());
+            } else {
                 let _ = std::fs::remove_dir_all(&base);
             }
             Ok(0)

@@ -56,6 +56,56 @@ fn leader_store(h: &ServerHandle) -> Result<Arc<Treelog>> {
         .ok_or_else(|| Error::InvalidArgument("the leader's store is closed".into()))
 }
 
+/// A new replica's bootstrap: what it fetched and how long it took.
+pub(crate) struct Bootstrap {
+    pub(crate) mib: f64,
+    pub(crate) fetch_secs: f64,
+    pub(crate) restore_secs: f64,
+    /// From the replica's start until it serves the source's state.
+    pub(crate) serve_secs: f64,
+}
+
+/// Starts a new replica of `leader` (whose store is `t`) in `data` and
+/// waits until it has applied everything `t` had committed.
+pub(crate) async fn bootstrap(
+    leader: &ServerHandle,
+    t: &Treelog,
+    data: &Path,
+) -> Result<(ReplicaHandle, Bootstrap)> {
+    let seq = t.committed_seq();
+    let t0 = Instant::now();
+    let r = replica(data, leader.bound.rpc).await?;
+    until_applied(r.bound.rpc, seq).await?;
+    let serve_secs = t0.elapsed().as_secs_f64();
+    let c = r.state().counters();
+    let b = Bootstrap {
+        mib: c.bootstrap_bytes as f64 / (1 << 20) as f64,
+        fetch_secs: c.bootstrap_fetch_ms as f64 / 1e3,
+        restore_secs: c.bootstrap_ms as f64 / 1e3,
+        serve_secs,
+    };
+    Ok((r, b))
+}
+
+/// The time a new replica of the database at `data` takes to serve its
+/// state: a node started on it, a replica started in `replica_data`
+/// (removed afterwards). Returns seconds.
+pub(crate) fn serve_time(data: &Path, replica_data: &Path) -> Result<Bootstrap> {
+    let _ = std::fs::remove_dir_all(replica_data);
+    let rt = tokio::runtime::Runtime::new()?;
+    let b = rt.block_on(async {
+        let leader = treelog_server::start(config(data)).await?;
+        let t = leader_store(&leader)?;
+        let (r, b) = bootstrap(&leader, &t, replica_data).await?;
+        drop(t);
+        r.shutdown().await?;
+        leader.shutdown().await?;
+        Ok::<_, Error>(b)
+    })?;
+    let _ = std::fs::remove_dir_all(replica_data);
+    Ok(b)
+}
+
 pub fn run(base: &Path, inodes: u64, callers: usize, seconds: u64, behind: u64) -> Result<()> {
     let (l_data, r_data) = (base.join("leader"), base.join("replica"));
     for d in [&l_data, &r_data] {
@@ -74,19 +124,14 @@ pub fn run(base: &Path, inodes: u64, callers: usize, seconds: u64, behind: u64) 
         );
 
         // Bootstrap: a new replica until it serves the leader's state.
-        let seq = t.committed_seq();
-        let t0 = Instant::now();
-        let r = replica(&r_data, leader.bound.rpc).await?;
-        until_applied(r.bound.rpc, seq).await?;
-        let serves = t0.elapsed();
-        let c = r.state().counters();
-        let mib = c.bootstrap_bytes as f64 / (1 << 20) as f64;
+        let (r, b) = bootstrap(&leader, &t, &r_data).await?;
         println!(
-            "bootstrap: {mib:.1} MiB; fetched in {:.2} s ({:.0} MiB/s, the source's checkpoint and digest included), fetched and restored in {:.2} s; serving reads {:.2} s after start",
-            c.bootstrap_fetch_ms as f64 / 1e3,
-            mib / (c.bootstrap_fetch_ms.max(1) as f64 / 1e3),
-            c.bootstrap_ms as f64 / 1e3,
-            serves.as_secs_f64()
+            "bootstrap: {:.1} MiB; fetched in {:.2} s ({:.0} MiB/s, the source's checkpoint and digest included), fetched and restored in {:.2} s; serving reads {:.2} s after start",
+            b.mib,
+            b.fetch_secs,
+            b.mib / b.fetch_secs.max(1e-3),
+            b.restore_secs,
+            b.serve_secs
         );
 
         // Lag while writers run the leader at full speed.

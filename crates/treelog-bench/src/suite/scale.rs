@@ -38,10 +38,15 @@ pub(super) fn measure_inodes(n: u64) -> u64 {
     1 + n.min(1_000) + n
 }
 
-/// Grows one namespace to `target` inodes; at 100k, 1M and 10M (those not
-/// above `target`) measures durable creates/s (64 callers) on the index as
-/// grown and again after compacting it, stats/s (2 threads), RSS, and
-/// on-disk bytes per inode of the index (after compaction) and of the log.
+/// Stats timed one at a time in the cold and warm rounds of a checkpoint.
+const LATENCY_STATS: usize = 20_000;
+
+/// Grows one namespace to `target` inodes; at 100k, 1M, 10M and 100M
+/// (those not above `target`) measures durable creates/s (64 callers) on
+/// the index as grown and again after compacting it, stats/s (2 threads),
+/// RSS, on-disk bytes per inode of the index (after compaction) and of the
+/// log; then, reopened, stat latency cold and warm; a rebuild of the index
+/// from the log; and a new replica's time to serve it.
 pub fn scale(base: &Path, target: u64) -> Result<Vec<ScalePoint>> {
     let mut points = Vec::new();
     let path = base.join("suite-scale");
@@ -68,7 +73,7 @@ pub fn scale(base: &Path, target: u64) -> Result<Vec<ScalePoint>> {
     // that the stats below name files that exist; `measured` counts the
     // inodes the create measurements added.
     let (mut files, mut measured) = (0u64, 0u64);
-    for checkpoint in [100_000u64, 1_000_000, 10_000_000] {
+    for checkpoint in [100_000u64, 1_000_000, 10_000_000, 100_000_000] {
         if checkpoint > target {
             break;
         }
@@ -144,15 +149,26 @@ pub fn scale(base: &Path, target: u64) -> Result<Vec<ScalePoint>> {
         let index = prop(crate::store::CF_INODES)? + prop(crate::store::CF_EDGES)?;
         store.flush()?;
         let log = prop(crate::store::CF_LOG)?;
+        let rss_mib = rss_bytes() as f64 / (1 << 20) as f64;
+        let index_bytes_per_inode = index as f64 / scale_inodes(files, measured) as f64;
+        let log_bytes_per_record = log as f64 / t.committed_seq().max(1) as f64;
+        t.close()?;
+        let (cold_stat_us, warm_stat_us) = stat_latency(&path, files)?;
+        let (records, secs) = crate::replay::rebuild(&path)?;
+        let replica = crate::replica::serve_time(&path, &base.join("suite-scale-replica"))?;
         let p = ScalePoint {
             inodes: at,
             grown_creates_per_sec: grown,
             settle_seconds: settle,
             creates_per_sec: c,
             stats_per_sec: s,
-            rss_mib: rss_bytes() as f64 / (1 << 20) as f64,
-            index_bytes_per_inode: index as f64 / scale_inodes(files, measured) as f64,
-            log_bytes_per_record: log as f64 / t.committed_seq().max(1) as f64,
+            rss_mib,
+            index_bytes_per_inode,
+            log_bytes_per_record,
+            cold_stat_us,
+            warm_stat_us,
+            replay_records_per_sec: records as f64 / secs,
+            replica_serve_seconds: replica.serve_secs,
         };
         println!(
             "{:>12} {:>10.0} {:>9.1} {:>10.0} {:>12.0} {:>10.0} {:>14.1} {:>12.1}",
@@ -165,9 +181,49 @@ pub fn scale(base: &Path, target: u64) -> Result<Vec<ScalePoint>> {
             p.index_bytes_per_inode,
             p.log_bytes_per_record
         );
+        println!(
+            "{:>12} stat us p50/p99 cold {:.1}/{:.1} warm {:.1}/{:.1}; replay {:.0} records/s ({records} in {secs:.1} s); new replica serves in {:.1} s ({:.0} MiB fetched in {:.1} s)",
+            "",
+            p.cold_stat_us.0,
+            p.cold_stat_us.1,
+            p.warm_stat_us.0,
+            p.warm_stat_us.1,
+            p.replay_records_per_sec,
+            p.replica_serve_seconds,
+            replica.mib,
+            replica.fetch_secs,
+        );
         points.push(p);
-        t.close()?;
     }
     let _ = std::fs::remove_dir_all(&path);
     Ok(points)
+}
+
+/// Stat latency right after the store at `path` is opened (its block
+/// cache and readers' cache empty; the host's page cache may hold the
+/// files), then of the same stats again: (p50, p99) in microseconds each,
+/// over `LATENCY_STATS` random grown files of `files`, one thread.
+fn stat_latency(path: &Path, files: u64) -> Result<((f64, f64), (f64, f64))> {
+    let t = Treelog::open(path, Options::default())?;
+    let paths: Vec<String> = (0..LATENCY_STATS as u64)
+        .map(|i| {
+            // A multiplicative hash spreads the ids over the namespace.
+            let id = i.wrapping_mul(0x9E37_79B9_7F4A_7C15) % files + 1;
+            format!("/g/d{}/f{id}", id % 10_000)
+        })
+        .collect();
+    let round = || -> Result<(f64, f64)> {
+        let mut ns = Vec::with_capacity(paths.len());
+        for p in &paths {
+            let t0 = Instant::now();
+            t.stat(p)?;
+            ns.push(t0.elapsed().as_nanos() as u64);
+        }
+        let p50 = crate::pct(&mut ns, 0.5) as f64 / 1e3;
+        Ok((p50, crate::pct(&mut ns, 0.99) as f64 / 1e3))
+    };
+    let cold = round()?;
+    let warm = round()?;
+    t.close()?;
+    Ok((cold, warm))
 }
