@@ -52,8 +52,19 @@ pub struct Fetched {
     pub elapsed_ms: u64,
 }
 
+/// How long the source may take to answer `BackupBegin`: it takes a
+/// checkpoint and digests the whole index first (~20 s per 10^7 inodes on a
+/// 2-core host). The client's default deadline (30 s) is shorter than a
+/// 10^8-inode source's digest, and each retry would start another backup.
+const BACKUP_BEGIN_DEADLINE: std::time::Duration = std::time::Duration::from_secs(3600);
+
 async fn call(client: &Client, body: RequestBody) -> Result<ResponseBody> {
-    client.call(body).await
+    match body {
+        RequestBody::BackupBegin { .. } => {
+            client.with_deadline(BACKUP_BEGIN_DEADLINE).call(body).await
+        }
+        body => client.call(body).await,
+    }
 }
 
 fn unexpected(what: &str, got: &ResponseBody) -> Error {
