@@ -541,6 +541,17 @@ pub fn writer_breakdown(m: &crate::metrics::Metrics) -> String {
     )
 }
 
+/// Prints a report's targets and writes it as JSON to `json_out`, if given.
+fn finish_report(report: &suite::Report, json_out: &Option<std::path::PathBuf>) -> Result<()> {
+    suite::print_targets(&report.targets);
+    if let Some(p) = json_out {
+        let json =
+            serde_json::to_vec_pretty(report).map_err(|e| Error::Io(std::io::Error::other(e)))?;
+        std::fs::write(p, json)?;
+    }
+    Ok(())
+}
+
 pub fn run(args: &BenchArgs) -> Result<u8> {
     match &args.cmd {
         BenchCmd::Suite {
@@ -576,12 +587,7 @@ pub fn run(args: &BenchArgs) -> Result<u8> {
                 report.scale = suite::scale(&base, *n)?;
             }
             report.targets = suite::targets(&report);
-            suite::print_targets(&report.targets);
-            if let Some(p) = json_out {
-                let json = serde_json::to_vec_pretty(&report)
-                    .map_err(|e| Error::Io(std::io::Error::other(e)))?;
-                std::fs::write(p, json)?;
-            }
+            finish_report(&report, json_out)?;
             if dir.is_none() {
                 let _ = std::fs::remove_dir_all(&base);
             }
@@ -619,12 +625,7 @@ pub fn run(args: &BenchArgs) -> Result<u8> {
                 ..Default::default()
             };
             report.targets = suite::scale_targets(&report.scale);
-            suite::print_targets(&report.targets);
-            if let Some(p) = json_out {
-                let json = serde_json::to_vec_pretty(&report)
-                    .map_err(|e| Error::Io(std::io::Error::other(e)))?;
-                std::fs::write(p, json)?;
-            }
+            finish_report(&report, json_out)?;
             if dir.is_none() {
                 let _ = std::fs::remove_dir_all(&base);
             }

@@ -89,7 +89,7 @@ pub(crate) async fn bootstrap(
 
 /// The time a new replica of the database at `data` takes to serve its
 /// state: a node started on it, a replica started in `replica_data`
-/// (removed afterwards). Returns seconds.
+/// (removed afterwards).
 pub(crate) fn serve_time(data: &Path, replica_data: &Path) -> Result<Bootstrap> {
     let _ = std::fs::remove_dir_all(replica_data);
     let rt = tokio::runtime::Runtime::new()?;
