@@ -6,13 +6,10 @@
 
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
-use std::process::Command;
+use treelog_testkit::cli;
 
 fn treelog(data: &std::path::Path, args: &[&OsStr]) -> (i32, Vec<u8>, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_treelog"))
-        .arg("--data")
-        .arg(data)
-        .args(args)
+    let out = cli::command(env!("CARGO_BIN_EXE_treelog"), data, args)
         .output()
         .expect("run treelog");
     (

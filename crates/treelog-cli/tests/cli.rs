@@ -2,18 +2,11 @@
 
 use std::process::Command;
 
+use treelog_testkit::cli;
+
 fn treelog(data: &std::path::Path, args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_treelog"))
-        .arg("--data")
-        .arg(data)
-        .args(args)
-        .output()
-        .expect("run treelog");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    let r = cli::run(env!("CARGO_BIN_EXE_treelog"), data, args);
+    (r.code(), r.stdout, r.stderr)
 }
 
 #[test]

@@ -11,7 +11,7 @@ const BIN: &str = env!("CARGO_BIN_EXE_treelog");
 
 /// `treelog [--server ADDR] ARGS` on `db`: (exit code, stdout, stderr).
 fn run(db: &Path, server: Option<&str>, args: &[&str]) -> (i32, String, String) {
-    let mut cmd = cli::command(BIN, db, &[]);
+    let mut cmd = cli::command::<&str>(BIN, db, &[]);
     if let Some(s) = server {
         cmd.args(["--server", s]);
     }

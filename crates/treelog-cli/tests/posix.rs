@@ -20,26 +20,10 @@ use treelog_testkit::cli;
 mod mount_kit;
 use mount_kit::*;
 
-/// `admin credential add`: writes the secret to `dir/NAME.secret`.
+/// `admin credential add` to `dir/credentials`, the secret in
+/// `dir/NAME.secret`.
 fn add_credential(dir: &Path, name: &str, role: &str) {
-    let creds = dir.join("credentials");
-    let r = cli::run(
-        BIN,
-        &dir.join("unused"),
-        &[
-            "admin",
-            "credential",
-            "add",
-            "--file",
-            creds.to_str().unwrap(),
-            "--name",
-            name,
-            "--role",
-            role,
-        ],
-    );
-    assert_eq!(r.code(), 0, "{r:?}");
-    std::fs::write(dir.join(format!("{name}.secret")), r.stdout.trim()).unwrap();
+    cli::add_credential(BIN, dir, &dir.join("credentials"), name, role);
 }
 
 /// An enforcing server with credentials `mount` (proxy), `ops` (admin)

@@ -11,31 +11,6 @@ use treelog_testkit::cli;
 
 const BIN: &str = env!("CARGO_BIN_EXE_treelog");
 
-/// `admin credential add`: the secret it printed.
-fn add(dir: &Path, file: &Path, name: &str, role: &str) -> String {
-    let f = file.to_str().unwrap();
-    let r = cli::run(
-        BIN,
-        &dir.join("unused"),
-        &[
-            "admin",
-            "credential",
-            "add",
-            "--file",
-            f,
-            "--name",
-            name,
-            "--role",
-            role,
-        ],
-    );
-    assert_eq!(r.code(), 0, "{r:?}");
-    let secret = r.stdout.trim().to_owned();
-    assert!(secret.len() >= 32, "{secret}");
-    std::fs::write(dir.join(format!("{name}.secret")), &secret).unwrap();
-    secret
-}
-
 /// `serve` with `args`, its log in `log`; its RPC address once ready.
 fn serve(data: &Path, log: &Path, args: &[&str]) -> (Child, SocketAddr) {
     let mut all = vec!["serve", "--listen", "127.0.0.1:0", "--http", "127.0.0.1:0"];
@@ -92,7 +67,7 @@ fn roles_refuse_with_exit_15_and_the_audit_log_says_who_did_what() {
     let creds = dir.join("credentials");
     let secrets: Vec<String> = [("r", "read"), ("w", "write"), ("ops", "admin")]
         .iter()
-        .map(|(n, role)| add(dir, &creds, n, role))
+        .map(|(n, role)| cli::add_credential(BIN, dir, &creds, n, role))
         .collect();
     let text = std::fs::read_to_string(&creds).unwrap();
     for s in &secrets {

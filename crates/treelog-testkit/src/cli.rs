@@ -21,8 +21,9 @@ impl Ran {
     }
 }
 
-/// `bin --data DATA ARGS` with nothing on stdin, not yet started.
-pub fn command(bin: &str, data: &Path, args: &[&str]) -> Command {
+/// `bin --data DATA ARGS` with nothing on stdin, not yet started (the
+/// arguments may be any bytes).
+pub fn command<A: AsRef<std::ffi::OsStr>>(bin: &str, data: &Path, args: &[A]) -> Command {
     let mut cmd = Command::new(bin);
     cmd.arg("--data").arg(data).args(args).stdin(Stdio::null());
     cmd
@@ -57,6 +58,33 @@ pub fn kill_during(bin: &str, data: &Path, args: &[&str], after: std::time::Dura
 /// Runs `bin --data DATA ARGS` to its end.
 pub fn run(bin: &str, data: &Path, args: &[&str]) -> Ran {
     output(&mut command(bin, data, args))
+}
+
+/// `bin admin credential add` of credential `name` with `role` to the
+/// credentials file `file`: its secret, also written to `dir/NAME.secret`
+/// (for `--credential-file`).
+pub fn add_credential(bin: &str, dir: &Path, file: &Path, name: &str, role: &str) -> String {
+    let f = file.to_str().expect("a UTF-8 path");
+    let r = run(
+        bin,
+        &dir.join("unused"),
+        &[
+            "admin",
+            "credential",
+            "add",
+            "--file",
+            f,
+            "--name",
+            name,
+            "--role",
+            role,
+        ],
+    );
+    assert_eq!(r.code(), 0, "{r:?}");
+    let secret = r.stdout.trim().to_owned();
+    assert!(secret.len() >= 32, "a short secret: {secret}");
+    std::fs::write(dir.join(format!("{name}.secret")), &secret).expect("write the secret");
+    secret
 }
 
 /// The RPC and HTTP addresses `treelog serve` logged in its "ready" line,
