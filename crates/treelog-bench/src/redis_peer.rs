@@ -60,6 +60,13 @@ pub struct Redis {
     pub port: u16,
 }
 
+impl Redis {
+    /// The server's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
 impl Drop for Redis {
     fn drop(&mut self) {
         let _ = self.child.kill();
@@ -115,31 +122,45 @@ pub fn start(bin: &Path, dir: &Path) -> Result<Redis> {
 /// client, pipelining 64 GETs over one connection (the floor the issue
 /// names); `None` when redis-benchmark is not on PATH.
 pub fn redis_benchmark_get(port: u16, n: u64) -> Option<f64> {
+    redis_benchmark(port, "get", 64, n)
+}
+
+/// `redis-benchmark -t TEST -P depth -c 1 -n n`: its requests per second.
+pub fn redis_benchmark(port: u16, test: &str, depth: usize, n: u64) -> Option<f64> {
     let out = Command::new("redis-benchmark")
         .args(["-h", "127.0.0.1", "-p", &port.to_string()])
-        .args([
-            "-t",
-            "get",
-            "-P",
-            "64",
-            "-c",
-            "1",
-            "-n",
-            &n.to_string(),
-            "-q",
-        ])
+        .args(["-t", test, "-P", &depth.to_string(), "-c", "1"])
+        .args(["-n", &n.to_string(), "-q"])
         .output()
         .ok()?;
     let text = String::from_utf8_lossy(&out.stdout);
     // "GET: 709219.88 requests per second, p50=..." (after \r progress).
+    let prefix = format!("{}: ", test.to_uppercase());
     text.split(['\r', '\n'])
-        .filter_map(|l| l.trim().strip_prefix("GET: "))
+        .filter_map(|l| l.trim().strip_prefix(prefix.as_str()))
         .filter_map(|l| l.split_whitespace().next()?.parse().ok())
         .next_back()
 }
 
-fn rerr(e: redis::RedisError) -> Error {
+pub(crate) fn rerr(e: redis::RedisError) -> Error {
     Error::Protocol(format!("redis: {e}"))
+}
+
+/// A connection through `client` that waits for a reply as long as
+/// treelog's clients do: the client's default (500 ms) is shorter than an
+/// fsync of `appendfsync always` on a busy disk.
+pub(crate) async fn connect(client: &redis::Client) -> Result<redis::aio::MultiplexedConnection> {
+    let mut con = client
+        .get_multiplexed_async_connection()
+        .await
+        .map_err(rerr)?;
+    con.set_response_timeout(Duration::from_secs(60));
+    Ok(con)
+}
+
+/// The client of the Redis on `port`.
+pub(crate) fn client(port: u16) -> Result<redis::Client> {
+    redis::Client::open(format!("redis://127.0.0.1:{port}/")).map_err(rerr)
 }
 
 /// The peer's figures, named as treelog's rows.
@@ -223,11 +244,8 @@ pub async fn run(
     list_entries: usize,
     list_rounds: usize,
 ) -> Result<RedisFigures> {
-    let client = redis::Client::open(format!("redis://127.0.0.1:{port}/")).map_err(rerr)?;
-    let con = client
-        .get_multiplexed_async_connection()
-        .await
-        .map_err(rerr)?;
+    let client = client(port)?;
+    let con = connect(&client).await?;
     let creator = Creator {
         script: Arc::new(redis::Script::new(CREATE)),
         next_ino: Arc::new(AtomicU64::new(2)),
@@ -259,12 +277,7 @@ pub async fn run(
     let one = Arc::new(vec![con.clone()]);
     let mut sixteen = Vec::new();
     for _ in 0..16 {
-        sixteen.push(
-            client
-                .get_multiplexed_async_connection()
-                .await
-                .map_err(rerr)?,
-        );
+        sixteen.push(connect(&client).await?);
     }
     let sixteen = Arc::new(sixteen);
     let name = |i: usize| format!("f{i}");

@@ -32,6 +32,7 @@ use std::sync::{Arc, Mutex};
 use redis::aio::MultiplexedConnection;
 
 use crate::error::{Error, Result};
+use crate::redis_peer::rerr;
 
 /// JuiceFS's `Attr` size.
 const ATTR_LEN: usize = 70;
@@ -107,10 +108,6 @@ if not a then return false end
 return {ino, a}
 "#;
 
-fn rerr(e: redis::RedisError) -> Error {
-    Error::Protocol(format!("redis: {e}"))
-}
-
 fn code(path: &str, c: i64) -> Result<i64> {
     match c {
         c if c > 0 => Ok(c),
@@ -148,14 +145,7 @@ pub(crate) struct RedisFs {
 
 impl RedisFs {
     pub(crate) async fn connect(port: u16) -> Result<RedisFs> {
-        let client = redis::Client::open(format!("redis://127.0.0.1:{port}/")).map_err(rerr)?;
-        let mut con = client
-            .get_multiplexed_async_connection()
-            .await
-            .map_err(rerr)?;
-        // The client's default (500 ms) is shorter than an fsync of
-        // `appendfsync always` on a busy disk.
-        con.set_response_timeout(std::time::Duration::from_secs(60));
+        let con = crate::redis_peer::connect(&crate::redis_peer::client(port)?).await?;
         Ok(RedisFs {
             con,
             scripts: Arc::new(Scripts {
