@@ -16,6 +16,7 @@
 use std::borrow::Cow;
 
 use treelog_proto::caller::Caller;
+use treelog_proto::command::Creation;
 
 use super::*;
 
@@ -155,64 +156,14 @@ pub(crate) fn authorize<'c>(
     c: &Caller,
 ) -> Result<Cow<'c, Command>> {
     match cmd {
-        Command::Mkdir {
-            path,
-            parents,
-            mode,
-            owner,
-            group,
-        } => {
-            let new = (path.as_ref(), *parents, *mode, true);
-            let Some(n) = new_entry(view, names, new, c, owner, group)? else {
+        Command::Mkdir { .. } | Command::Create { .. } | Command::Symlink { .. } => {
+            let Some(asked) = cmd.creation() else {
                 return Ok(Cow::Borrowed(cmd));
             };
-            Ok(Cow::Owned(Command::Mkdir {
-                path: path.clone(),
-                parents: *parents,
-                mode: n.mode,
-                owner: n.owner,
-                group: n.group,
-            }))
-        }
-        Command::Create {
-            path,
-            parents,
-            mode,
-            owner,
-            group,
-            block_size,
-        } => {
-            let new = (path.as_ref(), *parents, *mode, false);
-            let Some(n) = new_entry(view, names, new, c, owner, group)? else {
+            let Some(n) = new_entry(view, names, asked, c)? else {
                 return Ok(Cow::Borrowed(cmd));
             };
-            Ok(Cow::Owned(Command::Create {
-                path: path.clone(),
-                parents: *parents,
-                mode: n.mode,
-                owner: n.owner,
-                group: n.group,
-                block_size: *block_size,
-            }))
-        }
-        Command::Symlink {
-            target,
-            path,
-            parents,
-            owner,
-            group,
-        } => {
-            let new = (path.as_ref(), *parents, SYMLINK_MODE, false);
-            let Some(n) = new_entry(view, names, new, c, owner, group)? else {
-                return Ok(Cow::Borrowed(cmd));
-            };
-            Ok(Cow::Owned(Command::Symlink {
-                target: target.clone(),
-                path: path.clone(),
-                parents: *parents,
-                owner: n.owner,
-                group: n.group,
-            }))
+            Ok(Cow::Owned(cmd.with_creation(n.mode, n.owner, n.group)))
         }
         Command::Complete { path, .. } | Command::SetSize { path, .. } => {
             if let Some(e) = existing(view, names, path, c)? {
@@ -366,12 +317,17 @@ struct NewEntry {
 fn new_entry(
     view: &(impl IndexRead + ?Sized),
     names: &Names,
-    new: (&[u8], bool, u32, bool),
+    asked: Creation<'_>,
     c: &Caller,
-    owner: &str,
-    group: &str,
 ) -> Result<Option<NewEntry>> {
-    let (p, parents, mode, is_dir) = new;
+    let Creation {
+        path: p,
+        parents,
+        mode,
+        dir: is_dir,
+        owner,
+        group,
+    } = asked;
     let comps = path::components(p)?;
     let walked = walk(view, names, &comps, c)?;
     if walked.len() == comps.len() + 1 || (walked.len() < comps.len() && !parents) {

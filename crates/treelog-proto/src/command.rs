@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::bytestr::ByteString;
-use crate::types::{Bytes, XattrFlag};
+use crate::types::{Bytes, XattrFlag, SYMLINK_MODE};
 
 /// A namespace mutation request. Paths are absolute.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -90,7 +90,83 @@ pub enum Command {
 /// (names as bytes).
 pub const BYTE_NAMES_LEVEL: u32 = 3;
 
+/// What a command that makes an entry (mkdir, create, symlink) asks of
+/// the entry it makes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Creation<'a> {
+    pub path: &'a [u8],
+    pub parents: bool,
+    /// [`SYMLINK_MODE`] for a symbolic link.
+    pub mode: u32,
+    pub dir: bool,
+    pub owner: &'a str,
+    pub group: &'a str,
+}
+
 impl Command {
+    /// The entry the command makes, if it makes one.
+    pub fn creation(&self) -> Option<Creation<'_>> {
+        let (path, parents, mode, dir, owner, group) = match self {
+            Command::Mkdir {
+                path,
+                parents,
+                mode,
+                owner,
+                group,
+            } => (path, *parents, *mode, true, owner, group),
+            Command::Create {
+                path,
+                parents,
+                mode,
+                owner,
+                group,
+                ..
+            } => (path, *parents, *mode, false, owner, group),
+            Command::Symlink {
+                path,
+                parents,
+                owner,
+                group,
+                ..
+            } => (path, *parents, SYMLINK_MODE, false, owner, group),
+            _ => return None,
+        };
+        Some(Creation {
+            path: path.as_ref(),
+            parents,
+            mode,
+            dir,
+            owner,
+            group,
+        })
+    }
+
+    /// The same command with the new entry's `mode` (not a symbolic
+    /// link's: it has none of its own), `owner` and `group` replaced; any
+    /// other command as it is.
+    pub fn with_creation(&self, mode: u32, owner: String, group: String) -> Command {
+        let mut cmd = self.clone();
+        match &mut cmd {
+            Command::Mkdir {
+                mode: m,
+                owner: o,
+                group: g,
+                ..
+            }
+            | Command::Create {
+                mode: m,
+                owner: o,
+                group: g,
+                ..
+            } => (*m, *o, *g) = (mode, owner, group),
+            Command::Symlink {
+                owner: o, group: g, ..
+            } => (*o, *g) = (owner, group),
+            _ => {}
+        }
+        cmd
+    }
+
     /// The cluster feature level ([`crate::FEATURE_LEVEL`]) every member
     /// of a Raft cluster must be at before the leader takes this command:
     /// a member of a lower level would not know how to apply it. The
