@@ -474,14 +474,44 @@ pub fn remote_error(kind: ErrorKind, message: String) -> Error {
 }
 
 pub fn encode<T: Serialize>(msg: &T) -> Result<Vec<u8>> {
-    let mut out = vec![0u8; 4];
-    let out = postcard::to_extend(msg, std::mem::take(&mut out))
-        .map_err(|e| Error::InvalidArgument(format!("cannot encode message: {e}")))?;
-    let mut out = out;
-    let len = u32::try_from(out.len() - 4)
-        .map_err(|_| Error::InvalidArgument("message too large".into()))?;
-    out[..4].copy_from_slice(&len.to_be_bytes());
+    let mut out = Vec::new();
+    encode_into(msg, &mut out)?;
     Ok(out)
+}
+
+/// Appends `msg`'s frame (its length prefix and payload) to `out`, where
+/// frames made before it may wait: a burst of replies goes out in one
+/// write. On an error `out` is left as it was.
+pub fn encode_into<T: Serialize>(msg: &T, out: &mut Vec<u8>) -> Result<()> {
+    let start = out.len();
+    out.extend_from_slice(&[0u8; 4]);
+    let encoded = postcard::to_extend(msg, Extending(&mut *out))
+        .map(drop)
+        .map_err(|e| Error::InvalidArgument(format!("cannot encode message: {e}")));
+    let len = encoded.and_then(|()| {
+        u32::try_from(out.len() - start - 4)
+            .map_err(|_| Error::InvalidArgument("message too large".into()))
+    });
+    match len {
+        Ok(len) => {
+            out[start..start + 4].copy_from_slice(&len.to_be_bytes());
+            Ok(())
+        }
+        Err(e) => {
+            out.truncate(start);
+            Err(e)
+        }
+    }
+}
+
+/// A borrowed buffer postcard appends to (`to_extend` takes its writer by
+/// value).
+struct Extending<'a>(&'a mut Vec<u8>);
+
+impl Extend<u8> for Extending<'_> {
+    fn extend<I: IntoIterator<Item = u8>>(&mut self, iter: I) {
+        self.0.extend(iter);
+    }
 }
 
 pub fn decode<'a, T: Deserialize<'a>>(payload: &'a [u8]) -> Result<T> {
@@ -685,6 +715,53 @@ mod tests {
     }
 
     /// Growing the buffer in steps keeps every byte, for any read sizes.
+    /// Writes some bytes, then fails: what a failed encoding leaves behind.
+    struct FailsHalfway;
+
+    impl Serialize for FailsHalfway {
+        fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+            use serde::ser::{Error as _, SerializeTuple};
+            let mut t = s.serialize_tuple(2)?;
+            t.serialize_element(&u64::MAX)?;
+            Err(S::Error::custom("refused"))
+        }
+    }
+
+    #[test]
+    fn frames_encoded_into_one_buffer_are_the_frames_one_by_one() {
+        let msgs = [
+            ServerMsg::Response {
+                id: 1,
+                body: ResponseBody::Seq(42),
+            },
+            ServerMsg::Response {
+                id: 2,
+                body: ResponseBody::Done,
+            },
+            ServerMsg::Fatal {
+                kind: ErrorKind::Busy,
+                message: "x".repeat(300),
+            },
+        ];
+        let mut joined = Vec::new();
+        let mut one_by_one = Vec::new();
+        for m in &msgs {
+            encode_into(m, &mut joined).unwrap();
+            one_by_one.extend(encode(m).unwrap());
+        }
+        assert_eq!(joined, one_by_one);
+        let mut r = &joined[..];
+        for m in &msgs {
+            let len = u32::from_be_bytes(r[..4].try_into().unwrap()) as usize;
+            assert_eq!(&decode::<ServerMsg>(&r[4..4 + len]).unwrap(), m);
+            r = &r[4 + len..];
+        }
+        assert!(r.is_empty());
+        // A failed encoding leaves the frames before it whole.
+        assert!(encode_into(&FailsHalfway, &mut joined).is_err());
+        assert_eq!(joined, one_by_one);
+    }
+
     #[test]
     fn frames_read_in_small_and_large_steps_keep_their_bytes() {
         for len in [

@@ -1,8 +1,9 @@
-//! One RPC connection: its handshake, then its requests read in turn and
-//! answered on tasks of their own (reads that need no wait in batches,
-//! streams on the delivery runtime), with back-pressure on the bytes of
-//! replies queued and on the requests in flight; at the end, a `Fatal`
-//! frame saying why when it ended in error.
+//! One RPC connection: its handshake, then its requests read in turn —
+//! reads that need no wait answered at once (a burst in batches, each
+//! batch's replies in one write); streams on the delivery runtime; the
+//! rest answered together on the connection's `Answers` — with
+//! back-pressure on the bytes of replies queued and on the requests in
+//! flight; at the end, a `Fatal` frame saying why when it ended in error.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -16,12 +17,13 @@ use treelog_proto::protocol::{self, ClientMsg, RequestBody, ServerMsg};
 use treelog_proto::v1;
 
 use crate::admission::Admission;
+use crate::answers::Answers;
 use crate::audit::Draft;
 use crate::context::ConnCtx;
-use crate::dispatch::{answer_reads, handle, request_name, Read};
+use crate::dispatch::{answer_read, answer_reads, is_stream, reply, request_name, stream, Read};
 use crate::handshake::handshake;
 use crate::incoming::{buffered, frame_buffered, read_sized, ReadHalf};
-use crate::out::{respond, send, Out};
+use crate::out::{send, Gathered, Out};
 use crate::reads::{read_ready, READ_BATCH};
 use crate::roles::audited;
 use crate::state::State;
@@ -102,17 +104,20 @@ async fn serve_connection(
     if !welcome(out, &t, state.cfg.max_frame).await {
         return Ok(());
     }
+    let ctx = Arc::new(ConnCtx::new(
+        t,
+        out.clone(),
+        state,
+        identity,
+        peer,
+        tls_identity,
+    ));
     let mut requests = Requests {
         rd,
-        ctx: Arc::new(ConnCtx::new(
-            t,
-            out.clone(),
-            state,
-            identity,
-            peer,
-            tls_identity,
-        )),
+        answers: Answers::spawn(out.clone()),
+        ctx,
         tasks: JoinSet::new(),
+        gathered: Gathered::default(),
         carried: None,
         shutdown: state.shutdown.clone(),
         max_frame: state.cfg.max_frame,
@@ -143,12 +148,19 @@ async fn welcome(out: &Out, t: &Treelog, max_frame: usize) -> bool {
     .await
 }
 
-/// A connection's requests after its handshake: read in turn, each
-/// answered on a task of its own in `tasks`.
+/// A connection's requests after its handshake, read in turn: reads that
+/// need no wait answered at once (a lone one on this task, a pipelining
+/// client's burst in batches on tasks of their own, each batch's replies
+/// in one write); streams on tasks of their own; every other request
+/// handed to the connection's [`Answers`].
 struct Requests<'a> {
     rd: &'a mut ReadHalf,
     ctx: Arc<ConnCtx>,
+    /// The connection's streams and batches of reads.
     tasks: JoinSet<()>,
+    answers: Answers,
+    /// Replies to reads answered here, not yet handed to the writer.
+    gathered: Gathered,
     /// A message read while gathering a batch of reads, not part of it.
     carried: Option<Result<Option<(ClientMsg, usize)>>>,
     shutdown: watch::Receiver<bool>,
@@ -160,10 +172,20 @@ impl Requests<'_> {
     /// Reads and starts requests until the client closes the connection,
     /// an error, or the server shuts down.
     async fn serve(&mut self) -> Result<()> {
-        while let Some((id, body, named, bytes)) = self.next_request().await? {
+        loop {
+            while self.tasks.try_join_next().is_some() {}
+            // Before this task waits for the socket, what it gathered goes.
+            let waits = self.carried.is_none() && !frame_buffered(self.rd);
+            if waits && !self.gathered.flush(&self.ctx.out).await {
+                break;
+            }
+            let Some((id, body, named, bytes)) = self.next_request().await? else {
+                break;
+            };
             if self.ctx.out.version() == v1::VERSION {
                 if let Some(e) = v1::refusal(&body) {
-                    let _ = respond(&self.ctx.out, id, protocol::error_body(&e)).await;
+                    self.gathered
+                        .respond(&self.ctx.out, id, protocol::error_body(&e));
                     continue;
                 }
             }
@@ -178,32 +200,27 @@ impl Requests<'_> {
                     continue;
                 }
             };
-            // Subscriptions register before the next read, so that the
-            // idle timeout never applies to a connection that carries one.
-            let mut cancel = None;
-            if let RequestBody::Subscribe(_)
-            | RequestBody::SubscribeAt { .. }
-            | RequestBody::Replicate(_) = &body
-            {
-                match self.ctx.register_stream(id) {
-                    Ok(rx) => cancel = Some(rx),
-                    Err(why) => {
-                        let body = protocol::error_body(&Error::Busy(why.into()));
-                        let _ = respond(&self.ctx.out, id, body).await;
-                        continue;
+            if read_ready(&self.ctx, &body) {
+                if frame_buffered(self.rd) {
+                    // A pipelining client's burst: answered in batches on
+                    // tasks of their own, so that this task reads (and
+                    // the other cores answer) the rest meanwhile.
+                    if !self.start_reads((id, body, caller), bytes).await {
+                        break;
                     }
+                } else {
+                    // A lone read: answered here, with no task and no
+                    // hop to another thread.
+                    let reply = answer_read(&self.ctx, body, caller.as_ref());
+                    self.gathered.respond(&self.ctx.out, id, reply);
                 }
+                continue;
             }
-            let started = if read_ready(&self.ctx, &body) {
-                self.start_reads((id, body, caller), bytes).await
-            } else {
-                self.start(id, body, caller, bytes, cancel).await
-            };
-            if !started {
+            if !self.start(id, body, caller, bytes).await {
                 break;
             }
-            while self.tasks.try_join_next().is_some() {}
         }
+        let _ = self.gathered.flush(&self.ctx.out).await;
         Ok(())
     }
 
@@ -233,27 +250,9 @@ impl Requests<'_> {
         }
     }
 
-    /// Back-pressure in bytes: while the replies queued for this client
-    /// reach the bound, read none of its requests (TCP then holds the
-    /// client back). False when the server shuts down meanwhile.
-    async fn wait_for_room(&mut self) -> bool {
-        if !self.ctx.out.full() {
-            return true;
-        }
-        if let Some(m) = &self.ctx.metrics {
-            m.backpressure.inc();
-        }
-        tokio::select! {
-            _ = self.shutdown.changed() => false,
-            _ = self.ctx.out.room() => true,
-        }
-    }
-
-    /// Reads that need no wait go out in batches: this one and those
-    /// behind it already whole in the buffer (a pipelining client's
-    /// burst), answered by one task. A task per request cost more than the
-    /// stat itself; answering here instead would keep a connection's reads
-    /// on one core. False when the connection is ending.
+    /// Reads that need no wait, this one and those behind it already whole
+    /// in the buffer (up to [`READ_BATCH`]), answered by one task and their
+    /// replies sent in one write. False when the connection is ending.
     async fn start_reads(&mut self, first: Read, bytes: usize) -> bool {
         let mut batch = vec![first];
         let mut total = bytes;
@@ -280,38 +279,6 @@ impl Requests<'_> {
         true
     }
 
-    /// Starts request `id` (a stream when `cancel` is given, run on the
-    /// delivery runtime). False when the connection is ending.
-    async fn start(
-        &mut self,
-        id: u64,
-        body: RequestBody,
-        caller: Option<Caller>,
-        bytes: usize,
-        cancel: Option<watch::Receiver<bool>>,
-    ) -> bool {
-        let Some(permit) = self.ctx.admit(bytes).await else {
-            return false;
-        };
-        let is_stream = cancel.is_some();
-        let ctx = self.ctx.clone();
-        let task = async move {
-            if let Some(m) = &ctx.metrics {
-                m.in_flight.inc();
-            }
-            handle(&ctx, id, body, caller, permit, cancel).await;
-            if let Some(m) = &ctx.metrics {
-                m.in_flight.dec();
-            }
-        };
-        if is_stream {
-            self.tasks.spawn_on(task, &self.ctx.delivery);
-        } else {
-            self.tasks.spawn(task);
-        }
-        true
-    }
-
     /// Whether a plain request read behind a read joins its batch: a read
     /// that needs no wait, its role allows and its caller is known for
     /// (anything else is carried to the main loop, which refuses or starts
@@ -322,9 +289,77 @@ impl Requests<'_> {
             && self.ctx.caller_for(None).is_ok()
     }
 
+    /// Back-pressure in bytes: while the replies queued for this client
+    /// reach the bound, read none of its requests (TCP then holds the
+    /// client back). False when the server shuts down meanwhile.
+    async fn wait_for_room(&mut self) -> bool {
+        if !self.ctx.out.full() {
+            return true;
+        }
+        if let Some(m) = &self.ctx.metrics {
+            m.backpressure.inc();
+        }
+        // What this task gathered counts once it is queued.
+        if !self.gathered.flush(&self.ctx.out).await {
+            return false;
+        }
+        tokio::select! {
+            _ = self.shutdown.changed() => false,
+            _ = self.ctx.out.room() => true,
+        }
+    }
+
+    /// Starts request `id`: a stream on the delivery runtime, anything
+    /// else handed to the connection's answers, once it has a place among
+    /// the requests in flight. False when the connection is ending.
+    async fn start(
+        &mut self,
+        id: u64,
+        body: RequestBody,
+        caller: Option<Caller>,
+        bytes: usize,
+    ) -> bool {
+        // Subscriptions register before the next read, so that the idle
+        // timeout never applies to a connection that carries one.
+        let cancel = if is_stream(&body) {
+            match self.ctx.register_stream(id) {
+                Ok(rx) => Some(rx),
+                Err(why) => {
+                    let body = protocol::error_body(&Error::Busy(why.into()));
+                    self.gathered.respond(&self.ctx.out, id, body);
+                    return true;
+                }
+            }
+        } else {
+            None
+        };
+        let Some(permit) = self.ctx.admit(bytes).await else {
+            return false;
+        };
+        let ctx = self.ctx.clone();
+        match cancel {
+            Some(cancel) => {
+                let task = async move {
+                    if let Some(m) = &ctx.metrics {
+                        m.in_flight.inc();
+                    }
+                    stream(&ctx, id, body, caller, permit, cancel).await;
+                    if let Some(m) = &ctx.metrics {
+                        m.in_flight.dec();
+                    }
+                };
+                self.tasks.spawn_on(task, &self.ctx.delivery);
+                true
+            }
+            None => self
+                .answers
+                .add(Box::pin(reply(ctx, id, body, caller, permit))),
+        }
+    }
+
     /// Answers request `id` with `e` (its credential's role does not grant
     /// it): counted, and in the audit log when the request would be.
-    async fn refuse(&self, id: u64, body: &RequestBody, e: Error) {
+    async fn refuse(&mut self, id: u64, body: &RequestBody, e: Error) {
         self.ctx.count_denied();
         let name = request_name(body);
         self.ctx.count(name, e.kind().as_str());
@@ -333,13 +368,16 @@ impl Requests<'_> {
                 .audit(Draft::of(name, body), e.kind().as_str(), None)
                 .await;
         }
-        let _ = respond(&self.ctx.out, id, protocol::error_body(&e)).await;
+        self.gathered
+            .respond(&self.ctx.out, id, protocol::error_body(&e));
     }
 
     /// Stops the streams; lets the other requests in flight finish and
     /// reply.
     async fn finish(mut self) {
+        let _ = self.gathered.flush(&self.ctx.out).await;
         self.ctx.end_streams();
+        self.answers.finish().await;
         while self.tasks.join_next().await.is_some() {}
     }
 }

@@ -11,60 +11,86 @@ use treelog_proto::protocol::{self, RequestBody, ResponseBody};
 
 use crate::audit::Draft;
 use crate::context::{ConnCtx, InFlight};
-use crate::out::respond;
+use crate::out::{respond, Gathered};
 use crate::reads::{self, read_now};
 use crate::replication::replication;
 use crate::roles::audited;
 use crate::streams::subscription;
 
-/// A read to answer: its request id, body and the user it is checked as.
-pub(crate) type Read = (u64, RequestBody, Option<Caller>);
-
-/// Answers request `id` (holding `permit`, its place among the
-/// connection's requests in flight): a stream, with `cancel` its cancel
-/// signal, runs until it ends; any other request is answered once.
-pub(crate) async fn handle(
+/// Runs stream request `id` (a subscription or replication; `cancel`
+/// ends it) until it ends. Its replies are its own; it gives `permit` back
+/// once started.
+pub(crate) async fn stream(
     ctx: &Arc<ConnCtx>,
     id: u64,
     body: RequestBody,
     caller: Option<Caller>,
     permit: InFlight,
-    cancel: Option<watch::Receiver<bool>>,
+    cancel: watch::Receiver<bool>,
 ) {
     let name = request_name(&body);
     let draft = (ctx.auditing() && audited(&body))
         .then(|| Draft::of(name, &body).for_user(caller.as_ref()));
-    let body = match body {
+    match body {
         RequestBody::Replicate(from) => {
             let outcome =
                 streamed(ctx, name, permit, cancel, |c| replication(ctx, id, from, c)).await;
             if let Some(d) = draft {
                 ctx.audit(d, outcome, None).await;
             }
-            return;
         }
         RequestBody::SubscribeAt { opts, min_seq } => {
             streamed(ctx, name, permit, cancel, |c| {
                 subscription(ctx, id, opts, min_seq, c)
             })
             .await;
-            return;
         }
         RequestBody::Subscribe(opts) => {
             streamed(ctx, name, permit, cancel, |c| {
                 subscription(ctx, id, opts, 0, c)
             })
             .await;
-            return;
         }
-        body => body,
-    };
+        body => {
+            drop(permit);
+            let e = Error::corrupt(
+                "server",
+                format!("{} was taken for a stream", request_name(&body)),
+            );
+            ctx.count(name, e.kind().as_str());
+            let _ = respond(&ctx.out, id, protocol::error_body(&e)).await;
+        }
+    }
+}
+
+/// Whether `body` starts a stream (see [`stream`]).
+pub(crate) fn is_stream(body: &RequestBody) -> bool {
+    matches!(
+        body,
+        RequestBody::Subscribe(_) | RequestBody::SubscribeAt { .. } | RequestBody::Replicate(_)
+    )
+}
+
+/// The reply to request `id`, which is not a stream (holding `permit`,
+/// its place among the connection's requests in flight, until then):
+/// counted, and in the audit log when the request is.
+pub(crate) async fn reply(
+    ctx: Arc<ConnCtx>,
+    id: u64,
+    body: RequestBody,
+    caller: Option<Caller>,
+    permit: InFlight,
+) -> (u64, ResponseBody) {
+    if let Some(m) = &ctx.metrics {
+        m.in_flight.inc();
+    }
+    let name = request_name(&body);
+    let draft = (ctx.auditing() && audited(&body))
+        .then(|| Draft::of(name, &body).for_user(caller.as_ref()));
     // Make a reply only while the connection's queue has room: the
     // requests read before it filled do not all add theirs at once.
-    // (Reads then build and queue their reply without yielding, so the
-    // queue exceeds its bound by at most a reply per worker thread.)
     ctx.out.room().await;
-    let res = answer(ctx, body, caller).await;
+    let res = answer(&ctx, body, caller).await;
     ctx.count_result(name, &res);
     if let Some(d) = draft {
         let (outcome, seq) = match &res {
@@ -74,9 +100,11 @@ pub(crate) async fn handle(
         };
         ctx.audit(d, outcome, seq).await;
     }
-    let body = res.unwrap_or_else(|e| protocol::error_body(&e));
-    let _ = respond(&ctx.out, id, body).await;
     drop(permit);
+    if let Some(m) = &ctx.metrics {
+        m.in_flight.dec();
+    }
+    (id, res.unwrap_or_else(|e| protocol::error_body(&e)))
 }
 
 /// The reply to a request that is not a stream, checked as `caller` (see
@@ -190,7 +218,7 @@ async fn streamed<F, Fut>(
     ctx: &ConnCtx,
     name: &str,
     permit: InFlight,
-    cancel: Option<watch::Receiver<bool>>,
+    cancel: watch::Receiver<bool>,
     run: F,
 ) -> &'static str
 where
@@ -198,29 +226,40 @@ where
     Fut: std::future::Future<Output = &'static str>,
 {
     drop(permit);
-    let outcome = match cancel {
-        Some(c) => run(c).await,
-        None => "internal",
-    };
+    let outcome = run(cancel).await;
     ctx.count(name, outcome);
     outcome
 }
 
+/// A read to answer: its request id, body and the user it is checked as.
+pub(crate) type Read = (u64, RequestBody, Option<Caller>);
+
 /// Answers a batch of reads that need no wait (see [`reads::read_ready`]),
-/// in order, holding `permit` for them all.
+/// holding `permit` for them all; their replies go to the writer in one
+/// piece.
 pub(crate) async fn answer_reads(ctx: Arc<ConnCtx>, batch: Vec<Read>, permit: InFlight) {
+    // Made only while the queue has room, as in `reply`.
+    ctx.out.room().await;
+    let mut gathered = Gathered::default();
     for (id, body, caller) in batch {
-        let name = request_name(&body);
-        // Made only while the queue has room, as in `handle`.
-        ctx.out.room().await;
-        let res = read_now(&ctx, body, caller.as_ref()).unwrap_or_else(not_a_read);
-        ctx.count_result(name, &res);
-        let reply = res.unwrap_or_else(|e| protocol::error_body(&e));
-        if !respond(&ctx.out, id, reply).await {
-            break;
-        }
+        let reply = answer_read(&ctx, body, caller.as_ref());
+        gathered.respond(&ctx.out, id, reply);
     }
+    gathered.flush(&ctx.out).await;
     drop(permit);
+}
+
+/// The reply to a read that needs no wait (see [`reads::read_ready`]),
+/// made at once, and counted.
+pub(crate) fn answer_read(
+    ctx: &ConnCtx,
+    body: RequestBody,
+    caller: Option<&Caller>,
+) -> ResponseBody {
+    let name = request_name(&body);
+    let res = read_now(ctx, body, caller).unwrap_or_else(not_a_read);
+    ctx.count_result(name, &res);
+    res.unwrap_or_else(|e| protocol::error_body(&e))
 }
 
 /// `read_now` given a request it does not answer (a bug, not the client's).

@@ -3,6 +3,8 @@
 
 use std::time::Duration;
 
+use tokio::io::AsyncBufRead;
+
 use treelog::{Error, Result};
 use treelog_proto::protocol::{self, ClientMsg};
 use treelog_proto::v1;
@@ -41,9 +43,22 @@ pub(crate) async fn read_sized(
     wait: Option<Duration>,
     version: u16,
 ) -> Result<Option<(ClientMsg, usize)>> {
-    // A frame already whole in the buffer is read without arming a timer
-    // (a pipelining client's frames mostly are).
-    let frame = match wait.filter(|_| !frame_buffered(rd)) {
+    // A frame already whole in the buffer (a pipelining client's mostly
+    // are) is decoded where it lies: no timer, no copy.
+    if let Some(len) = buffered_frame_len(rd) {
+        if len > max {
+            return Err(protocol::frame_too_large(len, max));
+        }
+        let payload = &rd.buffer()[4..4 + len];
+        let msg = if version == v1::VERSION {
+            v1::decode_client(payload)?
+        } else {
+            protocol::decode::<ClientMsg>(payload)?
+        };
+        std::pin::Pin::new(&mut *rd).consume(4 + len);
+        return Ok(Some((msg, len)));
+    }
+    let frame = match wait {
         Some(d) => match tokio::time::timeout(d, protocol::read_frame(rd, max)).await {
             Ok(r) => r?,
             Err(_) => {
@@ -64,6 +79,12 @@ pub(crate) async fn read_sized(
 
 /// Whether a whole frame waits in the connection's read buffer.
 pub(crate) fn frame_buffered(rd: &ReadHalf) -> bool {
+    buffered_frame_len(rd).is_some()
+}
+
+/// The payload length of the whole frame at the front of the read buffer.
+fn buffered_frame_len(rd: &ReadHalf) -> Option<usize> {
     let b = rd.buffer();
-    b.len() >= 4 && b.len() - 4 >= u32::from_be_bytes([b[0], b[1], b[2], b[3]]) as usize
+    let len = u32::from_be_bytes(b.get(..4)?.try_into().ok()?) as usize;
+    (b.len() - 4 >= len).then_some(len)
 }

@@ -31,6 +31,7 @@
 //! signals), `http` (the HTTP port), and `server` (start, run, the handle).
 
 mod admission;
+mod answers;
 mod audit;
 mod auth;
 mod backups;

@@ -4,7 +4,7 @@
 //! the server stop reading its requests ([`Out::full`]) instead of
 //! queueing without bound.
 
-use std::sync::atomic::{AtomicBool, AtomicU16, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use tokio::io::AsyncWriteExt;
@@ -30,6 +30,8 @@ struct OutCount {
     /// The protocol version the client's Hello chose (the current one
     /// until then): how every frame to it is encoded.
     version: AtomicU16,
+    /// Buffers handed to the writer (each one or many frames).
+    pushes: AtomicU64,
 }
 
 impl OutCount {
@@ -108,6 +110,7 @@ impl Out {
     /// gone.
     async fn push(&self, bytes: Vec<u8>) -> bool {
         self.count.add(bytes.len());
+        self.count.pushes.fetch_add(1, Ordering::Relaxed);
         let frame = Frame {
             bytes,
             count: self.count.clone(),
@@ -128,6 +131,12 @@ impl Out {
     /// Makes the connection speak `version` (its Hello's, once accepted).
     pub(crate) fn set_version(&self, version: u16) {
         self.count.version.store(version, Ordering::Release);
+    }
+
+    /// Buffers handed to the writer so far.
+    #[cfg(test)]
+    pub(crate) fn pushes(&self) -> u64 {
+        self.count.pushes.load(Ordering::Relaxed)
     }
 
     /// Whether the queue has reached its bound (and the writer runs).
@@ -151,6 +160,7 @@ impl Out {
             closed: AtomicBool::new(false),
             metrics,
             version: AtomicU16::new(protocol::PROTOCOL_VERSION),
+            pushes: AtomicU64::new(0),
         });
         // One task owns the socket's write half and batches frames.
         let writer = {
@@ -161,6 +171,54 @@ impl Out {
             })
         };
         (Out { tx, count }, writer)
+    }
+}
+
+/// Replies made by one task and handed to the writer together: a burst
+/// (the reads a pipelining client sent in one segment, the writes one
+/// commit round acknowledged) costs one queue push and one write, not one
+/// of each per reply.
+#[derive(Default)]
+pub(crate) struct Gathered {
+    buf: Vec<u8>,
+}
+
+/// Gathered replies past this many bytes go to the writer at once.
+pub(crate) const GATHER_BYTES: usize = 64 << 10;
+
+impl Gathered {
+    /// Adds the response `body` to request `id`, in the connection's
+    /// protocol version.
+    pub(crate) fn respond(&mut self, out: &Out, id: u64, body: ResponseBody) {
+        let msg = ServerMsg::Response { id, body };
+        let encoded = if out.version() == v1::VERSION {
+            v1::encode_server(&msg).map(|f| self.buf.extend_from_slice(&f))
+        } else {
+            protocol::encode_into(&msg, &mut self.buf)
+        };
+        if let Err(e) = encoded {
+            // A reply that cannot be encoded (a bug, not the client's):
+            // the client is told, and its request does not hang.
+            let body = protocol::error_body(&treelog::Error::corrupt(
+                "server",
+                format!("the reply to request {id} does not encode: {e}"),
+            ));
+            let _ = protocol::encode_into(&ServerMsg::Response { id, body }, &mut self.buf);
+        }
+    }
+
+    /// Bytes gathered and not yet handed to the writer.
+    pub(crate) fn len(&self) -> usize {
+        self.buf.len()
+    }
+
+    /// Hands what is gathered to the writer; false once the connection is
+    /// gone.
+    pub(crate) async fn flush(&mut self, out: &Out) -> bool {
+        if self.buf.is_empty() {
+            return true;
+        }
+        out.push(std::mem::take(&mut self.buf)).await
     }
 }
 

@@ -1,5 +1,5 @@
-//! Reads: stats and listings answered at once on the worker that read them
-//! ([`read_now`], in batches for a pipelining client), reads that first
+//! Reads: stats and listings answered at once ([`read_now`], a pipelining
+//! client's burst in batches of [`READ_BATCH`], each in one write), reads that first
 //! wait for the store to reach the client's sequence ([`caught_up`]), and
 //! their latency.
 
