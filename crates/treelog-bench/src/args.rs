@@ -157,6 +157,11 @@ pub enum BenchCmd {
         #[arg(long)]
         tls: bool,
     },
+    /// The server's request path in its own process beside Redis's:
+    /// pipelined stats (and the CPU each side spends on one), stats
+    /// through the Rust client, creates over one connection beside in
+    /// process (docs/BENCHMARKS.md, "The request path").
+    Pipeline(crate::pipeline::PipelineArgs),
     /// A backup of a large namespace: its time and size, the creates per
     /// second of writers during it beside right after it, and the restore.
     Backup {

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
 use crate::pct;
+use crate::proc_stat::cpu_seconds;
 use crate::Writers;
 use treelog_bridge::{BridgeConfig, BridgeMetrics, NatsConfig};
 use treelog_server::ServerConfig;
@@ -23,18 +24,6 @@ impl Drop for Nats {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
-}
-
-/// CPU seconds a process used so far (user + system, /proc/PID/stat).
-fn cpu_seconds(pid: u32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    // Fields after the command name (which may hold spaces) in parens.
-    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
-    // utime and stime are fields 14 and 15 of the line, 12 and 13 here.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
-    (ticks(11) + ticks(12)) / hz.max(1.0)
 }
 
 fn start_nats(bin: &Path, dir: &Path, port: u16, sync_always: bool, nice: i32) -> Result<Nats> {

@@ -21,6 +21,8 @@ pub mod mdtest;
 pub mod mdtest_net;
 pub mod mount;
 pub mod network;
+pub mod pipeline;
+mod proc_stat;
 pub mod redis_peer;
 pub mod replay;
 pub mod replica;
@@ -642,6 +644,14 @@ pub fn run(args: &BenchArgs) -> Result<u8> {
             if keep.is_some() {
                 println!("kept: {}", path.display());
             } else {
+                let _ = std::fs::remove_dir_all(&base);
+            }
+            Ok(0)
+        }
+        BenchCmd::Pipeline(a) => {
+            let base = scratch(&a.dir)?;
+            pipeline::run(&base, a)?;
+            if a.dir.is_none() {
                 let _ = std::fs::remove_dir_all(&base);
             }
             Ok(0)

@@ -25,7 +25,7 @@
 //! the path again.
 
 pub(crate) mod redis_fs;
-mod servers;
+pub(crate) mod servers;
 pub(crate) mod worker;
 
 use std::io::{BufRead, BufReader, Write};
