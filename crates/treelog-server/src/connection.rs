@@ -23,7 +23,7 @@ use crate::context::ConnCtx;
 use crate::dispatch::{answer_read, answer_reads, is_stream, reply, request_name, stream, Read};
 use crate::handshake::handshake;
 use crate::incoming::{buffered, frame_buffered, read_sized, ReadHalf};
-use crate::out::{send, Gathered, Out};
+use crate::out::{send, Gathered, Out, GATHER_BYTES};
 use crate::reads::{read_ready, READ_BATCH};
 use crate::roles::audited;
 use crate::state::State;
@@ -175,8 +175,11 @@ impl Requests<'_> {
         loop {
             while self.tasks.try_join_next().is_some() {}
             // Before this task waits for the socket, what it gathered goes.
+            // So does a full buffer's worth: a client that keeps the
+            // socket busy does not grow it without bound.
             let waits = self.carried.is_none() && !frame_buffered(self.rd);
-            if waits && !self.gathered.flush(&self.ctx.out).await {
+            let flush = waits || self.gathered.len() >= GATHER_BYTES;
+            if flush && !self.gathered.flush(&self.ctx.out).await {
                 break;
             }
             let Some((id, body, named, bytes)) = self.next_request().await? else {

@@ -11,7 +11,7 @@ use treelog_proto::protocol::{self, RequestBody, ResponseBody};
 
 use crate::audit::Draft;
 use crate::context::{ConnCtx, InFlight};
-use crate::out::{respond, Gathered};
+use crate::out::{respond, Gathered, GATHER_BYTES};
 use crate::reads::{self, read_now};
 use crate::replication::replication;
 use crate::roles::audited;
@@ -238,10 +238,17 @@ pub(crate) type Read = (u64, RequestBody, Option<Caller>);
 /// holding `permit` for them all; their replies go to the writer in one
 /// piece.
 pub(crate) async fn answer_reads(ctx: Arc<ConnCtx>, batch: Vec<Read>, permit: InFlight) {
-    // Made only while the queue has room, as in `reply`.
-    ctx.out.room().await;
     let mut gathered = Gathered::default();
     for (id, body, caller) in batch {
+        // Large replies (listings) go as they are made, and each is made
+        // only while the queue has room, as in `reply`: a batch adds at
+        // most one reply past the bound, not sixteen.
+        if gathered.len() >= GATHER_BYTES && !gathered.flush(&ctx.out).await {
+            break;
+        }
+        if gathered.is_empty() {
+            ctx.out.room().await;
+        }
         let reply = answer_read(&ctx, body, caller.as_ref());
         gathered.respond(&ctx.out, id, reply);
     }

@@ -212,6 +212,11 @@ impl Gathered {
         self.buf.len()
     }
 
+    /// Whether nothing is gathered.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.buf.is_empty()
+    }
+
     /// Hands what is gathered to the writer; false once the connection is
     /// gone.
     pub(crate) async fn flush(&mut self, out: &Out) -> bool {
