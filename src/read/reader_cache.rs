@@ -283,10 +283,17 @@ impl ReaderCache {
                     g.remove(&k[..]);
                     continue;
                 }
-                if g.len() >= self.per_shard && !g.contains_key(&k[..]) {
+                // A cached key is rewritten in place: `insert` makes room
+                // for one more entry before it looks for the key, so in a
+                // full map it would rehash to replace a value.
+                if let Some(cached) = g.get_mut(&k[..]) {
+                    *cached = inline(v);
+                    continue;
+                }
+                if g.len() >= self.per_shard {
                     g.clear();
                 }
-                if g.len() == g.capacity() && !g.contains_key(&k[..]) {
+                if g.len() == g.capacity() {
                     // Inserting would grow the map: rehash every entry, into
                     // fresh memory, under the lock and before this group's
                     // callers are answered. Leave the key uncached (no stale
@@ -453,6 +460,41 @@ mod tests {
         assert_eq!(c.len(), 1);
         let v = c
             .get_or_load(Cf::Inodes, b"x", || Ok(Some(b"db".to_vec())))
+            .unwrap();
+        assert_eq!(v.as_deref(), Some(&b"new"[..]));
+    }
+
+    /// A write to a key a full shard caches replaces its value without
+    /// growing the shard (a rehash on the commit path).
+    #[test]
+    fn a_cached_key_of_a_full_shard_is_rewritten_in_place() {
+        let c = ReaderCache::new(1 << 20);
+        let shard = Slot::of(Cf::Inodes, b"x").shard();
+        let lock = &c.shards[Cf::Inodes as usize][shard];
+        {
+            let mut g = write(lock);
+            g.reserve(100);
+            g.insert(
+                SmallVec::from_slice(b"x"),
+                Some(SmallVec::from_slice(b"old")),
+            );
+            let mut n = 0u64;
+            while g.len() < g.capacity() {
+                let k = n.to_be_bytes();
+                n += 1;
+                if Slot::of(Cf::Inodes, &k).shard() == shard {
+                    g.insert(SmallVec::from_slice(&k), None);
+                }
+            }
+        }
+        let capacity = read(lock).capacity();
+        let mut w = OverlayWrites::default();
+        w.inodes.insert(b"x".to_vec(), Some(b"new".to_vec()));
+        c.apply(&w);
+        assert_eq!(read(lock).capacity(), capacity, "the shard grew");
+        assert!(!c.wants_growth());
+        let v = c
+            .get_or_load(Cf::Inodes, b"x", || panic!("x is cached"))
             .unwrap();
         assert_eq!(v.as_deref(), Some(&b"new"[..]));
     }
