@@ -23,6 +23,8 @@ pub struct RaftMetrics {
     pub purged_index: IntGauge,
     /// On the leader: entries each member lacks.
     pub replication_lag: IntGaugeVec,
+    /// The members `replication_lag` has a series for.
+    lag_members: std::sync::Mutex<Vec<String>>,
     /// Terms this node saw begin.
     pub elections: IntCounter,
     /// Times the leader this node knows changed.
@@ -39,6 +41,8 @@ pub struct RaftMetrics {
     pub appended_entries: IntCounter,
     pub appended_bytes: IntCounter,
     pub applied_entries: IntCounter,
+    /// Committed entries per apply (a batch of the state machine's).
+    pub apply_entries: Histogram,
     /// Callers answered `OutcomeUnknown` after leadership was lost and
     /// their entries' fate stayed unknown.
     pub outcome_unknown: IntCounterVec,
@@ -95,6 +99,7 @@ impl RaftMetrics {
                 ),
                 &["node"],
             )?,
+            lag_members: Default::default(),
             elections: c(
                 "treelog_raft_elections_total",
                 "Terms this node saw begin (elections)",
@@ -146,6 +151,13 @@ impl RaftMetrics {
                 "treelog_raft_applied_entries_total",
                 "Committed entries applied to this node's index",
             )?,
+            apply_entries: Histogram::with_opts(
+                HistogramOpts::new(
+                    "treelog_raft_apply_entries",
+                    "Committed entries per apply to this node's index",
+                )
+                .buckets(exponential_buckets(1.0, 2.0, 12).unwrap_or_default()),
+            )?,
             outcome_unknown: IntCounterVec::new(
                 Opts::new(
                     "treelog_raft_outcome_unknown_total",
@@ -190,6 +202,7 @@ impl RaftMetrics {
             &m.snapshot_install,
             &m.log_sync,
             &m.sync_appends,
+            &m.apply_entries,
         ] {
             r.register(Box::new(x.clone()))?;
         }
@@ -214,6 +227,7 @@ impl RaftMetrics {
 
     pub(crate) fn applied(&self, n: u64) {
         self.applied_entries.inc_by(n);
+        self.apply_entries.observe(n as f64);
     }
 
     pub(crate) fn snapshot_built(&self, took: Duration) {
@@ -252,16 +266,27 @@ impl RaftMetrics {
         self.applied_index.set(idx(&m.last_applied));
         self.snapshot_index.set(idx(&m.snapshot));
         self.purged_index.set(idx(&m.purged));
-        self.replication_lag.reset();
+        // This runs at every change of openraft's metrics (each commit on
+        // a leader): the members' series are set in place, and only those
+        // of members no longer replicated to are dropped (a reset would
+        // make every series anew each time).
+        let mut members = Vec::new();
         if let Some(rep) = &m.replication {
             let last = m.last_log_index.unwrap_or(0);
             for (node, matched) in rep.iter() {
                 let matched = matched.as_ref().map_or(0, |l| l.index);
+                let node = node.to_string();
                 self.replication_lag
-                    .with_label_values(&[&node.to_string()])
+                    .with_label_values(&[&node])
                     .set(last.saturating_sub(matched) as i64);
+                members.push(node);
             }
         }
+        let mut known = self.lag_members.lock().unwrap_or_else(|p| p.into_inner());
+        for gone in known.iter().filter(|n| !members.contains(n)) {
+            let _ = self.replication_lag.remove_label_values(&[gone]);
+        }
+        *known = members;
     }
 }
 
