@@ -70,7 +70,9 @@ struct Round {
     callers: f64,
     creates_net: f64,
     creates_server_us: f64,
+    creates_client_us: f64,
     creates_inproc: f64,
+    creates_inproc_us: f64,
 }
 
 fn path(i: u64) -> String {
@@ -142,12 +144,26 @@ pub fn run(base: &Path, a: &PipelineArgs) -> Result<()> {
             f.stat_many = client_stat_many(&c, a.files, a.depth, a.secs).await?;
             f.callers = client_callers(&c, a.files, a.depth, a.secs).await?;
             for side in 0..2 {
+                let me = std::process::id();
+                let per_create = |s0: f64, s1: f64| (s1 - s0) * 1e6 / a.creates as f64;
                 if (side == 0) == treelog_first {
-                    let s0 = cpu_seconds(pid);
-                    f.creates_net = creates(&c, &format!("/c{r}"), a.creates).await?;
-                    f.creates_server_us = (cpu_seconds(pid) - s0) * 1e6 / a.creates as f64;
+                    let root = format!("/c{r}");
+                    prepare_creates(&c, &root).await?;
+                    let (s0, c0) = (cpu_seconds(pid), cpu_seconds(me));
+                    f.creates_net = creates(&c, &root, a.creates).await?;
+                    f.creates_server_us = per_create(s0, cpu_seconds(pid));
+                    f.creates_client_us = per_create(c0, cpu_seconds(me));
                 } else {
-                    f.creates_inproc = creates_in_process(&base.join(format!("inproc{r}")), a.creates).await?;
+                    let dir = base.join(format!("inproc{r}"));
+                    let t = Arc::new(Treelog::open(&dir, Options::default())?);
+                    for d in 0..100 {
+                        t.submit_async(mkdir(format!("/c/d{d}"))).await?;
+                    }
+                    let c0 = cpu_seconds(me);
+                    f.creates_inproc = creates_in_process(&t, a.creates).await?;
+                    f.creates_inproc_us = per_create(c0, cpu_seconds(me));
+                    drop(t);
+                    let _ = std::fs::remove_dir_all(&dir);
                 }
             }
             print_round(r, &f);
@@ -381,11 +397,16 @@ async fn client_callers(c: &Client, files: u64, depth: usize, secs: f64) -> Resu
     stats(((probe * secs) as usize).max(20_000)).await
 }
 
-/// Durable creates over one connection, 64 in flight, under `root`.
-async fn creates(c: &Client, root: &str, n: usize) -> Result<f64> {
+/// The directories of [`creates`] under `root`.
+async fn prepare_creates(c: &Client, root: &str) -> Result<()> {
     for d in 0..100 {
         c.submit(mkdir(format!("{root}/d{d}"))).await?;
     }
+    Ok(())
+}
+
+/// Durable creates over one connection, 64 in flight, under `root`.
+async fn creates(c: &Client, root: &str, n: usize) -> Result<f64> {
     let c = c.clone();
     let root: Arc<str> = root.into();
     drive(64, n, move |_, i| {
@@ -396,25 +417,19 @@ async fn creates(c: &Client, root: &str, n: usize) -> Result<f64> {
     .await
 }
 
-/// The same creates on a store in this process, 64 async callers.
-async fn creates_in_process(dir: &Path, n: usize) -> Result<f64> {
-    let t = Arc::new(Treelog::open(dir, Options::default())?);
-    for d in 0..100 {
-        t.submit_async(mkdir(format!("/c/d{d}"))).await?;
-    }
-    let t1 = t.clone();
-    let rate = drive(64, n, move |_, i| {
-        let t = t1.clone();
+/// The same creates on a store in this process (its directories made),
+/// 64 async callers.
+async fn creates_in_process(t: &Arc<Treelog>, n: usize) -> Result<f64> {
+    let t = t.clone();
+    drive(64, n, move |_, i| {
+        let t = t.clone();
         async move {
             t.submit_async(create(format!("/c/d{}/f{i}", i % 100)))
                 .await
                 .map(|_| ())
         }
     })
-    .await?;
-    drop(t);
-    let _ = std::fs::remove_dir_all(dir);
-    Ok(rate)
+    .await
 }
 
 fn print_round(r: usize, f: &Round) {
@@ -438,10 +453,13 @@ fn print_round(r: usize, f: &Round) {
         f.callers
     );
     println!(
-        "    creates/s, 1 connection x 64:         treelog {:>9.0} ({:.2} us server per create); in process {:>9.0}; ratio {:.2}x",
+        "    creates/s, 1 connection x 64:         treelog {:>9.0} ({:.1} us server + {:.1} us client per create); \
+         in process {:>9.0} ({:.1} us per create); ratio {:.2}x",
         f.creates_net,
         f.creates_server_us,
+        f.creates_client_us,
         f.creates_inproc,
+        f.creates_inproc_us,
         f.creates_net / f.creates_inproc
     );
 }
@@ -476,9 +494,11 @@ fn print_medians(rounds: &[Round]) {
     );
     let (c, clo, chi) = ratio(|r| r.creates_net, |r| r.creates_inproc);
     println!(
-        "  creates 1 connection x 64 {:.0}/s (server {:.2} us/create) : in process {:.0}/s = {c:.2}x (rounds {clo:.2}-{chi:.2}; goal >= 0.8x)",
+        "  creates 1 connection x 64 {:.0}/s (server {:.1} + client {:.1} us/create) : in process {:.0}/s ({:.1} us/create) = {c:.2}x (rounds {clo:.2}-{chi:.2}; goal >= 0.8x)",
         m(|r| r.creates_net),
         m(|r| r.creates_server_us),
-        m(|r| r.creates_inproc)
+        m(|r| r.creates_client_us),
+        m(|r| r.creates_inproc),
+        m(|r| r.creates_inproc_us)
     );
 }
