@@ -111,6 +111,15 @@ pub enum BenchCmd {
         /// Where to put the scratch databases (default: a temp directory).
         #[arg(long)]
         dir: Option<std::path::PathBuf>,
+        /// Run the nodes as `treelog serve` processes and report each
+        /// one's CPU per create, the followers' batches, and a projection
+        /// for three machines.
+        #[arg(long)]
+        processes: bool,
+        /// The `treelog` binary of `--processes` (default: the one beside
+        /// this executable).
+        #[arg(long, env = "TREELOG_BIN")]
+        treelog_bin: Option<std::path::PathBuf>,
     },
     /// One namespace grown to `--inodes` (long; by hand, not CI): at
     /// 100k, 1M, 10M and 100M, creates/s, stats, bytes per inode, RSS,

@@ -44,6 +44,12 @@ pub(crate) async fn admin(addr: SocketAddr, req: ClusterRequest) -> Result<()> {
 /// Creates/s through `addr` (which takes writes, or sends the client to
 /// the node that does), `ops` creates spread over `DIRS` directories.
 async fn creates(addr: SocketAddr, ops: usize) -> Result<f64> {
+    drive_creates(prepared(addr).await?, ops).await
+}
+
+/// A client of `addr` (following the leader) with the `DIRS` directories
+/// the creates go into made.
+pub(crate) async fn prepared(addr: SocketAddr) -> Result<Client> {
     let c = Client::connect(
         addr,
         ClientOptions {
@@ -62,6 +68,11 @@ async fn creates(addr: SocketAddr, ops: usize) -> Result<f64> {
         })
         .await?;
     }
+    Ok(c)
+}
+
+/// `ops` creates through `c`, `CALLERS` in flight: creates/s.
+pub(crate) async fn drive_creates(c: Client, ops: usize) -> Result<f64> {
     drive(CALLERS, ops, move |_, i| {
         let c = c.clone();
         async move {

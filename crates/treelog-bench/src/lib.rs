@@ -15,6 +15,7 @@ mod args;
 pub mod backup;
 pub mod bridge;
 pub mod cluster;
+mod cluster_cpu;
 pub mod format2;
 mod load;
 pub mod mdtest;
@@ -608,9 +609,19 @@ pub fn run(args: &BenchArgs) -> Result<u8> {
             }
             Ok(0)
         }
-        BenchCmd::Cluster { ops, repeat, dir } => {
+        BenchCmd::Cluster {
+            ops,
+            repeat,
+            dir,
+            processes,
+            treelog_bin,
+        } => {
             let base = scratch(dir)?;
-            cluster::run(&base, *ops, *repeat)?;
+            if *processes {
+                cluster_cpu::run(&base, *ops, *repeat, treelog_bin.as_deref())?;
+            } else {
+                cluster::run(&base, *ops, *repeat)?;
+            }
             if dir.is_none() {
                 let _ = std::fs::remove_dir_all(&base);
             }

@@ -40,6 +40,8 @@ pub(crate) struct Running {
     pub addr: SocketAddr,
     /// How it runs, for the report.
     pub how: String,
+    /// Each server process's HTTP address (metrics), in node order.
+    pub http: Vec<SocketAddr>,
     children: Vec<Child>,
     inproc: Vec<InProc>,
 }
@@ -110,7 +112,11 @@ fn free_addr() -> Result<SocketAddr> {
 /// Starts `treelog serve` on fresh loopback ports and waits until it
 /// listens. The ports are found free just before; a process that loses
 /// one to another program exits, and is started again on new ones.
-async fn serve(bin: &Path, data: &Path, node: Option<u64>) -> Result<(Child, SocketAddr)> {
+async fn serve(
+    bin: &Path,
+    data: &Path,
+    node: Option<u64>,
+) -> Result<(Child, SocketAddr, SocketAddr)> {
     std::fs::create_dir_all(data)?;
     let log_path = data.with_extension("log");
     for _attempt in 0..3 {
@@ -135,7 +141,7 @@ async fn serve(bin: &Path, data: &Path, node: Option<u64>) -> Result<(Child, Soc
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
             if std::net::TcpStream::connect(rpc).is_ok() {
-                return Ok((child, rpc));
+                return Ok((child, rpc, http));
             }
             if child.try_wait()?.is_some() {
                 break;
@@ -175,10 +181,11 @@ async fn admin_retrying(addr: SocketAddr, req: ClusterRequest) -> Result<()> {
 pub(crate) async fn single(bin: Option<&Path>, dir: &Path) -> Result<Running> {
     match bin {
         Some(bin) => {
-            let (child, addr) = serve(bin, &dir.join("node"), None).await?;
+            let (child, addr, http) = serve(bin, &dir.join("node"), None).await?;
             Ok(Running {
                 addr,
                 how: format!("`treelog serve` process (pid {})", child.id()),
+                http: vec![http],
                 children: vec![child],
                 inproc: Vec::new(),
             })
@@ -188,6 +195,7 @@ pub(crate) async fn single(bin: Option<&Path>, dir: &Path) -> Result<Running> {
             Ok(Running {
                 addr: h.bound.rpc,
                 how: "in the coordinating process (no `treelog` binary found)".into(),
+                http: vec![h.bound.http],
                 children: Vec::new(),
                 inproc: vec![InProc::Server(h)],
             })
@@ -203,6 +211,7 @@ pub(crate) async fn cluster(bin: Option<&Path>, dir: &Path) -> Result<Running> {
         return Ok(Running {
             addr,
             how: "3 nodes in the coordinating process (no `treelog` binary found)".into(),
+            http: Vec::new(),
             children: Vec::new(),
             inproc: nodes.into_iter().map(InProc::Node).collect(),
         });
@@ -210,13 +219,15 @@ pub(crate) async fn cluster(bin: Option<&Path>, dir: &Path) -> Result<Running> {
     let mut r = Running {
         addr: free_addr()?,
         how: String::new(),
+        http: Vec::new(),
         children: Vec::new(),
         inproc: Vec::new(),
     };
     let mut addrs = Vec::new();
     for id in 1..=3u64 {
-        let (child, addr) = serve(bin, &dir.join(format!("node{id}")), Some(id)).await?;
+        let (child, addr, http) = serve(bin, &dir.join(format!("node{id}")), Some(id)).await?;
         r.children.push(child);
+        r.http.push(http);
         addrs.push(addr);
     }
     admin_retrying(addrs[0], ClusterRequest::Init).await?;
