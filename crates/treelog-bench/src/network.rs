@@ -25,7 +25,9 @@ use crate::server::{start, ServerConfig};
 use crate::Figure;
 use treelog::{Options, Treelog};
 
-fn create_cmd(p: String) -> Command {
+/// An empty file at `p` (mode 644) whose parent exists: the benches'
+/// create over the network and in process alike.
+pub(crate) fn create_cmd(p: String) -> Command {
     Command::Create {
         path: p.into(),
         parents: false,
@@ -36,7 +38,8 @@ fn create_cmd(p: String) -> Command {
     }
 }
 
-fn mkdir_cmd(p: String) -> Command {
+/// `mkdir -p p` (mode 755).
+pub(crate) fn mkdir_cmd(p: String) -> Command {
     Command::Mkdir {
         path: p.into(),
         parents: true,

@@ -23,10 +23,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::client::{Client, ClientOptions};
-use crate::command::Command;
 use crate::error::{Error, Result};
 use crate::load::drive;
 use crate::mdtest_net::servers;
+use crate::network::{create_cmd, mkdir_cmd};
 use crate::proc_stat::cpu_seconds;
 use treelog::{Options, Treelog};
 use treelog_proto::protocol::{self, ClientMsg, Hello, RequestBody, ResponseBody, ServerMsg};
@@ -77,27 +77,6 @@ struct Round {
 
 fn path(i: u64) -> String {
     format!("/p/d{}/f{i}", i % 100)
-}
-
-fn create(path: String) -> Command {
-    Command::Create {
-        path: path.into(),
-        parents: false,
-        mode: 0o644,
-        owner: String::new(),
-        group: String::new(),
-        block_size: 4096,
-    }
-}
-
-fn mkdir(path: String) -> Command {
-    Command::Mkdir {
-        path: path.into(),
-        parents: true,
-        mode: 0o755,
-        owner: String::new(),
-        group: String::new(),
-    }
 }
 
 pub fn run(base: &Path, a: &PipelineArgs) -> Result<()> {
@@ -157,7 +136,7 @@ pub fn run(base: &Path, a: &PipelineArgs) -> Result<()> {
                     let dir = base.join(format!("inproc{r}"));
                     let t = Arc::new(Treelog::open(&dir, Options::default())?);
                     for d in 0..100 {
-                        t.submit_async(mkdir(format!("/c/d{d}"))).await?;
+                        t.submit_async(mkdir_cmd(format!("/c/d{d}"))).await?;
                     }
                     let c0 = cpu_seconds(me);
                     f.creates_inproc = creates_in_process(&t, a.creates).await?;
@@ -179,12 +158,12 @@ pub fn run(base: &Path, a: &PipelineArgs) -> Result<()> {
 
 async fn populate(c: &Client, files: u64) -> Result<()> {
     for d in 0..100 {
-        c.submit(mkdir(format!("/p/d{d}"))).await?;
+        c.submit(mkdir_cmd(format!("/p/d{d}"))).await?;
     }
     let c = c.clone();
     drive(64, files as usize, move |_, i| {
         let c = c.clone();
-        async move { c.submit(create(path(i))).await.map(|_| ()) }
+        async move { c.submit(create_cmd(path(i))).await.map(|_| ()) }
     })
     .await?;
     Ok(())
@@ -400,7 +379,7 @@ async fn client_callers(c: &Client, files: u64, depth: usize, secs: f64) -> Resu
 /// The directories of [`creates`] under `root`.
 async fn prepare_creates(c: &Client, root: &str) -> Result<()> {
     for d in 0..100 {
-        c.submit(mkdir(format!("{root}/d{d}"))).await?;
+        c.submit(mkdir_cmd(format!("{root}/d{d}"))).await?;
     }
     Ok(())
 }
@@ -412,7 +391,7 @@ async fn creates(c: &Client, root: &str, n: usize) -> Result<f64> {
     drive(64, n, move |_, i| {
         let c = c.clone();
         let p = format!("{root}/d{}/f{i}", i % 100);
-        async move { c.submit(create(p)).await.map(|_| ()) }
+        async move { c.submit(create_cmd(p)).await.map(|_| ()) }
     })
     .await
 }
@@ -424,7 +403,7 @@ async fn creates_in_process(t: &Arc<Treelog>, n: usize) -> Result<f64> {
     drive(64, n, move |_, i| {
         let t = t.clone();
         async move {
-            t.submit_async(create(format!("/c/d{}/f{i}", i % 100)))
+            t.submit_async(create_cmd(format!("/c/d{}/f{i}", i % 100)))
                 .await
                 .map(|_| ())
         }

@@ -65,17 +65,6 @@ fn mkdir_cmd(path: String) -> Command {
     }
 }
 
-fn create_cmd(path: String) -> Command {
-    Command::Create {
-        path: path.into(),
-        parents: false,
-        mode: 0o644,
-        owner: String::new(),
-        group: String::new(),
-        block_size: 128 << 20,
-    }
-}
-
 /// A connection to one backend, cheap to clone (clones share it).
 #[derive(Clone)]
 pub(crate) enum Fs {
@@ -109,7 +98,10 @@ impl Fs {
 
     async fn create(&self, path: &str) -> Result<()> {
         match self {
-            Fs::Treelog(c) => c.submit(create_cmd(path.to_owned())).await.map(drop),
+            Fs::Treelog(c) => c
+                .submit(crate::network::create_cmd(path.to_owned()))
+                .await
+                .map(drop),
             Fs::Redis(r) => r.mknod(path, false).await,
         }
     }
