@@ -34,6 +34,11 @@
 //! process goes on): `writer::write_log` (a group's log append);
 //! `backup::bad_chunk` (a served backup's chunk is damaged after its
 //! checksum was taken).
+//!
+//! Delays (`sleep(ms)`, the step takes that much longer):
+//! `backup::serve` (a backup to be served over the RPC port, before its
+//! checkpoint: a source slow to answer `BackupBegin`, as a big one is
+//! while it digests its index).
 
 /// Kills the process here if the failpoint `name` is configured.
 #[inline]
@@ -46,6 +51,20 @@ pub fn crash_point(name: &str) {
         unsafe {
             libc::kill(libc::getpid(), libc::SIGKILL);
         }
+    }
+    #[cfg(not(feature = "failpoints"))]
+    let _ = name;
+}
+
+/// Waits here as long as the failpoint `name` says (`sleep(ms)`).
+#[inline]
+pub fn delay_point(name: &str) {
+    #[cfg(feature = "failpoints")]
+    {
+        configure_from_env();
+        // The `sleep` action sleeps inside `eval`; no other action is
+        // meant for a delay point, and any that returns is ignored.
+        let _ = fail::eval(name, |_| ());
     }
     #[cfg(not(feature = "failpoints"))]
     let _ = name;

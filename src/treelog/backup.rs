@@ -42,6 +42,7 @@ impl Treelog {
     /// caught up to a committed sequence, with its manifest; its files
     /// stay in the data directory (hard links) until it is dropped.
     pub fn serve_backup(&self) -> Result<crate::ops::backup::ServedBackup> {
+        crate::sys::failpoint::delay_point("backup::serve");
         let checkpoint = {
             let _no_retention = self.shared.retention().hold_passes();
             crate::ops::backup::take_checkpoint_to_serve(self.store())?
