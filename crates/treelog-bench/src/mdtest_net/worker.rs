@@ -54,7 +54,8 @@ pub(crate) enum Reply {
     Failed(String),
 }
 
-/// The treelog commands, built in one place.
+/// mdtest's mkdir: one directory, as mkdir(2) makes it (no parents,
+/// unlike `network::mkdir_cmd`).
 fn mkdir_cmd(path: String) -> Command {
     Command::Mkdir {
         path: path.into(),
