@@ -86,9 +86,12 @@ pub fn replay_upto(store: &Store, last: u64, mut progress: impl FnMut(u64, u64))
 /// last sequence applied).
 ///
 /// This thread reads, decodes and applies the records into an overlay;
-/// every ~20,000 keys the overlay becomes one write batch that a second
-/// thread inserts into the memtables (a third of replay's time) while this
-/// one goes on. Applying reads single `inodes` keys (a parent whose times
+/// every ~20,000 keys it hands the overlay's writes to a second thread,
+/// which sorts them into one write batch and inserts it into the memtables
+/// (a third of replay's time) while this one goes on with a spare arena
+/// the second thread handed back. The sort and the batch's copy were a
+/// quarter of this thread's time, which bounds the replay; the second
+/// thread had room for them. Applying reads single `inodes` keys (a parent whose times
 /// move, a dictionary name, the entry an update rewrites): [`ReplayIndex`]
 /// answers them from the keys the replay wrote or read, or else from the
 /// index, which holds every batch older than those.
@@ -133,15 +136,21 @@ pub fn apply_records(
         None
     };
     std::thread::scope(|s| -> Result<()> {
-        let (tx, rx) = crossbeam_channel::bounded::<(IndexBatch, u64, u64)>(2);
+        let (tx, rx) = crossbeam_channel::bounded::<(SortedWrites, u64, u64)>(2);
         // One message per batch written: the reading thread waits for
         // them all before it forgets what it wrote (see `ReplayIndex`).
         let (written_tx, written_rx) = crossbeam_channel::unbounded::<()>();
+        // Arenas emptied by the writer, back to the reading thread with
+        // their capacity: at most the two queued, the one being written
+        // and the one being filled exist at once.
+        let (spare_tx, spare_rx) = crossbeam_channel::unbounded::<SortedWrites>();
         let writer = s.spawn(move || -> Result<()> {
             // The first batch went into a memtable with filters.
             let mut first = long;
             let mut since_switch = 0usize;
-            for (b, seq, bytes) in rx {
+            for (mut w, seq, bytes) in rx {
+                let b = w.take_batch(store)?;
+                let _ = spare_tx.send(w);
                 since_switch += b.size_in_bytes();
                 store.write_index_batch(b, seq, Some(bytes))?;
                 let _ = written_tx.send(());
@@ -158,10 +167,11 @@ pub fn apply_records(
         let mut sent = 0usize;
         let mut send = |ov: &mut ReplayIndex<'_>, seq: u64, bytes: u64| {
             ov.settle_parent_times()?;
-            let b = ov.writes.take_batch(store)?;
+            let spare = spare_rx.try_recv().unwrap_or_default();
+            let w = std::mem::replace(&mut ov.writes, spare);
             // Fails only when the writer stopped on an error, which
             // its join reports.
-            if tx.send((b, seq, bytes)).is_ok() {
+            if tx.send((w, seq, bytes)).is_ok() {
                 sent += 1;
             }
             let l = limits();
