@@ -52,7 +52,7 @@ impl RaftCounts {
 }
 
 /// `GET /metrics` of the server at `http`, as text.
-fn scrape(http: SocketAddr) -> Result<String> {
+pub(crate) fn scrape(http: SocketAddr) -> Result<String> {
     let mut s = std::net::TcpStream::connect(http)?;
     s.write_all(b"GET /metrics HTTP/1.0\r\nHost: bench\r\n\r\n")?;
     let mut body = String::new();
@@ -61,7 +61,7 @@ fn scrape(http: SocketAddr) -> Result<String> {
 }
 
 /// The value of the sample `name` (no labels) in a metrics text.
-fn sample(text: &str, name: &str) -> f64 {
+pub(crate) fn sample(text: &str, name: &str) -> f64 {
     text.lines()
         .filter_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
         .filter_map(|v| v.trim().parse().ok())

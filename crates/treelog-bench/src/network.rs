@@ -25,6 +25,67 @@ use crate::server::{start, ServerConfig};
 use crate::Figure;
 use treelog::{Options, Treelog};
 
+/// The writer's totals, read from a scrape of the server's `/metrics` (or
+/// the store's own registry in process): what the commit rounds of one
+/// phase looked like, taken as the difference of two readings.
+#[derive(Clone, Copy, Default)]
+struct WriterTotals {
+    groups: f64,
+    commands: f64,
+    syncs: f64,
+    sync_secs: f64,
+    queue_wait_secs: f64,
+    end_to_end_secs: f64,
+    /// Per group: validation, the log append, and (per fsync) the index
+    /// apply.
+    validate_secs: f64,
+    log_secs: f64,
+    apply_secs: f64,
+}
+
+impl WriterTotals {
+    fn parse(text: &str) -> WriterTotals {
+        let s = |n| crate::cluster_cpu::sample(text, n);
+        WriterTotals {
+            groups: s("treelog_write_group_commands_count"),
+            commands: s("treelog_write_group_commands_sum"),
+            syncs: s("treelog_write_sync_seconds_count"),
+            sync_secs: s("treelog_write_sync_seconds_sum"),
+            queue_wait_secs: s("treelog_write_queue_wait_seconds_sum"),
+            end_to_end_secs: s("treelog_write_end_to_end_seconds_sum"),
+            validate_secs: s("treelog_write_validate_seconds_sum"),
+            log_secs: s("treelog_write_log_seconds_sum"),
+            apply_secs: s("treelog_write_index_apply_seconds_sum"),
+        }
+    }
+
+    fn scraped(http: std::net::SocketAddr) -> Result<WriterTotals> {
+        Ok(Self::parse(&crate::cluster_cpu::scrape(http)?))
+    }
+
+    fn of(t: &Treelog) -> WriterTotals {
+        let text = t.metrics().map(|m| m.render()).unwrap_or_default();
+        Self::parse(&text)
+    }
+
+    /// The rounds since `before`, as one line under a phase's figure.
+    fn since(self, before: WriterTotals) -> String {
+        let per = |n: f64, d: f64| if d > 0.0 { n / d } else { 0.0 };
+        let commands = self.commands - before.commands;
+        format!(
+            "    (writer: {:.1} commands per group, {:.1} per fsync; per group: validate {:.0} us, log append {:.0} us; per fsync {:.0} us, index apply {:.0} us; per command: {:.0} us queued, {:.0} us end to end)",
+            per(commands, self.groups - before.groups),
+            per(commands, self.syncs - before.syncs),
+            1e6 * per(self.validate_secs - before.validate_secs, self.groups - before.groups),
+            1e6 * per(self.log_secs - before.log_secs, self.groups - before.groups),
+            1e6 * per(self.sync_secs - before.sync_secs, self.syncs - before.syncs),
+            1e6 * per(self.apply_secs - before.apply_secs, self.syncs - before.syncs),
+            1e6 * per(self.queue_wait_secs - before.queue_wait_secs, commands),
+            1e6 * per(self.end_to_end_secs - before.end_to_end_secs, commands),
+        )
+    }
+}
+
 /// An empty file at `p` (mode 644) whose parent exists: the benches'
 /// create over the network and in process alike.
 pub(crate) fn create_cmd(p: String) -> Command {
@@ -106,6 +167,8 @@ pub fn run(base: &std::path::Path, ops: usize, tls: bool) -> Result<Vec<Figure>>
             c.submit(mkdir_cmd(format!("/n1/d{d}"))).await?;
             c.submit(mkdir_cmd(format!("/n16/d{d}"))).await?;
         }
+        let http = h.bound.http;
+        let w0 = WriterTotals::scraped(http)?;
         let c1 = c.clone();
         let one = drive(64, ops, move |_, i| {
             let c = c1.clone();
@@ -117,6 +180,8 @@ pub fn run(base: &std::path::Path, ops: usize, tls: bool) -> Result<Vec<Figure>>
         })
         .await?;
         println!("  creates/s, 1 connection x 64 in flight:   {one:>10.0}");
+        let w1 = WriterTotals::scraped(http)?;
+        println!("{}", w1.since(w0));
         let mut conns = Vec::new();
         for _ in 0..16 {
             conns.push(Client::connect(addr, ClientOptions::default()).await?);
@@ -132,6 +197,7 @@ pub fn run(base: &std::path::Path, ops: usize, tls: bool) -> Result<Vec<Figure>>
         })
         .await?;
         println!("  creates/s, 16 connections x 4 in flight:  {sixteen:>10.0}");
+        println!("{}", WriterTotals::scraped(http)?.since(w1));
         let c2 = c.clone();
         let stats_net = drive(64, ops * 4, move |_, i| {
             let c = c2.clone();
@@ -201,6 +267,7 @@ pub fn run(base: &std::path::Path, ops: usize, tls: bool) -> Result<Vec<Figure>>
         for d in 0..1000 {
             t.submit_async(mkdir_cmd(format!("/p/d{d}"))).await?;
         }
+        let w2 = WriterTotals::of(&t);
         let t1 = t.clone();
         let inproc = drive(64, ops, move |_, i| {
             let t = t1.clone();
@@ -212,6 +279,7 @@ pub fn run(base: &std::path::Path, ops: usize, tls: bool) -> Result<Vec<Figure>>
         })
         .await?;
         println!("  creates/s, in-process, 64 async callers:  {inproc:>10.0}");
+        println!("{}", WriterTotals::of(&t).since(w2));
         println!(
             "  ratio network (1 conn) / in-process:      {:>10.2}",
             one / inproc
