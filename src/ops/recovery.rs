@@ -88,10 +88,10 @@ pub fn replay_upto(store: &Store, last: u64, mut progress: impl FnMut(u64, u64))
 /// This thread reads, decodes and applies the records into an overlay;
 /// every ~20,000 keys it hands the overlay's writes to a second thread,
 /// which sorts them into one write batch and inserts it into the memtables
-/// (a third of replay's time) while this one goes on with a spare arena
-/// the second thread handed back. The sort and the batch's copy were a
-/// quarter of this thread's time, which bounds the replay; the second
-/// thread had room for them. Applying reads single `inodes` keys (a parent whose times
+/// while this one goes on with a spare arena the second thread handed
+/// back. The sort and the batch's copy were a quarter of this thread's
+/// time, and this thread bounds the replay. Applying reads single
+/// `inodes` keys (a parent whose times
 /// move, a dictionary name, the entry an update rewrites): [`ReplayIndex`]
 /// answers them from the keys the replay wrote or read, or else from the
 /// index, which holds every batch older than those.
