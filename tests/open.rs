@@ -198,32 +198,68 @@ fn three_hundred_owners_and_groups_survive_a_reopen_and_a_replay() {
 /// serving options at the end: the index it builds equals one replayed with
 /// filters, the options are configured again afterwards, and the store keeps
 /// working.
+/// Creates, renames and deletes enough for several replay batches
+/// (~20,000 keys each).
+fn write_mixed_namespace(dir: &std::path::Path) {
+    let t = Treelog::open(dir, Options::default().durability(Durability::None)).unwrap();
+    for d in 0..20 {
+        t.mkdir_p(format!("/d{d}")).unwrap();
+    }
+    for i in 0..30_000 {
+        t.create(format!("/d{}/f{i}", i % 20), CreateOptions::default())
+            .unwrap();
+    }
+    for i in (0..30_000).step_by(7) {
+        t.rename(
+            format!("/d{}/f{i}", i % 20),
+            format!("/d{}/g{i}", (i + 1) % 20),
+            false,
+        )
+        .unwrap();
+    }
+    for i in (0..30_000).step_by(11) {
+        let _ = t.delete(format!("/d{}/f{i}", i % 20), false);
+    }
+    t.close().unwrap();
+}
+
+/// The index CFs' serving options, as the newest OPTIONS file has them
+/// (RocksDB persists every option change there).
+fn assert_serving_options(dir: &std::path::Path) {
+    let bloom = "memtable_prefix_bloom_size_ratio";
+    assert_eq!(cf_option(dir, "inodes", bloom), "0.050000");
+    assert_eq!(cf_option(dir, "edges", bloom), "0.100000");
+    for cf in ["inodes", "edges"] {
+        for (option, serving) in [
+            ("level0_file_num_compaction_trigger", "4"),
+            ("level0_slowdown_writes_trigger", "20"),
+            ("level0_stop_writes_trigger", "36"),
+            ("disable_auto_compactions", "false"),
+        ] {
+            assert_eq!(cf_option(dir, cf, option), serving, "{cf} {option}");
+        }
+    }
+}
+
+/// The rebuilt store at `dir` matches a fresh replay, and serves reads and
+/// writes.
+fn assert_rebuilt_store_works(dir: &std::path::Path) {
+    // A fresh replay with filters (verify's scratch index) matches.
+    let report = admin::verify_path(dir, &StoreOptions::default()).unwrap();
+    assert!(report.ok(), "{report:?}");
+    let t = Treelog::open(dir, Options::default()).unwrap();
+    assert!(t.stat("/d3/f3").is_ok());
+    assert_eq!(t.stat("/d7/f7").unwrap_err().kind(), ErrorKind::NotFound);
+    assert!(t.stat("/d8/g7").is_ok());
+    t.create("/d0/after", CreateOptions::default()).unwrap();
+    assert!(t.stat("/d0/after").is_ok());
+    assert!(admin::verify(t.store()).unwrap().ok());
+}
+
 #[test]
 fn long_replay_tuning_builds_the_same_index() {
     let dir = tempfile::tempdir().unwrap();
-    {
-        let t = Treelog::open(dir.path(), Options::default().durability(Durability::None)).unwrap();
-        // Enough writes for several replay batches (~20,000 keys each).
-        for d in 0..20 {
-            t.mkdir_p(format!("/d{d}")).unwrap();
-        }
-        for i in 0..30_000 {
-            t.create(format!("/d{}/f{i}", i % 20), CreateOptions::default())
-                .unwrap();
-        }
-        for i in (0..30_000).step_by(7) {
-            t.rename(
-                format!("/d{}/f{i}", i % 20),
-                format!("/d{}/g{i}", (i + 1) % 20),
-                false,
-            )
-            .unwrap();
-        }
-        for i in (0..30_000).step_by(11) {
-            let _ = t.delete(format!("/d{}/f{i}", i % 20), false);
-        }
-        t.close().unwrap();
-    }
+    write_mixed_namespace(dir.path());
     let so = StoreOptions {
         long_replay_min: 0,
         // A new memtable after every batch.
@@ -232,24 +268,38 @@ fn long_replay_tuning_builds_the_same_index() {
     };
     let n = admin::rebuild(dir.path(), &so).unwrap();
     assert!(n > 30_000, "replayed {n}");
-    // RocksDB persists every option change in its newest OPTIONS file.
-    let bloom = "memtable_prefix_bloom_size_ratio";
-    assert_eq!(cf_option(dir.path(), "inodes", bloom), "0.050000");
-    assert_eq!(cf_option(dir.path(), "edges", bloom), "0.100000");
-    let trigger = "level0_file_num_compaction_trigger";
-    assert_eq!(cf_option(dir.path(), "inodes", trigger), "4");
-    assert_eq!(cf_option(dir.path(), "edges", trigger), "4");
-    // A fresh replay with filters (verify's scratch index) matches.
-    let report = admin::verify_path(dir.path(), &StoreOptions::default()).unwrap();
-    assert!(report.ok(), "{report:?}");
-    // And the rebuilt store serves reads and writes.
-    let t = Treelog::open(dir.path(), Options::default()).unwrap();
-    assert!(t.stat("/d3/f3").is_ok());
-    assert_eq!(t.stat("/d7/f7").unwrap_err().kind(), ErrorKind::NotFound);
-    assert!(t.stat("/d8/g7").is_ok());
-    t.create("/d0/after", CreateOptions::default()).unwrap();
-    assert!(t.stat("/d0/after").is_ok());
-    assert!(admin::verify(t.store()).unwrap().ok());
+    assert_serving_options(dir.path());
+    assert_rebuilt_store_works(dir.path());
+}
+
+/// A rebuild loaded in bulk (no compaction while it runs, one at its end)
+/// leaves the whole index compacted out of L0, with the serving options
+/// back, and the same namespace as a replay that compacts as it goes.
+#[test]
+fn a_bulk_loaded_rebuild_compacts_once_and_builds_the_same_index() {
+    let dir = tempfile::tempdir().unwrap();
+    write_mixed_namespace(dir.path());
+    let so = StoreOptions {
+        long_replay_min: 0,
+        bulk_replay_min: 0,
+        // Small memtables: L0 collects many files (past the serving
+        // compaction trigger) that only the final compaction folds.
+        index_write_buffer_bytes: 256 << 10,
+        ..Default::default()
+    };
+    let n = admin::rebuild(dir.path(), &so).unwrap();
+    assert!(n > 30_000, "replayed {n}");
+    assert_serving_options(dir.path());
+    {
+        let store = Store::open(dir.path(), &so).unwrap();
+        for cf in ["inodes", "edges"] {
+            let l0 = store.cf_property(cf, "rocksdb.num-files-at-level0");
+            assert_eq!(l0, Some(0), "{cf}: files left in L0");
+            let sst = store.cf_property(cf, "rocksdb.total-sst-files-size");
+            assert!(sst > Some(0), "{cf}: no table files");
+        }
+    }
+    assert_rebuilt_store_works(dir.path());
 }
 
 /// `memtable_prefix_bloom_size_ratio` of column family `cf` in the newest

@@ -16,7 +16,7 @@ use crate::engine::{self, EngineState};
 use crate::error::{Error, Result};
 use crate::index::{Cf, IndexRead, IndexWrite, Kv};
 use crate::replication::consensus;
-use crate::store::{DbIndex, IndexBatch, LogIter, Store, StoreOptions};
+use crate::store::{DbIndex, IndexBatch, IndexTuning, LogIter, Store, StoreOptions};
 
 /// Replays the log from `applied_seq + 1` into the index. Returns the
 /// number of records replayed. A consensus node's log is replayed up to the
@@ -108,9 +108,17 @@ pub fn replay_upto(store: &Store, last: u64, mut progress: impl FnMut(u64, u64))
 ///   memtable (atomic flush builds the CFs' files one after another);
 /// - L0 compactions wait for 16 files instead of 4.
 ///
+/// A long replay into an empty index (a rebuild, a node restored from a
+/// log) of at least `StoreOptions::bulk_replay_min` records loads it in
+/// bulk instead: no compaction while it runs, full memtables, and one
+/// compaction of the whole index at its end. Leveled compaction while the
+/// index grows from nothing rewrites every key once per level it passes
+/// through, on the cores the replay needs; one final merge writes each
+/// key once.
+///
 /// At the end (also on failure) the serving options come back, with a
 /// flush to a filtered memtable; L0's files are compacted in the
-/// background from then on.
+/// background from then on, or, after a bulk load, before it returns.
 pub fn apply_records(
     store: &Store,
     records: &mut LogIter<'_>,
@@ -129,11 +137,13 @@ pub fn apply_records(
     };
     let mut n = 0u64;
     let mut pending_seq = applied;
-    let long = last_hint.saturating_sub(applied) >= store.long_replay_min();
-    let _tuning = if long {
-        Some(ReplayTuning::new(store)?)
-    } else {
-        None
+    let records_hint = last_hint.saturating_sub(applied);
+    let long = records_hint >= store.long_replay_min();
+    let bulk = long && applied == 0 && records_hint >= store.bulk_replay_min();
+    let tuning = match (long, bulk) {
+        (_, true) => Some(ReplayTuning::new(store, IndexTuning::BulkLoad)?),
+        (true, false) => Some(ReplayTuning::new(store, IndexTuning::Replay)?),
+        (false, false) => None,
     };
     std::thread::scope(|s| -> Result<()> {
         let (tx, rx) = crossbeam_channel::bounded::<(SortedWrites, u64, u64)>(2);
@@ -155,8 +165,10 @@ pub fn apply_records(
                 store.write_index_batch(b, seq, Some(bytes))?;
                 let _ = written_tx.send(());
                 crate::sys::failpoint::crash_point("replay::batch");
+                // A bulk load flushes full memtables, the fewer files in
+                // L0 for its final compaction.
                 if std::mem::take(&mut first)
-                    || (long && since_switch >= store.replay_memtable_bytes())
+                    || (long && !bulk && since_switch >= store.replay_memtable_bytes())
                 {
                     since_switch = 0;
                     store.switch_memtables()?;
@@ -227,6 +239,9 @@ pub fn apply_records(
         progress(pending_seq, last_hint);
         Ok(())
     })?;
+    if let Some(t) = tuning {
+        t.finish()?;
+    }
     Ok((n, pending_seq))
 }
 
@@ -242,25 +257,46 @@ pub fn rebuild(path: &Path, so: &StoreOptions) -> Result<u64> {
     replay(&store, |_, _| {})
 }
 
-/// The index CFs tuned for a long replay while it lives (see
-/// [`apply_records`]); dropping it restores the serving options and
-/// switches to a memtable with a filter.
-struct ReplayTuning<'a>(&'a Store);
+/// The index CFs tuned for a long replay or a bulk load while it lives
+/// (see [`apply_records`]). [`ReplayTuning::finish`] restores the serving
+/// options and, after a bulk load, compacts the index; dropping it without
+/// (a failed replay) only restores the options.
+struct ReplayTuning<'a> {
+    store: &'a Store,
+    tuning: IndexTuning,
+}
 
 impl<'a> ReplayTuning<'a> {
-    fn new(store: &'a Store) -> Result<Self> {
-        store.set_replay_tuning(true)?;
-        Ok(ReplayTuning(store))
+    fn new(store: &'a Store, tuning: IndexTuning) -> Result<Self> {
+        store.set_index_tuning(tuning)?;
+        Ok(ReplayTuning { store, tuning })
+    }
+
+    /// Serving options back and a memtable with a filter; after a bulk
+    /// load, every file it flushed (all in L0) compacted to the bottom
+    /// level, so that the index serves lookups from one sorted run.
+    fn finish(self) -> Result<()> {
+        let (store, tuning) = (self.store, self.tuning);
+        std::mem::forget(self);
+        store.set_index_tuning(IndexTuning::Serving)?;
+        if tuning == IndexTuning::BulkLoad {
+            store.flush()?;
+            store.compact_index()
+        } else {
+            store.switch_memtables()
+        }
     }
 }
 
 impl Drop for ReplayTuning<'_> {
     fn drop(&mut self) {
         // Best effort: on failure the memtables go without filters until
-        // the next flush and L0 compacts later than usual, which is slower
-        // for lookups but still correct; the next open restores both.
-        if self.0.set_replay_tuning(false).is_ok() {
-            let _ = self.0.switch_memtables();
+        // the next flush and L0 compacts later than usual (after a bulk
+        // load, L0 holds every file it flushed until the background
+        // compactions fold them), which is slower for lookups but still
+        // correct; the next open restores the serving options.
+        if self.store.set_index_tuning(IndexTuning::Serving).is_ok() {
+            let _ = self.store.switch_memtables();
         }
     }
 }
@@ -711,10 +747,13 @@ mod tests {
         };
         // The last: one batch, in which each directory's times are
         // deferred across all of its children.
-        for limits in [small(50, usize::MAX), small(usize::MAX, 4096), LIMITS] {
+        // Each way, also as a bulk load (no compaction until the end).
+        let ways = [small(50, usize::MAX), small(usize::MAX, 4096), LIMITS];
+        for (limits, bulk) in ways.into_iter().flat_map(|l| [(l, false), (l, true)]) {
             TEST_LIMITS.with(|l| l.set(limits));
             let so = StoreOptions {
                 long_replay_min: 0,
+                bulk_replay_min: if bulk { 0 } else { u64::MAX },
                 ..Default::default()
             };
             rebuild(dir.path(), &so).unwrap();
@@ -723,7 +762,7 @@ mod tests {
             assert_eq!(
                 crate::ops::admin::index_digest(&store).unwrap(),
                 live,
-                "{limits:?}"
+                "{limits:?}, bulk {bulk}"
             );
             assert!(crate::ops::admin::check_structure(&store)
                 .unwrap()

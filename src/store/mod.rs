@@ -371,6 +371,12 @@ impl Store {
         self.replay_memtable_bytes
     }
 
+    /// Replays into an empty index of at least this many records load it
+    /// in bulk ([`StoreOptions::bulk_replay_min`]).
+    pub(crate) fn bulk_replay_min(&self) -> u64 {
+        self.so.bulk_replay_min
+    }
+
     /// Whether a rebuild is under way (the index is being replayed from 0).
     pub fn rebuild_pending(&self) -> bool {
         self.rebuild_pending.load(Ordering::Acquire)

@@ -97,28 +97,71 @@ impl Store {
         self.flush_all(false)
     }
 
-    /// Tunes the index CFs for a long replay, or back for serving: memtable
-    /// bloom filters (for memtables created from now on) and the L0
-    /// compaction trigger.
-    pub(crate) fn set_replay_tuning(&self, replaying: bool) -> Result<()> {
+    /// Tunes the index CFs for serving, a long replay or a bulk load
+    /// ([`IndexTuning`]):
+    /// memtable bloom filters (for memtables created from now on), the L0
+    /// compaction trigger, and whether anything compacts at all.
+    pub(crate) fn set_index_tuning(&self, tuning: IndexTuning) -> Result<()> {
         for (name, ratio) in [
             (CF_INODES, INODES_MEMTABLE_BLOOM),
             (CF_EDGES, EDGES_MEMTABLE_BLOOM),
         ] {
-            let (ratio, trigger) = if replaying {
-                (0.0, REPLAY_L0_COMPACTION_TRIGGER)
+            let (ratio, trigger, slowdown, stop) = match tuning {
+                IndexTuning::Serving => (
+                    ratio,
+                    L0_COMPACTION_TRIGGER,
+                    L0_SLOWDOWN_TRIGGER,
+                    L0_STOP_TRIGGER,
+                ),
+                IndexTuning::Replay => (
+                    0.0,
+                    REPLAY_L0_COMPACTION_TRIGGER,
+                    L0_SLOWDOWN_TRIGGER,
+                    L0_STOP_TRIGGER,
+                ),
+                IndexTuning::BulkLoad => (
+                    0.0,
+                    REPLAY_L0_COMPACTION_TRIGGER,
+                    BULK_L0_TRIGGER,
+                    BULK_L0_TRIGGER,
+                ),
+            };
+            let disable = if tuning == IndexTuning::BulkLoad {
+                "true"
             } else {
-                (ratio, L0_COMPACTION_TRIGGER)
+                "false"
             };
             let (ratio, trigger) = (ratio.to_string(), trigger.to_string());
+            let (slowdown, stop) = (slowdown.to_string(), stop.to_string());
             self.db.set_options_cf(
                 self.cf(name)?,
                 &[
                     ("memtable_prefix_bloom_size_ratio", ratio.as_str()),
                     ("level0_file_num_compaction_trigger", trigger.as_str()),
+                    ("level0_slowdown_writes_trigger", slowdown.as_str()),
+                    ("level0_stop_writes_trigger", stop.as_str()),
+                    ("disable_auto_compactions", disable),
                 ],
             )?;
         }
+        Ok(())
+    }
+
+    /// Compacts `inodes` and `edges` fully, one thread each, and waits: the
+    /// end of a bulk load, whose L0 holds every file it flushed.
+    pub(crate) fn compact_index(&self) -> Result<()> {
+        let mut co = rocksdb::CompactOptions::default();
+        // Not exclusive, so that the two run at once.
+        co.set_exclusive_manual_compaction(false);
+        let (inodes, edges) = (self.cf(CF_INODES)?, self.cf(CF_EDGES)?);
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                self.db
+                    .compact_range_cf_opt(inodes, None::<&[u8]>, None::<&[u8]>, &co)
+            });
+            self.db
+                .compact_range_cf_opt(edges, None::<&[u8]>, None::<&[u8]>, &co);
+        });
         Ok(())
     }
 
