@@ -26,7 +26,7 @@ pub struct StoreOptions {
     /// of the index at their end (see
     /// [`crate::recovery::apply_records`]). Measured on logs of mkdirs:
     /// no faster at 10^7 records (a replay compacts little there, straight
-    /// to the bottom level), 1.7–1.8× as fast at 3·10^7.
+    /// to the bottom level), 1.7–1.8× as fast at 3·10^7 and at 10^8.
     pub bulk_replay_min: u64,
     /// What a write-ahead log that fails its checksums does at open.
     pub wal_recovery: WalRecovery,
