@@ -15,7 +15,7 @@ pub struct StoreOptions {
     pub create_if_missing: bool,
     /// Replays of at least this many records are long: the index column
     /// families are tuned for bulk loading while they run (see
-    /// [`Store::apply_records`]).
+    /// [`crate::recovery::apply_records`]).
     pub long_replay_min: u64,
     /// A long replay starts a new index memtable after this many bytes of
     /// writes, so that flushes overlap the replay and the last one, which
