@@ -193,11 +193,6 @@ fn three_hundred_owners_and_groups_survive_a_reopen_and_a_replay() {
     assert!(admin::verify(t.store()).unwrap().ok());
 }
 
-/// A long replay inserts without memtable filters, into a new memtable
-/// after every batch here, with L0 compactions held back, and restores the
-/// serving options at the end: the index it builds equals one replayed with
-/// filters, the options are configured again afterwards, and the store keeps
-/// working.
 /// Creates, renames and deletes enough for several replay batches
 /// (~20,000 keys each).
 fn write_mixed_namespace(dir: &std::path::Path) {
@@ -256,6 +251,19 @@ fn assert_rebuilt_store_works(dir: &std::path::Path) {
     assert!(admin::verify(t.store()).unwrap().ok());
 }
 
+/// Rebuilds the index of the mixed namespace at `dir` with `so`; the
+/// serving options are back afterwards.
+fn rebuild_mixed_namespace(dir: &std::path::Path, so: &StoreOptions) {
+    let n = admin::rebuild(dir, so).unwrap();
+    assert!(n > 30_000, "replayed {n}");
+    assert_serving_options(dir);
+}
+
+/// A long replay inserts without memtable filters, into a new memtable
+/// after every batch here, with L0 compactions held back, and restores the
+/// serving options at the end: the index it builds equals one replayed with
+/// filters, the options are configured again afterwards, and the store keeps
+/// working.
 #[test]
 fn long_replay_tuning_builds_the_same_index() {
     let dir = tempfile::tempdir().unwrap();
@@ -266,9 +274,7 @@ fn long_replay_tuning_builds_the_same_index() {
         replay_memtable_bytes: 1,
         ..Default::default()
     };
-    let n = admin::rebuild(dir.path(), &so).unwrap();
-    assert!(n > 30_000, "replayed {n}");
-    assert_serving_options(dir.path());
+    rebuild_mixed_namespace(dir.path(), &so);
     assert_rebuilt_store_works(dir.path());
 }
 
@@ -287,9 +293,7 @@ fn a_bulk_loaded_rebuild_compacts_once_and_builds_the_same_index() {
         index_write_buffer_bytes: 256 << 10,
         ..Default::default()
     };
-    let n = admin::rebuild(dir.path(), &so).unwrap();
-    assert!(n > 30_000, "replayed {n}");
-    assert_serving_options(dir.path());
+    rebuild_mixed_namespace(dir.path(), &so);
     {
         let store = Store::open(dir.path(), &so).unwrap();
         for cf in ["inodes", "edges"] {
@@ -302,9 +306,8 @@ fn a_bulk_loaded_rebuild_compacts_once_and_builds_the_same_index() {
     assert_rebuilt_store_works(dir.path());
 }
 
-/// `memtable_prefix_bloom_size_ratio` of column family `cf` in the newest
-/// OPTIONS file of the database at `dir`.
-/// A column family's option as the newest OPTIONS file has it.
+/// Option `option` of column family `cf` in the newest OPTIONS file of the
+/// database at `dir`.
 fn cf_option(dir: &std::path::Path, cf: &str, option: &str) -> String {
     let newest = std::fs::read_dir(dir)
         .unwrap()

@@ -139,6 +139,8 @@ pub(super) fn cf_options(name: &str, so: &StoreOptions, cache: &Cache) -> Option
             // Point lookups by 8-byte id.
             o.set_memtable_prefix_bloom_ratio(INODES_MEMTABLE_BLOOM);
             o.set_level_zero_file_num_compaction_trigger(L0_COMPACTION_TRIGGER);
+            o.set_level_zero_slowdown_writes_trigger(L0_SLOWDOWN_TRIGGER);
+            o.set_level_zero_stop_writes_trigger(L0_STOP_TRIGGER);
             o.set_memtable_whole_key_filtering(true);
             o.set_block_based_table_factory(&index_table(cache));
             index_compression(&mut o);
@@ -151,6 +153,8 @@ pub(super) fn cf_options(name: &str, so: &StoreOptions, cache: &Cache) -> Option
             o.set_prefix_extractor(SliceTransform::create_fixed_prefix(8));
             o.set_memtable_prefix_bloom_ratio(EDGES_MEMTABLE_BLOOM);
             o.set_level_zero_file_num_compaction_trigger(L0_COMPACTION_TRIGGER);
+            o.set_level_zero_slowdown_writes_trigger(L0_SLOWDOWN_TRIGGER);
+            o.set_level_zero_stop_writes_trigger(L0_STOP_TRIGGER);
             // Every create first looks up a name that does not exist yet,
             // in a directory that does: whole-key bits in the memtable
             // filter answer that without searching the skiplist.

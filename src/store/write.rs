@@ -106,31 +106,19 @@ impl Store {
             (CF_INODES, INODES_MEMTABLE_BLOOM),
             (CF_EDGES, EDGES_MEMTABLE_BLOOM),
         ] {
-            let (ratio, trigger, slowdown, stop) = match tuning {
-                IndexTuning::Serving => (
-                    ratio,
-                    L0_COMPACTION_TRIGGER,
-                    L0_SLOWDOWN_TRIGGER,
-                    L0_STOP_TRIGGER,
-                ),
-                IndexTuning::Replay => (
-                    0.0,
-                    REPLAY_L0_COMPACTION_TRIGGER,
-                    L0_SLOWDOWN_TRIGGER,
-                    L0_STOP_TRIGGER,
-                ),
-                IndexTuning::BulkLoad => (
-                    0.0,
-                    REPLAY_L0_COMPACTION_TRIGGER,
-                    BULK_L0_TRIGGER,
-                    BULK_L0_TRIGGER,
-                ),
-            };
-            let disable = if tuning == IndexTuning::BulkLoad {
-                "true"
+            let serving = tuning == IndexTuning::Serving;
+            let bulk = tuning == IndexTuning::BulkLoad;
+            let (ratio, trigger) = if serving {
+                (ratio, L0_COMPACTION_TRIGGER)
             } else {
-                "false"
+                (0.0, REPLAY_L0_COMPACTION_TRIGGER)
             };
+            let (slowdown, stop) = if bulk {
+                (BULK_L0_TRIGGER, BULK_L0_TRIGGER)
+            } else {
+                (L0_SLOWDOWN_TRIGGER, L0_STOP_TRIGGER)
+            };
+            let disable = if bulk { "true" } else { "false" };
             let (ratio, trigger) = (ratio.to_string(), trigger.to_string());
             let (slowdown, stop) = (slowdown.to_string(), stop.to_string());
             self.db.set_options_cf(
