@@ -136,7 +136,9 @@ impl Store {
     }
 
     /// Compacts `inodes` and `edges` fully, one thread each, and waits: the
-    /// end of a bulk load, whose L0 holds every file it flushed.
+    /// end of a bulk load, whose L0 holds every file it flushed. A failed
+    /// compaction (a corrupt block in a file it read, an I/O error) is
+    /// returned, as RocksDB recorded it.
     pub(crate) fn compact_index(&self) -> Result<()> {
         let mut co = rocksdb::CompactOptions::default();
         // Not exclusive, so that the two run at once.
@@ -150,6 +152,11 @@ impl Store {
             self.db
                 .compact_range_cf_opt(edges, None::<&[u8]>, None::<&[u8]>, &co);
         });
+        // The C API drops a manual compaction's status; a failure is kept
+        // as the database's background error, which waiting for the
+        // background work to finish returns.
+        self.db
+            .wait_for_compact(&rocksdb::WaitForCompactOptions::default())?;
         Ok(())
     }
 
@@ -265,5 +272,79 @@ impl IndexBatch {
         e.0.into_iter()
             .map(|(id, k, v)| (if id == inodes { Cf::Inodes } else { Cf::Edges }, k, v))
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::index::OverlayWrites;
+    use std::io::{Read, Seek, SeekFrom, Write};
+
+    /// A bulk load's final compaction that meets a corrupt block fails with
+    /// the corruption, instead of returning as though the index were one
+    /// sorted run; an intact one compacts every file out of L0.
+    #[test]
+    fn a_failed_index_compaction_is_returned() {
+        for corrupt in [false, true] {
+            let dir = tempfile::tempdir().unwrap();
+            let store = Store::open(dir.path(), &StoreOptions::default()).unwrap();
+            store.set_index_tuning(IndexTuning::BulkLoad).unwrap();
+            // Two flushes, so that the compaction merges two L0 files and
+            // reads every data block of both: 4,000 entries of 200 bytes
+            // each, several 64 KiB blocks per file.
+            for round in 0..2u64 {
+                let mut w = OverlayWrites::default();
+                for id in 0..4_000u64 {
+                    let key = (id * 2 + round).to_be_bytes().to_vec();
+                    let value: Vec<u8> = (0..200u64)
+                        .map(|i| (id.wrapping_mul(2_654_435_761) >> (i % 29)) as u8)
+                        .collect();
+                    w.inodes.insert(key, Some(value));
+                }
+                let mut b = store.index_batch();
+                store.add_index_writes(&mut b, &w).unwrap();
+                store.write_index_batch(b, round + 1, None).unwrap();
+                store.flush().unwrap();
+            }
+            let l0 = |store: &Store| {
+                store
+                    .cf_property(CF_INODES, "rocksdb.num-files-at-level0")
+                    .unwrap()
+            };
+            // The two, and the new namespace's own.
+            assert!(l0(&store) >= 2);
+            if corrupt {
+                let files = store.db.live_files().unwrap();
+                let file = files
+                    .iter()
+                    .filter(|f| f.column_family_name == CF_INODES)
+                    .max_by_key(|f| f.size)
+                    .unwrap();
+                let path = dir.path().join(file.name.trim_start_matches('/'));
+                let mut f = std::fs::OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .open(&path)
+                    .unwrap();
+                // A quarter into the file: inside a data block, which the
+                // flush did not cache (the index and filter are at the end).
+                let at = f.metadata().unwrap().len() / 4;
+                let mut bytes = [0u8; 64];
+                f.seek(SeekFrom::Start(at)).unwrap();
+                f.read_exact(&mut bytes).unwrap();
+                bytes.iter_mut().for_each(|b| *b ^= 0x5a);
+                f.seek(SeekFrom::Start(at)).unwrap();
+                f.write_all(&bytes).unwrap();
+            }
+            let got = store.compact_index();
+            if corrupt {
+                let err = got.unwrap_err();
+                assert_eq!(err.kind(), crate::ErrorKind::Corruption, "{err}");
+            } else {
+                got.unwrap();
+                assert_eq!(l0(&store), 0);
+            }
+        }
     }
 }
