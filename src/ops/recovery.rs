@@ -198,6 +198,11 @@ pub fn apply_records(
             }
             Ok::<(), Error>(())
         };
+        // A long replay's batches are larger: a directory whose children
+        // arrive in a batch is rewritten once per batch (its times), and a
+        // log spread over many directories touches most of them in every
+        // batch.
+        let batch_scale = if long { LONG_REPLAY_BATCH_SCALE } else { 1 };
         let mut result = Ok(());
         while let Some(item) = records.next_borrowed() {
             let rec = match item {
@@ -221,7 +226,9 @@ pub fn apply_records(
             pending_seq = rec.seq;
             n += 1;
             let l = limits();
-            if ov.writes.len() >= l.batch_keys || ov.writes.data.len() >= l.batch_bytes {
+            if ov.writes.len() >= l.batch_keys * batch_scale
+                || ov.writes.data.len() >= l.batch_bytes * batch_scale
+            {
                 let bytes = bytes_before + (records.bytes - base_bytes);
                 send(&mut ov, pending_seq, bytes)?;
                 progress(pending_seq, last_hint);
@@ -562,6 +569,8 @@ struct ArenaWrite {
 /// before it goes to the memtables.
 const REPLAY_BATCH_KEYS: usize = 20_000;
 const REPLAY_BATCH_BYTES: usize = 8 << 20;
+/// How many times those a long replay's batches hold.
+const LONG_REPLAY_BATCH_SCALE: usize = 4;
 
 /// Where a write goes in a replay batch's order: its column family and
 /// key's first 16 bytes as integers (zero-padded big-endian, so that they
