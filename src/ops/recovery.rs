@@ -202,7 +202,8 @@ pub fn apply_records(
         // arrive in a batch is rewritten once per batch (its times), and a
         // log spread over many directories touches most of them in every
         // batch.
-        let batch_scale = if long { LONG_REPLAY_BATCH_SCALE } else { 1 };
+        let scale = if long { LONG_REPLAY_BATCH_SCALE } else { 1 };
+        let (batch_keys, batch_bytes) = (limits().batch_keys * scale, limits().batch_bytes * scale);
         let mut result = Ok(());
         while let Some(item) = records.next_borrowed() {
             let rec = match item {
@@ -225,10 +226,7 @@ pub fn apply_records(
             }
             pending_seq = rec.seq;
             n += 1;
-            let l = limits();
-            if ov.writes.len() >= l.batch_keys * batch_scale
-                || ov.writes.data.len() >= l.batch_bytes * batch_scale
-            {
+            if ov.writes.len() >= batch_keys || ov.writes.data.len() >= batch_bytes {
                 let bytes = bytes_before + (records.bytes - base_bytes);
                 send(&mut ov, pending_seq, bytes)?;
                 progress(pending_seq, last_hint);
