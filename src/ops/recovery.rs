@@ -129,16 +129,33 @@ pub fn apply_records(
     let mut state = EngineState::load(&store.index())?;
     let bytes_before = store.log_bytes()?;
     let base_bytes = records.bytes;
+    let records_hint = last_hint.saturating_sub(applied);
+    let long = records_hint >= store.long_replay_min();
+    // A long replay's batches are larger: a directory whose children
+    // arrive in a batch is rewritten once per batch (its times), and a
+    // log spread over many directories touches most of them in every
+    // batch.
+    let scale = if long { LONG_REPLAY_BATCH_SCALE } else { 1 };
+    let (batch_keys, batch_bytes) = (limits().batch_keys * scale, limits().batch_bytes * scale);
+    // The arenas and the remembered keys sized up front for a batch and a
+    // forget's worth (or for the records a short replay has): grown by
+    // doubling, each step copied them into fresh memory the kernel zeroes
+    // on first touch, about a fifth of the reading thread's time in a
+    // 1M-record rebuild (docs/BENCHMARKS.md, Replay).
+    let hint = usize::try_from(records_hint).unwrap_or(usize::MAX);
+    let arena_keys = batch_keys.min(hint.saturating_mul(4)) + ARENA_SLACK_KEYS;
+    let arena_bytes = batch_bytes.min(hint.saturating_mul(512)) + ARENA_SLACK_BYTES;
+    let new_arena = || SortedWrites::with_capacity(arena_keys, arena_bytes);
     let mut ov = ReplayIndex {
-        writes: SortedWrites::default(),
-        known: RefCell::default(),
+        writes: new_arena(),
+        known: RefCell::new(Known::with_capacity(
+            limits().known_keys.min(hint.saturating_mul(4)),
+        )),
         parent_times: HashMap::default(),
         base: store.index(),
     };
     let mut n = 0u64;
     let mut pending_seq = applied;
-    let records_hint = last_hint.saturating_sub(applied);
-    let long = records_hint >= store.long_replay_min();
     let bulk = long && applied == 0 && records_hint >= store.bulk_replay_min();
     let tuning = match (long, bulk) {
         (_, true) => Some(ReplayTuning::new(store, IndexTuning::BulkLoad)?),
@@ -192,7 +209,7 @@ pub fn apply_records(
         let mut sent = 0usize;
         let mut send = |ov: &mut ReplayIndex<'_>, seq: u64, bytes: u64| {
             ov.settle_parent_times()?;
-            let spare = spare_rx.try_recv().unwrap_or_default();
+            let spare = spare_rx.try_recv().unwrap_or_else(|_| new_arena());
             let w = std::mem::replace(&mut ov.writes, spare);
             if tx.send((w, seq, bytes)).is_err() {
                 // The writer stopped on an error, which its join reports:
@@ -216,12 +233,6 @@ pub fn apply_records(
             }
             Ok::<(), Error>(())
         };
-        // A long replay's batches are larger: a directory whose children
-        // arrive in a batch is rewritten once per batch (its times), and a
-        // log spread over many directories touches most of them in every
-        // batch.
-        let scale = if long { LONG_REPLAY_BATCH_SCALE } else { 1 };
-        let (batch_keys, batch_bytes) = (limits().batch_keys * scale, limits().batch_bytes * scale);
         let mut result = Ok(());
         while let Some(item) = records.next_borrowed() {
             let rec = match item {
@@ -369,6 +380,15 @@ struct Known {
 }
 
 impl Known {
+    /// Room for `keys` inode keys and their entries (~100 bytes each).
+    fn with_capacity(keys: usize) -> Known {
+        Known {
+            short: HashMap::with_capacity_and_hasher(keys, Default::default()),
+            arena: Vec::with_capacity(keys.saturating_mul(KNOWN_ENTRY_BYTES)),
+            ..Known::default()
+        }
+    }
+
     fn short_key(key: &[u8]) -> Option<u64> {
         <[u8; 8]>::try_from(key).ok().map(u64::from_be_bytes)
     }
@@ -424,6 +444,8 @@ impl Known {
 /// ~100 bytes; an inode's extended attributes up to 256 KiB).
 const REPLAY_KNOWN_KEYS: usize = 1 << 18;
 const REPLAY_KNOWN_BYTES: usize = 64 << 20;
+/// What a remembered entry takes in [`Known`]'s arena, to size it.
+const KNOWN_ENTRY_BYTES: usize = 112;
 
 /// When a replay cuts a batch and when it forgets what it wrote.
 #[derive(Clone, Copy, Debug)]
@@ -601,6 +623,10 @@ const REPLAY_BATCH_KEYS: usize = 20_000;
 const REPLAY_BATCH_BYTES: usize = 8 << 20;
 /// How many times those a long replay's batches hold.
 const LONG_REPLAY_BATCH_SCALE: usize = 4;
+/// Room in a batch's arena past its limits: the batch is cut after the
+/// record that reaches them, and the deferred parents' times follow.
+const ARENA_SLACK_KEYS: usize = 4096;
+const ARENA_SLACK_BYTES: usize = 1 << 20;
 
 /// Where a write goes in a replay batch's order: its column family and
 /// key's first 16 bytes as integers (zero-padded big-endian, so that they
@@ -614,6 +640,13 @@ struct SortKey {
 }
 
 impl SortedWrites {
+    fn with_capacity(keys: usize, bytes: usize) -> SortedWrites {
+        SortedWrites {
+            writes: Vec::with_capacity(keys),
+            data: Vec::with_capacity(bytes),
+        }
+    }
+
     fn len(&self) -> usize {
         self.writes.len()
     }
