@@ -412,6 +412,11 @@ impl Slot {
         len: usize::MAX - 1,
     };
 
+    /// Whether this slot's place in the arena has room for `len` bytes.
+    fn holds(self, len: usize) -> bool {
+        self != Slot::UNKNOWN && self != Slot::ABSENT && len <= self.len
+    }
+
     fn value(self, arena: &[u8]) -> Option<Option<&[u8]>> {
         match self {
             Slot::UNKNOWN => None,
@@ -459,15 +464,7 @@ impl Known {
     fn insert(&mut self, key: &[u8], value: Option<&[u8]>) {
         match Self::short_key(key) {
             Some(k) => {
-                let slot = match value {
-                    Some(v) => {
-                        let at = self.arena.len();
-                        self.arena.extend_from_slice(v);
-                        Slot { at, len: v.len() }
-                    }
-                    None => Slot::ABSENT,
-                };
-                match self.dense_index(k) {
+                let slot = match self.dense_index(k) {
                     Some(i) => {
                         if i >= self.dense.len() {
                             self.dense.resize(i + 1, Slot::UNKNOWN);
@@ -475,12 +472,28 @@ impl Known {
                         if self.dense[i] == Slot::UNKNOWN {
                             self.dense_known += 1;
                         }
-                        self.dense[i] = slot;
+                        &mut self.dense[i]
                     }
-                    None => {
-                        self.short.insert(k, slot);
+                    None => self.short.entry(k).or_insert(Slot::UNKNOWN),
+                };
+                *slot = match value {
+                    // A value no longer than the one it replaces takes its
+                    // place: an entry rewritten by its updates (a file's
+                    // size, its completion) keeps one copy in the arena.
+                    Some(v) if slot.holds(v.len()) => {
+                        self.arena[slot.at..slot.at + v.len()].copy_from_slice(v);
+                        Slot {
+                            at: slot.at,
+                            len: v.len(),
+                        }
                     }
-                }
+                    Some(v) => {
+                        let at = self.arena.len();
+                        self.arena.extend_from_slice(v);
+                        Slot { at, len: v.len() }
+                    }
+                    None => Slot::ABSENT,
+                };
             }
             None => {
                 self.long_bytes += key.len() + value.map_or(0, <[u8]>::len);
@@ -520,7 +533,7 @@ impl Known {
 const REPLAY_KNOWN_KEYS: usize = 1 << 18;
 const REPLAY_KNOWN_BYTES: usize = 64 << 20;
 /// What a remembered entry takes in [`Known`]'s arena, to size it.
-const KNOWN_ENTRY_BYTES: usize = 112;
+const KNOWN_ENTRY_BYTES: usize = 128;
 
 /// When a replay cuts a batch and when it forgets what it wrote.
 #[derive(Clone, Copy, Debug)]
