@@ -385,8 +385,9 @@ struct Known {
     dense_known: usize,
     /// Other 8-byte keys as integers.
     short: HashMap<u64, Slot, ahash::RandomState>,
-    /// The values of `dense` and `short`, one after another (replaced
-    /// ones stay until the replay forgets).
+    /// The values of `dense` and `short`, one after another (a replaced
+    /// one stays until the replay forgets, unless the new one fits in
+    /// its place).
     arena: Vec<u8>,
     /// Every other key (dictionary names and ids, attributes, quotas).
     long: HashMap<Vec<u8>, Option<Vec<u8>>, ahash::RandomState>,
