@@ -151,6 +151,10 @@ pub(crate) struct Connection {
     /// larger than this client accepts).
     terminal: Mutex<Option<String>>,
     peer: SocketAddr,
+    /// The TCP socket, for [`Connection::closed_by_peer`]: it stays open
+    /// while `pending` is `Some` (the reader, which holds it, empties
+    /// `pending` before it ends).
+    fd: std::os::fd::RawFd,
     born: Instant,
     /// Milliseconds after `born` of the last bytes received.
     last_rx: Arc<AtomicU64>,
@@ -197,10 +201,11 @@ impl Connection {
                 .with_retries(3);
             let _ = socket2::SockRef::from(&sock).set_tcp_keepalive(&ka);
         }
+        let fd = std::os::fd::AsRawFd::as_raw_fd(&sock);
         match opts.tls.clone() {
             None => {
                 let (rd, wr) = sock.into_split();
-                Connection::start(rd, wr, addr, opts, seen, limit).await
+                Connection::start(rd, wr, addr, fd, opts, seen, limit).await
             }
             Some(tls) => {
                 let s = tokio::time::timeout_at(limit, tls.connect(addr, sock))
@@ -217,7 +222,7 @@ impl Connection {
                         }
                     })?;
                 let (rd, wr) = tokio::io::split(s);
-                Connection::start(rd, wr, addr, opts, seen, limit).await
+                Connection::start(rd, wr, addr, fd, opts, seen, limit).await
             }
         }
     }
@@ -228,6 +233,7 @@ impl Connection {
         rd: R,
         wr: W,
         addr: SocketAddr,
+        fd: std::os::fd::RawFd,
         opts: &ClientOptions,
         seen: &SeenSeq,
         limit: Instant,
@@ -312,6 +318,7 @@ impl Connection {
             seen_seq: seen.clone(),
             terminal: Mutex::new(None),
             peer: addr,
+            fd,
             born,
             last_rx,
             delivering: AtomicBool::new(false),
@@ -344,6 +351,40 @@ impl Connection {
 
     pub(crate) fn is_open(&self) -> bool {
         self.pending.lock().map(|p| p.is_some()).unwrap_or(false)
+    }
+
+    /// Whether the server has already ended the connection, asked of the
+    /// socket itself rather than of the reader, which may not have run
+    /// since the end arrived (a leader killed a moment ago: its kernel sent
+    /// the FIN, or a reset, as the process died). A mutation written after
+    /// that would be lost unread, and reported `OutcomeUnknown` though no
+    /// server ever saw it; asked first, it is sent on a new connection.
+    /// One `recv(MSG_PEEK)`: 0 bytes is the end of the
+    /// stream with nothing left unread; an error other than "nothing yet"
+    /// is a reset. Bytes still unread (a reply, a TLS record) say nothing:
+    /// the reader will see what follows them.
+    fn closed_by_peer(&self) -> bool {
+        let Ok(pending) = self.pending.lock() else {
+            return false;
+        };
+        if pending.is_none() {
+            // Closed already: the send reports it.
+            return false;
+        }
+        // SAFETY: `pending` is `Some` and its lock is held, so the reader
+        // has not ended and the socket it holds is still open: `fd` is
+        // this connection's (see the field).
+        let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(self.fd) };
+        let mut byte = [std::mem::MaybeUninit::<u8>::uninit()];
+        // The socket is non-blocking (tokio's): a peek never waits.
+        let peeked = socket2::SockRef::from(&fd).peek(&mut byte);
+        match peeked {
+            Ok(n) => n == 0,
+            Err(e) => !matches!(
+                e.kind(),
+                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted
+            ),
+        }
     }
 
     /// Why the connection ended, if retrying cannot help.
@@ -474,6 +515,11 @@ impl Connection {
         caller: Option<&Caller>,
         deadline: Option<Instant>,
     ) -> Result<ResponseBody, Failure> {
+        if matches!(body, RequestBody::Mutate(_)) && self.closed_by_peer() {
+            let e = lost("closed by the server");
+            self.close(&e);
+            return Err(Failure::NotSent(e));
+        }
         let (tx, rx) = oneshot::channel();
         let id = self.send(body, caller, Waiter::One(tx), deadline).await?;
         let reply = match deadline {

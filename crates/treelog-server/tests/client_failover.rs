@@ -359,3 +359,76 @@ fn the_blocking_client_stats_creates_and_lists() {
     assert_eq!(seqs, [d, f]);
     rt.block_on(h.shutdown()).unwrap();
 }
+
+/// A TCP proxy on threads of its own (it runs while the client's runtime
+/// is stopped) whose [`CuttingProxy::cut`] ends the connections it holds
+/// from the client's side, as a server's kernel does when the process
+/// dies.
+struct CuttingProxy {
+    addr: SocketAddr,
+    clients: Arc<std::sync::Mutex<Vec<std::net::TcpStream>>>,
+}
+
+impl CuttingProxy {
+    fn start(to: SocketAddr) -> CuttingProxy {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let clients = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let held = clients.clone();
+        std::thread::spawn(move || {
+            for a in l.incoming() {
+                let Ok(a) = a else { return };
+                let Ok(b) = std::net::TcpStream::connect(to) else {
+                    continue;
+                };
+                held.lock().unwrap().push(a.try_clone().unwrap());
+                for (mut r, mut w) in [(a.try_clone().unwrap(), b.try_clone().unwrap()), (b, a)] {
+                    std::thread::spawn(move || {
+                        let _ = std::io::copy(&mut r, &mut w);
+                        let _ = w.shutdown(std::net::Shutdown::Both);
+                    });
+                }
+            }
+        });
+        CuttingProxy { addr, clients }
+    }
+
+    /// Ends every connection taken so far; returns once the FINs are sent.
+    fn cut(&self) {
+        for c in self.clients.lock().unwrap().drain(..) {
+            c.shutdown(std::net::Shutdown::Both).unwrap();
+        }
+    }
+}
+
+/// A server that ended the connection before a mutation was sent (a leader
+/// killed a moment ago): the client's reader has not run since, so the
+/// connection still looks open, but nothing was sent and the mutation goes
+/// to a new connection, applied once, instead of `OutcomeUnknown`.
+#[test]
+fn a_mutation_after_the_server_ended_the_connection_goes_to_a_new_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let servers = tokio::runtime::Runtime::new().unwrap();
+    let h = servers.block_on(start_on(dir.path(), None));
+    let proxy = CuttingProxy::start(h.bound.rpc);
+    // The client's runtime runs only inside `block_on`: between two calls
+    // its reader cannot see the connection end.
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let c = rt
+        .block_on(Client::connect(proxy.addr, ClientOptions::default()))
+        .unwrap();
+    let first = rt.block_on(c.submit(mkdir("/m"))).unwrap();
+    proxy.cut();
+    let seq = rt
+        .block_on(c.submit(create("/m/f")))
+        .expect("sent on a new connection");
+    assert!(seq > first);
+    let list = rt.block_on(c.list("/m", None, 10)).unwrap();
+    assert_eq!(list.entries.len(), 1, "applied once: {list:?}");
+    drop(c);
+    drop(rt);
+    servers.block_on(h.shutdown()).unwrap();
+}
