@@ -359,16 +359,21 @@ impl Connection {
     /// the FIN, or a reset, as the process died). A mutation written after
     /// that would be lost unread, and reported `OutcomeUnknown` though no
     /// server ever saw it; asked first, it is sent on a new connection.
-    /// One `recv(MSG_PEEK)`: 0 bytes is the end of the
-    /// stream with nothing left unread; an error other than "nothing yet"
-    /// is a reset. Bytes still unread (a reply, a TLS record) say nothing:
-    /// the reader will see what follows them.
+    /// One `recv(MSG_PEEK)`: 0 bytes is the end of the stream with
+    /// nothing left unread; an error other than "nothing yet" is a reset.
+    /// Bytes still unread (a reply, a TLS record) say nothing: the reader
+    /// will see what follows them.
+    ///
+    /// Asked only of a connection with nothing in flight (a caller that
+    /// waits for each reply, as one following a leader through a
+    /// failover): with requests in flight the end would lose them all
+    /// the same, and a pipelining caller pays no system call per request.
     fn closed_by_peer(&self) -> bool {
         let Ok(pending) = self.pending.lock() else {
             return false;
         };
-        if pending.is_none() {
-            // Closed already: the send reports it.
+        if !pending.as_ref().is_some_and(|p| p.is_empty()) {
+            // Closed already (the send reports it), or requests in flight.
             return false;
         }
         // SAFETY: `pending` is `Some` and its lock is held, so the reader
