@@ -521,9 +521,8 @@ impl Connection {
         deadline: Option<Instant>,
     ) -> Result<ResponseBody, Failure> {
         if matches!(body, RequestBody::Mutate(_)) && self.closed_by_peer() {
-            let e = lost("closed by the server");
-            self.close(&e);
-            return Err(Failure::NotSent(e));
+            // The caller drops the connection, as for any request not sent.
+            return Err(Failure::NotSent(lost("closed by the server")));
         }
         let (tx, rx) = oneshot::channel();
         let id = self.send(body, caller, Waiter::One(tx), deadline).await?;
